@@ -1,0 +1,139 @@
+"""What every variational layer of the library shares: forward modes, generators, KL sums."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "ForwardMode",
+    "Sampler",
+    "VariationalLayer",
+    "forward_mode",
+    "frozen_sample",
+    "kl_divergence",
+    "set_generator",
+    "variational_layers",
+]
+
+
+class ForwardMode(str, Enum):
+    """How a variational layer turns its parameters into weights in ``forward``.
+
+    ``SAMPLE`` draws fresh weights from q at every call (with the layer's training sampler,
+    whose forward value is an exact draw from q); ``MEAN`` uses the posterior mean
+    ``E_q[theta]``; ``MEDIAN`` uses the median model (spike-and-slab: ``mu`` where
+    ``phi > 0.5``, else 0; Gaussian layers: ``mu``).
+    """
+
+    SAMPLE = "sample"
+    MEAN = "mean"
+    MEDIAN = "median"
+
+
+class Sampler(str, Enum):
+    """Reparameterisation used to draw spike-and-slab weights during training."""
+
+    GUMBEL = "gumbel"
+    INVERSE_CDF = "inverse_cdf"
+
+
+class VariationalLayer(nn.Module):
+    """Base class of the library's Bayesian layers.
+
+    Subclasses implement :meth:`kl_divergence` and :meth:`sample_weights`. A layer draws
+    its random numbers from ``self.generator`` (``None`` means torch's default generator);
+    :func:`set_generator` sets it for a whole model. With ``n_replicates = R`` the layer
+    holds ``R`` independent copies of its parameters (leading dimension ``R``) and maps
+    inputs ``(R, m, in)`` to ``(R, m, out)``: R replications trained as one network.
+    """
+
+    mode: ForwardMode
+    generator: torch.Generator | None
+    n_replicates: int | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode = ForwardMode.SAMPLE
+        self.generator = None
+        self.n_replicates = None
+        self._frozen: tuple[Tensor, Tensor | None] | None = None
+
+    def kl_divergence(self) -> Tensor:
+        """KL(q || prior) of the layer: a scalar, or ``(R,)`` for replicated layers."""
+        raise NotImplementedError
+
+    def sample_weights(self) -> tuple[Tensor, Tensor | None]:
+        """Weights and bias to use in the next forward pass under the current mode."""
+        raise NotImplementedError
+
+    def n_params(self) -> int:
+        """Number of weights and biases (per replicate)."""
+        raise NotImplementedError
+
+    def _weights(self) -> tuple[Tensor, Tensor | None]:
+        if self._frozen is not None:
+            return self._frozen
+        return self.sample_weights()
+
+
+def variational_layers(model: nn.Module) -> list[VariationalLayer]:
+    """All :class:`VariationalLayer` submodules of ``model`` in registration order."""
+    return [m for m in model.modules() if isinstance(m, VariationalLayer)]
+
+
+def kl_divergence(model: nn.Module) -> Tensor:
+    """Sum of the KL terms of every variational layer of ``model``.
+
+    Returns a scalar, or ``(R,)`` for replicated models.
+    """
+    layers = variational_layers(model)
+    if not layers:
+        raise ValueError("model has no variational layers")
+    total = layers[0].kl_divergence()
+    for layer in layers[1:]:
+        total = total + layer.kl_divergence()
+    return total
+
+
+def set_generator(model: nn.Module, generator: torch.Generator | None) -> None:
+    """Make every variational layer of ``model`` draw from ``generator``."""
+    for layer in variational_layers(model):
+        layer.generator = generator
+
+
+@contextmanager
+def forward_mode(model: nn.Module, mode: ForwardMode | str) -> Iterator[nn.Module]:
+    """Temporarily set the forward mode of every variational layer of ``model``."""
+    mode = ForwardMode(mode)
+    layers = variational_layers(model)
+    old = [layer.mode for layer in layers]
+    try:
+        for layer in layers:
+            layer.mode = mode
+        yield model
+    finally:
+        for layer, m in zip(layers, old, strict=True):
+            layer.mode = m
+
+
+@contextmanager
+def frozen_sample(model: nn.Module) -> Iterator[nn.Module]:
+    """Draw one set of weights (under the current mode) and reuse it for every forward call.
+
+    Used at prediction time so that one posterior draw ``theta_h`` is applied to all row
+    chunks of a large input. Draws without gradient.
+    """
+    layers = variational_layers(model)
+    try:
+        with torch.no_grad():
+            for layer in layers:
+                layer._frozen = layer.sample_weights()
+        yield model
+    finally:
+        for layer in layers:
+            layer._frozen = None

@@ -1,0 +1,434 @@
+"""Spike-and-slab variational layers (linear and 2-D convolution).
+
+Every weight and bias ``theta_i`` has the variational law
+``gamma_i N(mu_i, sigma_i^2) + (1 - gamma_i) delta_0``, ``gamma_i ~ Bern(phi_i)`` with
+``sigma = softplus(rho)`` and ``phi = sigmoid(alpha)``.
+
+Storage: a layer keeps its weights and bias in *one* matrix per variational parameter,
+``(out, fan_in + 1)`` with the bias in the last column (``(R, out, fan_in + 1)`` when
+replicated). One random draw, one fused sampling kernel and one fused KL per layer per
+step, instead of two of each, halves the per-operation overhead that dominates small nets.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..objectives import spike_slab_kl
+from ..priors import resolve_log_inclusion
+from .base import ForwardMode, Sampler, VariationalLayer
+
+__all__ = [
+    "SpikeSlabConv2d",
+    "SpikeSlabLinear",
+    "SpikeSlabMLP",
+    "gumbel_spike_slab",
+    "inverse_cdf_spike_slab",
+]
+
+
+class _GumbelSpikeSlab(torch.autograd.Function):
+    """Straight-through Gumbel-softmax spike-and-slab draw with a fused backward pass.
+
+    Forward: ``theta = 1[eta > 0] (mu + sigma eps)``, ``eta = alpha + logit(u)``.
+    Backward uses the relaxed gate ``g~ = sigmoid(eta / tau)`` (Algorithm 1), i.e. the same
+    gradients as autograd through ``gate = g + g~ - g~.detach()``.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
+    ) -> Tensor:
+        sigma = F.softplus(rho)
+        slab = torch.addcmul(mu, sigma, eps)
+        eta = alpha + torch.logit(u)
+        hard = eta > 0
+        if ctx.needs_input_grad[2]:
+            soft = torch.sigmoid(eta / tau)
+            # d gate / d alpha of the relaxed gate: g~ (1 - g~) / tau.
+            ctx.save_for_backward(hard, slab, eps, rho, soft * (1.0 - soft) / tau)
+        else:
+            ctx.save_for_backward(hard, slab, eps, rho, None)
+        return slab * hard
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        hard, slab, eps, rho, dsoft = ctx.saved_tensors
+        g_mu = grad * hard
+        g_rho = g_mu * eps * torch.sigmoid(rho) if ctx.needs_input_grad[1] else None
+        g_alpha = grad * slab * dsoft if dsoft is not None else None
+        return g_mu, g_rho, g_alpha, None, None, None
+
+
+def gumbel_spike_slab(
+    mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, temperature: float
+) -> Tensor:
+    """Draw spike-and-slab weights with the straight-through Gumbel-softmax sampler.
+
+    Parameters
+    ----------
+    mu, rho, alpha : Tensor
+        Variational parameters of shape ``S``.
+    u : Tensor
+        ``U(0, 1)`` draws of shape ``S``.
+    eps : Tensor
+        ``N(0, 1)`` draws of shape ``S``.
+    temperature : float
+        ``tau > 0``; shapes only the surrogate gradient, the forward value is an exact draw.
+
+    Returns
+    -------
+    Tensor
+        Weights of shape ``S``; ``P(theta != 0) = phi`` exactly.
+    """
+    out: Tensor = _GumbelSpikeSlab.apply(mu, rho, alpha, u, eps, float(temperature))
+    return out
+
+
+def inverse_cdf_spike_slab(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor) -> Tensor:
+    """Exact inverse-CDF draw of spike-and-slab weights (pathwise differentiable).
+
+    The mixture ``phi N(mu, sigma^2) + (1 - phi) delta_0`` has a quantile function that is
+    continuous in ``u``. With ``a = phi Phi(-mu / sigma)``: below ``a`` it is the slab's
+    quantile at ``u / phi``, on ``[a, a + 1 - phi)`` it is 0, above it is the slab's quantile
+    at ``(u - 1 + phi) / phi``.
+
+    Parameters
+    ----------
+    mu, rho, alpha, u : Tensor
+        Same shape ``S``; ``u ~ U(0, 1)``.
+
+    Returns
+    -------
+    Tensor
+        Weights of shape ``S``.
+    """
+    sigma = F.softplus(rho)
+    phi = torch.sigmoid(alpha)
+    a = phi * torch.special.ndtr(-mu / sigma)
+    lower = u < a
+    upper = u >= a + (1.0 - phi)
+    tiny = torch.finfo(u.dtype).eps
+    v = torch.where(lower, u / phi, (u - 1.0 + phi) / phi)
+    v = torch.where(lower | upper, v, torch.full_like(v, 0.5)).clamp(tiny, 1.0 - tiny)
+    theta = mu + sigma * torch.special.ndtri(v)
+    return torch.where(lower | upper, theta, torch.zeros_like(theta))
+
+
+class _SpikeSlabLayer(VariationalLayer):
+    """Storage, sampling and KL shared by the linear and convolutional layers."""
+
+    def __init__(
+        self,
+        out_features: int,
+        fan_in: int,
+        bias: bool,
+        *,
+        prior_variance: float = 2.0,
+        prior_inclusion: float | None = None,
+        log_prior_inclusion: float | Tensor | None = None,
+        sampler: Sampler | str = Sampler.GUMBEL,
+        temperature: float = 0.5,
+        init_inclusion: float = 0.99,
+        init_rho: float = -6.0,
+        init_mu_range: float | None = None,
+        n_replicates: int | None = None,
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if out_features < 1 or fan_in < 1:
+            raise ValueError("layer sizes must be positive")
+        if not (temperature > 0 and math.isfinite(temperature)):
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        if not (0.0 < init_inclusion < 1.0):
+            raise ValueError(f"init_inclusion must lie in (0, 1), got {init_inclusion}")
+        if n_replicates is not None and n_replicates < 1:
+            raise ValueError(f"n_replicates must be positive, got {n_replicates}")
+        if not (math.isfinite(prior_variance) and prior_variance > 0):
+            raise ValueError(f"prior_variance must be positive, got {prior_variance}")
+        self.sampler = Sampler(sampler)
+        self.temperature = float(temperature)
+        self.prior_variance = float(prior_variance)
+        self.n_replicates = n_replicates
+        self.generator = generator
+        self.has_bias = bias
+        self.fan_in = fan_in
+        self.out_features = out_features
+        shape: tuple[int, ...] = (out_features, fan_in + int(bias))
+        if n_replicates is not None:
+            shape = (n_replicates, *shape)
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.mu = nn.Parameter(torch.empty(shape, **factory))
+        self.rho = nn.Parameter(torch.empty(shape, **factory))
+        self.alpha = nn.Parameter(torch.empty(shape, **factory))
+        # log-lambda: a scalar, or one value per replicate (e.g. a lambda sweep in one net).
+        if log_prior_inclusion is None and prior_inclusion is None:
+            log_lam = torch.tensor(math.log(0.5))
+        elif isinstance(log_prior_inclusion, Tensor):
+            log_lam = log_prior_inclusion.detach().clone()
+            if not bool(torch.all(torch.isfinite(log_lam) & (log_lam < 0))):
+                raise ValueError("log_prior_inclusion must be finite and < 0")
+        else:
+            log_lam = torch.tensor(
+                resolve_log_inclusion(prior_inclusion, log_prior_inclusion)  # type: ignore[arg-type]
+            )
+        self.register_buffer("log_prior_inclusion", log_lam.to(**factory))
+        self.reset_parameters(init_inclusion, init_rho, init_mu_range)
+
+    def reset_parameters(
+        self,
+        init_inclusion: float = 0.99,
+        init_rho: float = -6.0,
+        init_mu_range: float | None = None,
+    ) -> None:
+        """Start from a fully connected net (supplement B.2).
+
+        ``phi = init_inclusion`` (close to 1), ``rho = init_rho`` and
+        ``mu ~ U(-r, r)`` with ``r = init_mu_range``, or PyTorch's default
+        ``r = 1 / sqrt(fan_in)`` when ``None``. The authors' code uses ``r = 0.6``.
+        Draws from ``self.generator``.
+        """
+        r = 1.0 / math.sqrt(self.fan_in) if init_mu_range is None else float(init_mu_range)
+        with torch.no_grad():
+            self.mu.uniform_(-r, r, generator=self.generator)
+            self.rho.fill_(init_rho)
+            self.alpha.fill_(math.log(init_inclusion) - math.log1p(-init_inclusion))
+
+    # -- summaries ---------------------------------------------------------------------
+    def n_params(self) -> int:
+        return self.out_features * (self.fan_in + int(self.has_bias))
+
+    def _split(self, t: Tensor) -> tuple[Tensor, Tensor | None]:
+        if self.has_bias:
+            return t[..., : self.fan_in], t[..., self.fan_in]
+        return t, None
+
+    def inclusion_probs(self) -> dict[str, Tensor]:
+        """Posterior inclusion probabilities ``phi``.
+
+        Returns
+        -------
+        dict
+            ``"weight"``: weight-shaped (with a leading ``R`` when replicated);
+            ``"bias"``: ``(out,)`` or ``(R, out)``, present when the layer has a bias.
+        """
+        w, b = self._split(torch.sigmoid(self.alpha.detach()))
+        out = {"weight": self._shape_weight(w)}
+        if b is not None:
+            out["bias"] = b
+        return out
+
+    def _shape_weight(self, w: Tensor) -> Tensor:
+        return w
+
+    def kl_divergence(self) -> Tensor:
+        log_lam = self.log_prior_inclusion
+        if self.n_replicates is not None:
+            log_lam = log_lam.reshape(-1, 1, 1) if log_lam.dim() == 1 else log_lam
+            return spike_slab_kl(
+                self.mu, self.rho, self.alpha, log_lam, self.prior_variance, reduce_dims=(1, 2)
+            )
+        return spike_slab_kl(self.mu, self.rho, self.alpha, log_lam, self.prior_variance)
+
+    # -- sampling ----------------------------------------------------------------------
+    def sample_flat(self) -> Tensor:
+        """Weights (bias column included) under the current forward mode, ``mu``-shaped."""
+        if self.mode is ForwardMode.MEAN:
+            return torch.sigmoid(self.alpha) * self.mu
+        if self.mode is ForwardMode.MEDIAN:
+            return self.mu * (self.alpha > 0)
+        u = torch.rand(
+            self.mu.shape, generator=self.generator, dtype=self.mu.dtype, device=self.mu.device
+        )
+        if self.sampler is Sampler.GUMBEL:
+            eps = torch.randn(
+                self.mu.shape, generator=self.generator, dtype=self.mu.dtype, device=self.mu.device
+            )
+            return gumbel_spike_slab(self.mu, self.rho, self.alpha, u, eps, self.temperature)
+        return inverse_cdf_spike_slab(self.mu, self.rho, self.alpha, u)
+
+    def sample_weights(self) -> tuple[Tensor, Tensor | None]:
+        w, b = self._split(self.sample_flat())
+        return self._shape_weight(w), b
+
+    def extra_repr(self) -> str:
+        rep = f", n_replicates={self.n_replicates}" if self.n_replicates is not None else ""
+        return (
+            f"fan_in={self.fan_in}, out={self.out_features}, bias={self.has_bias}, "
+            f"sampler={self.sampler.value}, temperature={self.temperature}, "
+            f"prior_variance={self.prior_variance}{rep}"
+        )
+
+
+class SpikeSlabLinear(_SpikeSlabLayer):
+    """Fully connected layer with a spike-and-slab variational posterior on every parameter.
+
+    Parameters
+    ----------
+    in_features, out_features : int
+        Layer sizes.
+    bias : bool
+        Whether the layer has biases (each with its own spike-and-slab law).
+    prior_variance : float
+        Slab variance ``sigma_0^2`` of the prior (paper: 2).
+    prior_inclusion, log_prior_inclusion : float, optional
+        Prior inclusion ``lambda`` or its log (give one; log-lambda may be ``-1000``, or a
+        ``(R,)`` tensor with one value per replicate). Usually set for the whole model from
+        :func:`svbnn.lambda_opt`.
+    sampler : {"gumbel", "inverse_cdf"}
+        Training reparameterisation.
+    temperature : float
+        Gumbel-softmax temperature ``tau`` (paper: 0.5).
+    init_inclusion, init_rho, init_mu_range : float
+        Initial ``phi``, ``rho`` and half-range of ``mu`` (see ``reset_parameters``).
+    n_replicates : int, optional
+        Hold ``R`` independent copies; inputs ``(R, m, in)`` map to ``(R, m, out)``.
+    generator : torch.Generator, optional
+        Source of the layer's randomness (initialisation and draws).
+
+    Shapes: input ``(..., in)`` (``(R, m, in)`` replicated), output ``(..., out)``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, **kwargs: Any):
+        super().__init__(out_features, in_features, bias, **kwargs)
+        self.in_features = in_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        w, b = self._weights()
+        if self.n_replicates is None:
+            return F.linear(x, w, b)
+        if x.dim() != 3 or x.shape[0] != self.n_replicates:
+            raise ValueError(
+                f"replicated layer expects input (R={self.n_replicates}, m, in), got {tuple(x.shape)}"
+            )
+        if b is None:
+            return torch.bmm(x, w.transpose(1, 2))
+        return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+
+
+class SpikeSlabConv2d(_SpikeSlabLayer):
+    """2-D convolution with a spike-and-slab variational posterior on every kernel entry and bias.
+
+    Parameters follow :class:`torch.nn.Conv2d` (``in_channels``, ``out_channels``,
+    ``kernel_size``, ``stride``, ``padding``, ``dilation``, ``groups``, ``bias``) plus the
+    variational options of :class:`SpikeSlabLinear` (no replicates).
+
+    Shapes: input ``(m, C_in, H, W)``, output ``(m, C_out, H', W')``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs.get("n_replicates") is not None:
+            raise ValueError("SpikeSlabConv2d does not support n_replicates")
+        ks = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError("in_channels and out_channels must be divisible by groups")
+        self.kernel_shape = (out_channels, in_channels // groups, ks[0], ks[1])
+        fan_in = (in_channels // groups) * ks[0] * ks[1]
+        super().__init__(out_channels, fan_in, bias, **kwargs)
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = ks
+        self.stride = stride
+        self.padding = padding
+        self.dilation = dilation
+        self.groups = groups
+
+    def _shape_weight(self, w: Tensor) -> Tensor:
+        return w.reshape(self.kernel_shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        w, b = self._weights()
+        return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
+
+
+_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    "logistic": nn.Sigmoid,
+    "identity": nn.Identity,
+}
+
+
+def activation_module(name: str) -> nn.Module:
+    """The activation module for a name (``relu``, ``tanh``, ``sigmoid``/``logistic``, ``identity``)."""
+    try:
+        return _ACTIVATIONS[name]()
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; choose from {sorted(_ACTIVATIONS)}") from None
+
+
+class SpikeSlabMLP(nn.Module):
+    """Feed-forward network of :class:`SpikeSlabLinear` layers.
+
+    Parameters
+    ----------
+    in_features : int
+        Input dimension ``p``.
+    hidden_sizes : sequence of int
+        Widths of the hidden layers (``L = len(hidden_sizes)``).
+    out_features : int
+        Output dimension.
+    activation : str
+        Hidden activation.
+    **layer_kwargs
+        Passed to every :class:`SpikeSlabLinear` (prior, sampler, init, replicates, ...).
+
+    Shapes: ``(m, p) -> (m, out)``; replicated ``(R, m, p) -> (R, m, out)``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_sizes: tuple[int, ...] | list[int],
+        out_features: int,
+        activation: str = "relu",
+        **layer_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        sizes = [in_features, *hidden_sizes, out_features]
+        self.in_features = in_features
+        self.hidden_sizes = tuple(hidden_sizes)
+        self.out_features = out_features
+        self.activation = activation
+        mods: list[nn.Module] = []
+        for i in range(len(sizes) - 1):
+            mods.append(SpikeSlabLinear(sizes[i], sizes[i + 1], **layer_kwargs))
+            if i < len(sizes) - 2:
+                mods.append(activation_module(activation))
+        self.net = nn.Sequential(*mods)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.net(x)
+        return out
+
+    def n_params(self) -> int:
+        """``T``: weights and biases (per replicate)."""
+        return sum(m.n_params() for m in self.net if isinstance(m, SpikeSlabLinear))
+
+    def set_log_prior_inclusion(self, log_inclusion: float | Tensor) -> None:
+        """Set log-lambda in every layer (a float, or a ``(R,)`` tensor for replicates)."""
+        for m in self.net:
+            if isinstance(m, SpikeSlabLinear):
+                value = torch.as_tensor(log_inclusion, dtype=m.mu.dtype, device=m.mu.device)
+                if not bool(torch.all(torch.isfinite(value) & (value < 0))):
+                    raise ValueError("log prior inclusion must be finite and < 0")
+                m.log_prior_inclusion = value.clone()

@@ -1,0 +1,275 @@
+"""The training loop: per-datum negative ELBO, minibatches from a generator, checkpoints.
+
+The objective on a minibatch of size ``m`` (DESIGN section 1), reported per datum:
+
+``Omega / n = -(1/m)(1/K) sum_batch sum_k log p(y_i | f_{theta_k}(x_i)) + KL / n``.
+
+With a replicated model (layers built with ``n_replicates = R``) the data are ``(R, n, p)``
+and ``(R, n)``, each replicate gets its own minibatch order, and the loss that is
+differentiated is the sum of the R per-replicate objectives, so every replicate follows
+exactly the gradient it would follow alone (Adam and RMSprop act elementwise).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from .nn.base import kl_divergence, set_generator, variational_layers
+from .selection import sparsity
+
+__all__ = ["History", "Optimizer", "make_optimizer", "negative_elbo", "train"]
+
+logger = logging.getLogger(__name__)
+
+
+class Optimizer(str, Enum):
+    """Supported optimisers."""
+
+    ADAM = "adam"
+    RMSPROP = "rmsprop"
+    SGD = "sgd"
+
+
+@dataclass
+class History:
+    """Per-epoch training record (per-datum quantities; lists of lists when replicated)."""
+
+    epoch: list[int] = field(default_factory=list)
+    loss: list[Any] = field(default_factory=list)
+    nll: list[Any] = field(default_factory=list)
+    kl: list[Any] = field(default_factory=list)
+    sparsity: list[Any] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, list[Any]]:
+        """Plain dict for JSON."""
+        return asdict(self)
+
+
+def make_optimizer(
+    params: Sequence[nn.Parameter] | Any, name: Optimizer | str, lr: float
+) -> torch.optim.Optimizer:
+    """Build Adam, RMSprop or SGD; the fused (single-kernel) implementation where torch has it."""
+    name = Optimizer(name)
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"learning rate must be positive, got {lr}")
+    params = list(params)
+    if name is Optimizer.ADAM:
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+    if name is Optimizer.RMSPROP:
+        return torch.optim.RMSprop(params, lr=lr, foreach=True)
+    return torch.optim.SGD(params, lr=lr, foreach=True)
+
+
+def negative_elbo(
+    model: nn.Module,
+    likelihood: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    n_train: int,
+    n_mc: int = 1,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-datum negative ELBO on one minibatch.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Network with variational layers (sampling mode).
+    likelihood : nn.Module
+        Has ``log_prob(output, target) -> (..., m)``.
+    x : Tensor
+        ``(m, ...)`` inputs, or ``(R, m, ...)`` for a replicated model.
+    y : Tensor
+        ``(m,)`` or ``(R, m)`` targets.
+    n_train : int
+        ``n``, the training-set size the KL is spread over.
+    n_mc : int
+        ``K``, the number of Monte Carlo weight draws.
+
+    Returns
+    -------
+    loss, nll, kl : Tensor
+        Scalars, or ``(R,)`` for a replicated model; ``loss = nll + kl``, all per datum.
+    """
+    nll = -likelihood.log_prob(model(x), y).mean(dim=-1)
+    for _ in range(n_mc - 1):
+        nll = nll - likelihood.log_prob(model(x), y).mean(dim=-1)
+    if n_mc > 1:
+        nll = nll / n_mc
+    kl = kl_divergence(model) / n_train
+    return nll + kl, nll.detach(), kl.detach()
+
+
+def _to_list(t: Tensor) -> Any:
+    return t.item() if t.dim() == 0 else t.tolist()
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def train(
+    model: nn.Module,
+    X: Tensor,
+    y: Tensor,
+    likelihood: nn.Module,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    optimizer: Optimizer | str = Optimizer.ADAM,
+    n_mc: int = 1,
+    generator: torch.Generator | None = None,
+    verbose: bool = False,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    callbacks: Sequence[Callable[[int, nn.Module, History], None]] = (),
+    track_sparsity: bool = True,
+) -> History:
+    """Fit a variational model by minimising the per-datum negative ELBO.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Network with variational layers; trained in place.
+    X : Tensor
+        ``(n, ...)`` inputs, or ``(R, n, ...)`` for a replicated model.
+    y : Tensor
+        ``(n,)`` or ``(R, n)`` targets.
+    likelihood : nn.Module
+        E.g. :class:`svbnn.objectives.GaussianLikelihood`.
+    epochs, batch_size, lr : int, int, float
+        Passes over the data, minibatch size ``m`` and learning rate.
+    optimizer : {"adam", "rmsprop", "sgd"}
+    n_mc : int
+        ``K`` Monte Carlo draws per step.
+    generator : torch.Generator, optional
+        The one source of randomness for minibatch order and weight draws; set on every
+        variational layer. ``None`` creates a fresh unseeded one.
+    verbose : bool
+        Show a progress bar with the current loss.
+    checkpoint_path : path, optional
+        Where to save model, optimiser, generator state and history.
+    checkpoint_every : int
+        Save every this many epochs (and at the end); 0 saves only at the end.
+    resume : bool
+        If ``checkpoint_path`` exists, continue from it. The continued run is bit-for-bit
+        the run that was never interrupted.
+    callbacks : sequence of callables
+        Called as ``cb(epoch, model, history)`` after every epoch.
+    track_sparsity : bool
+        Record ``sum(phi)/T`` every epoch.
+
+    Returns
+    -------
+    History
+
+    Raises
+    ------
+    FloatingPointError
+        When the loss becomes NaN or infinite; the message names the epoch.
+    """
+    replicated = any(layer.n_replicates is not None for layer in variational_layers(model))
+    sample_dim = 1 if replicated else 0
+    if X.shape[sample_dim] != y.shape[sample_dim]:
+        raise ValueError(f"X and y disagree on the number of samples: {X.shape} vs {y.shape}")
+    n = int(X.shape[sample_dim])
+    if n == 0:
+        raise ValueError("no training data")
+    if epochs < 0 or batch_size < 1 or n_mc < 1:
+        raise ValueError("epochs must be >= 0, batch_size and n_mc >= 1")
+    if generator is None:
+        generator = torch.Generator(device=X.device)
+        generator.seed()
+    set_generator(model, generator)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = make_optimizer(params, optimizer, lr)
+    history = History()
+    start = 0
+    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
+    if resume and ckpt is not None and ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        history = History(**state["history"])
+        start = int(state["epoch"])
+        logger.info("resumed from %s at epoch %d", ckpt, start)
+
+    def save(epoch: int) -> None:
+        if ckpt is None:
+            return
+        _atomic_save(
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "generator": generator.get_state(),
+                "history": history.as_dict(),
+                "epoch": epoch,
+            },
+            ckpt,
+        )
+
+    m = min(batch_size, n)
+    n_batches = math.ceil(n / m)
+    model.train()
+    bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
+    for epoch in bar:
+        if replicated:
+            R = X.shape[0]
+            order = torch.argsort(torch.rand(R, n, generator=generator, device=X.device), dim=1)
+            rows = torch.arange(R, device=X.device).unsqueeze(1)
+        else:
+            order = torch.randperm(n, generator=generator, device=X.device)
+        tot_loss = tot_nll = tot_kl = torch.zeros((), device=X.device)
+        for b in range(n_batches):
+            if replicated:
+                idx = order[:, b * m : (b + 1) * m]
+                xb, yb = X[rows, idx], y[rows, idx]
+            else:
+                idx = order[b * m : (b + 1) * m]
+                xb, yb = X[idx], y[idx]
+            loss, nll, kl = negative_elbo(model, likelihood, xb, yb, n, n_mc)
+            opt.zero_grad(set_to_none=True)
+            loss.sum().backward()
+            opt.step()
+            tot_loss = tot_loss + loss.detach()
+            tot_nll = tot_nll + nll
+            tot_kl = tot_kl + kl
+        ep_loss = tot_loss / n_batches
+        if not bool(torch.all(torch.isfinite(ep_loss))):
+            bad = "" if ep_loss.dim() == 0 else f" (replicates {torch.nonzero(~torch.isfinite(ep_loss)).flatten().tolist()})"
+            raise FloatingPointError(
+                f"the loss became {_to_list(ep_loss)} at epoch {epoch + 1}{bad}; "
+                "lower the learning rate or check the data for extreme values"
+            )
+        history.epoch.append(epoch + 1)
+        history.loss.append(_to_list(ep_loss))
+        history.nll.append(_to_list(tot_nll / n_batches))
+        history.kl.append(_to_list(tot_kl / n_batches))
+        if track_sparsity:
+            history.sparsity.append(_to_list(sparsity(model)))
+        if verbose:
+            bar.set_postfix(loss=f"{float(ep_loss.mean()):.4f}")
+        for cb in callbacks:
+            cb(epoch + 1, model, history)
+        if checkpoint_every and (epoch + 1) % checkpoint_every == 0:
+            save(epoch + 1)
+    save(max(epochs, start))
+    return history
