@@ -115,17 +115,10 @@ class _SVBNNBase(BaseEstimator):
             return mlp_log_lambda_opt(p, tuple(self.hidden_layer_sizes), n_out, n)
         return resolve_log_inclusion(inclusion=float(self.prior_inclusion))
 
-    def _fit_module(self, X: NDArray[Any], target: Tensor, n_out: int, likelihood: Any) -> None:
-        self._validate_params()
-        n, p = X.shape
-        rs = check_random_state(self.random_state)
-        seed = int(rs.randint(0, 2**31 - 1))
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(seed)
-        self.log_lambda_ = self._resolve_log_lambda(n, p, n_out)
-        self.lambda_ = math.exp(self.log_lambda_)
-        model = SpikeSlabMLP(
-            p,
+    def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> torch.nn.Module:
+        """The network to fit; subclasses (the baselines' estimators) override this."""
+        return SpikeSlabMLP(
+            n_features,
             tuple(int(h) for h in self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
@@ -139,6 +132,17 @@ class _SVBNNBase(BaseEstimator):
             device=self.device,
             dtype=_DTYPES[self.dtype],
         )
+
+    def _fit_module(self, X: NDArray[Any], target: Tensor, n_out: int, likelihood: Any) -> None:
+        self._validate_params()
+        n, p = X.shape
+        rs = check_random_state(self.random_state)
+        seed = int(rs.randint(0, 2**31 - 1))
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        self.log_lambda_ = self._resolve_log_lambda(n, p, n_out)
+        self.lambda_ = math.exp(self.log_lambda_)
+        model = self._build_module(p, n_out, gen)
         self.history_: History = train(
             model,
             self._tensor(X),
