@@ -26,7 +26,14 @@ from .nn.spike_slab import SpikeSlabMLP
 from .objectives import CategoricalLikelihood, GaussianLikelihood
 from .prediction import credible_interval, predict_proba, prediction_interval, predictive_mean
 from .priors import mlp_log_lambda_opt, resolve_log_inclusion
-from .selection import ExportReport, density, export_sparse, selected_features, sparsity
+from .selection import (
+    ExportReport,
+    density,
+    export_sparse,
+    selected_features,
+    sparsity,
+    spike_slab_layers,
+)
 from .training import History, train
 
 __all__ = ["SVBNNClassifier", "SVBNNRegressor"]
@@ -88,7 +95,7 @@ class _SVBNNBase(BaseEstimator):
         self.verbose = verbose
 
     # -- helpers -------------------------------------------------------------------------
-    def _validate_params(self) -> None:  # type: ignore[override]
+    def _check_params(self) -> None:
         sizes = tuple(self.hidden_layer_sizes)
         if any(int(h) != h or h < 1 for h in sizes):
             raise ValueError(f"hidden_layer_sizes must be positive integers, got {sizes}")
@@ -99,11 +106,10 @@ class _SVBNNBase(BaseEstimator):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < (0 if name == "max_iter" else 1):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if not (isinstance(self.prior_inclusion, str) and self.prior_inclusion == "opt"):
-            if isinstance(self.prior_inclusion, str):
-                raise ValueError(
-                    f"prior_inclusion must be 'opt' or a float in (0, 1), got {self.prior_inclusion!r}"
-                )
+        if isinstance(self.prior_inclusion, str) and self.prior_inclusion != "opt":
+            raise ValueError(
+                f"prior_inclusion must be 'opt' or a float in (0, 1), got {self.prior_inclusion!r}"
+            )
 
     def _tensor(self, a: NDArray[Any]) -> Tensor:
         return torch.tensor(np.asarray(a), dtype=_DTYPES[self.dtype], device=self.device)
@@ -134,7 +140,7 @@ class _SVBNNBase(BaseEstimator):
         )
 
     def _fit_module(self, X: NDArray[Any], target: Tensor, n_out: int, likelihood: Any) -> None:
-        self._validate_params()
+        self._check_params()
         n, p = X.shape
         rs = check_random_state(self.random_state)
         seed = int(rs.randint(0, 2**31 - 1))
@@ -164,9 +170,7 @@ class _SVBNNBase(BaseEstimator):
         self.loss_curve_ = list(self.history_.loss)
         self._predict_seed_ = int(rs.randint(0, 2**31 - 1))
         self.inclusion_probs_ = [
-            layer.inclusion_probs()["weight"].cpu().numpy()
-            for layer in model.net
-            if hasattr(layer, "inclusion_probs")
+            layer.inclusion_probs()["weight"].cpu().numpy() for layer in spike_slab_layers(model)
         ]
         self.sparsity_ = float(sparsity(model))
         self.density_ = float(density(model))
@@ -382,13 +386,16 @@ class SVBNNClassifier(ClassifierMixin, _SVBNNBase):
         self.classes_ = enc.classes_
         if len(self.classes_) < 2:
             raise ValueError(
-                f"the classifier needs samples of at least 2 classes, got 1 class: {self.classes_[0]!r}"
+                "the classifier needs samples of at least 2 classes, "
+                f"got 1 class: {self.classes_[0]!r}"
             )
         target = torch.tensor(enc.transform(yv), dtype=torch.long, device=self.device)
         self._fit_module(Xv, target, len(self.classes_), CategoricalLikelihood())
         return self
 
-    def predict_proba(self, X: ArrayLike, n_samples: int | None = None) -> NDArray[np.floating[Any]]:
+    def predict_proba(
+        self, X: ArrayLike, n_samples: int | None = None
+    ) -> NDArray[np.floating[Any]]:
         """Bayesian predictive probabilities, the average softmax over H draws, ``(n, C)``."""
         Xt = self._validate_X(X)
         out = predict_proba(

@@ -62,7 +62,7 @@ class _SpikeSlabKL(torch.autograd.Function):
     """Sum of the elementwise KL over ``reduce_dims`` with an analytic backward pass."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         mu: Tensor,
         rho: Tensor,
@@ -78,7 +78,7 @@ class _SpikeSlabKL(torch.autograd.Function):
         return kl.sum(dim=reduce_dims)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         mu, rho, alpha, phi, sigma, slab_plus_logit_lam = ctx.saved_tensors
         var0 = math.exp(2.0 * ctx.log_sigma0)
         g = grad

@@ -134,7 +134,7 @@ def resolve_log_inclusion(
 
 @dataclass(frozen=True)
 class SpikeSlabPrior:
-    """Spike-and-slab prior ``gamma N(0, variance) + (1 - gamma) delta_0``, ``gamma ~ Bern(lambda)``.
+    """Spike-and-slab prior ``gamma N(0, variance) + (1 - gamma) delta_0``, ``gamma ~ Bern(lam)``.
 
     Parameters
     ----------
@@ -174,7 +174,8 @@ def mlp_log_lambda_opt(
 
     ``T`` counts all weights and biases, ``L = len(hidden_sizes)``, ``N = max(hidden_sizes)``
     (the largest width when widths differ), ``p = in_features``. For the Simulation II
-    network 200-7-7-7-1 and ``n = 3000`` this is ``-log(1527) - 0.1(4 log 7 + log(sqrt(3000) 200))``.
+    network 200-7-7-7-1 and ``n = 3000`` this is
+    ``-log(1527) - 0.1 (4 log 7 + log(sqrt(3000) 200))``.
     """
     sizes = [in_features, *hidden_sizes, out_features]
     n_params = sum((sizes[i] + 1) * sizes[i + 1] for i in range(len(sizes) - 1))

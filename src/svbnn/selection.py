@@ -6,10 +6,10 @@ import copy
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
-
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
@@ -64,7 +64,9 @@ def density(model: nn.Module, threshold: float = 0.5) -> Tensor:
     return _phi_sums(model, threshold)
 
 
-def selected_features(model: nn.Module, threshold: float = 0.5) -> NDArray[np.int64] | list[NDArray[np.int64]]:
+def selected_features(
+    model: nn.Module, threshold: float = 0.5
+) -> NDArray[np.int64] | list[NDArray[np.int64]]:
     """Input variables with at least one first-layer edge of ``phi > threshold``.
 
     Returns sorted 0-based indices; a list of such arrays for a replicated model.
@@ -79,7 +81,11 @@ def selected_features(model: nn.Module, threshold: float = 0.5) -> NDArray[np.in
     return [np.flatnonzero(k) for k in keep.cpu().numpy()]
 
 
-def fpr_fnr(selected: Sequence[int] | NDArray[np.int64], relevant: Sequence[int] | NDArray[np.int64], n_features: int) -> tuple[float, float]:
+def fpr_fnr(
+    selected: Sequence[int] | NDArray[np.int64],
+    relevant: Sequence[int] | NDArray[np.int64],
+    n_features: int,
+) -> tuple[float, float]:
     """False positive and false negative rates of a variable selection.
 
     FPR = selected irrelevant / irrelevant; FNR = missed relevant / relevant (0 when the
@@ -107,6 +113,11 @@ class SparseLinear(nn.Module):
     Shapes: input ``(..., in)``, output ``(..., out)``.
     """
 
+    values: Tensor
+    col_indices: Tensor
+    crow_indices: Tensor
+    bias: Tensor | None
+
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         w = weight.detach()
@@ -130,9 +141,9 @@ class SparseLinear(nn.Module):
             )
         return self._csr
 
-    def _load_from_state_dict(self, *args: object, **kwargs: object) -> None:  # type: ignore[override]
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
         self._csr = None
-        super()._load_from_state_dict(*args, **kwargs)  # type: ignore[arg-type]
+        super()._load_from_state_dict(*args, **kwargs)
 
     def nnz(self) -> int:
         """Number of stored nonzero weights (biases not counted)."""
@@ -206,12 +217,18 @@ def export_sparse(
                 new: nn.Module
                 if isinstance(child, SpikeSlabConv2d):
                     conv = nn.Conv2d(
-                        child.in_channels, child.out_channels, child.kernel_size, child.stride,
-                        child.padding, child.dilation, child.groups, bias=b is not None,
+                        child.in_channels,
+                        child.out_channels,
+                        child.kernel_size,
+                        child.stride,
+                        child.padding,
+                        child.dilation,
+                        child.groups,
+                        bias=b is not None,
                     ).to(flat)
                     with torch.no_grad():
                         conv.weight.copy_(w.reshape(child.kernel_shape))
-                        if b is not None:
+                        if b is not None and conv.bias is not None:
                             conv.bias.copy_(b)
                     new = conv
                 elif storage == "sparse":
@@ -220,7 +237,7 @@ def export_sparse(
                     lin = nn.Linear(child.fan_in, child.out_features, bias=b is not None).to(flat)
                     with torch.no_grad():
                         lin.weight.copy_(w)
-                        if b is not None:
+                        if b is not None and lin.bias is not None:
                             lin.bias.copy_(b)
                     new = lin
                 setattr(parent, name, new)
@@ -232,5 +249,3 @@ def export_sparse(
     for p in out.parameters():
         p.requires_grad_(False)
     return out, ExportReport(nnz, total, module_size_bytes(out))
-
-

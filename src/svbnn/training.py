@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -32,6 +32,12 @@ from .selection import sparsity
 __all__ = ["History", "Optimizer", "make_optimizer", "negative_elbo", "train"]
 
 logger = logging.getLogger(__name__)
+
+
+class LikelihoodLike(Protocol):
+    """Anything with ``log_prob(output, target) -> (..., m)`` (see :mod:`svbnn.objectives`)."""
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor: ...
 
 
 class Optimizer(str, Enum):
@@ -74,7 +80,7 @@ def make_optimizer(
 
 def negative_elbo(
     model: nn.Module,
-    likelihood: nn.Module,
+    likelihood: LikelihoodLike,
     x: Tensor,
     y: Tensor,
     n_train: int,
@@ -127,7 +133,7 @@ def train(
     model: nn.Module,
     X: Tensor,
     y: Tensor,
-    likelihood: nn.Module,
+    likelihood: LikelihoodLike,
     *,
     epochs: int,
     batch_size: int,
@@ -254,7 +260,11 @@ def train(
             tot_kl = tot_kl + kl
         ep_loss = tot_loss / n_batches
         if not bool(torch.all(torch.isfinite(ep_loss))):
-            bad = "" if ep_loss.dim() == 0 else f" (replicates {torch.nonzero(~torch.isfinite(ep_loss)).flatten().tolist()})"
+            bad = (
+                ""
+                if ep_loss.dim() == 0
+                else f" (replicates {torch.nonzero(~torch.isfinite(ep_loss)).flatten().tolist()})"
+            )
             raise FloatingPointError(
                 f"the loss became {_to_list(ep_loss)} at epoch {epoch + 1}{bad}; "
                 "lower the learning rate or check the data for extreme values"

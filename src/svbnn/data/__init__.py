@@ -1,5 +1,19 @@
 """Data: the paper's simulations, and loaders for UCI (HL&A splits), MNIST and Fashion-MNIST."""
 
+from .real import (
+    ChecksumError,
+    DataIntegrityError,
+    DataNotFoundError,
+    MNISTData,
+    Standardization,
+    UCISplit,
+    data_dir,
+    load_mnist,
+    load_uci,
+    load_year,
+    standardize,
+    validation_split,
+)
 from .simulations import (
     Covariates,
     SimulatedData,
@@ -12,6 +26,18 @@ from .simulations import (
 )
 
 __all__ = [
+    "ChecksumError",
+    "DataIntegrityError",
+    "DataNotFoundError",
+    "MNISTData",
+    "Standardization",
+    "UCISplit",
+    "data_dir",
+    "load_mnist",
+    "load_uci",
+    "load_year",
+    "standardize",
+    "validation_split",
     "Covariates",
     "SimulatedData",
     "dense_teacher",

@@ -161,9 +161,7 @@ def sparse_teacher(
     """Simulation I (B): the sparse 100-2-2-1 tanh teacher of supplement B.5 (inputs x1, x2)."""
     _check_sizes(n, n_test)
     rng = np.random.default_rng(random_state)
-    X, y, Xt, yt, ft = _make(
-        sparse_teacher_function, rng, n, n_test, 100, Covariates.UNIFORM, 1.0
-    )
+    X, y, Xt, yt, ft = _make(sparse_teacher_function, rng, n, n_test, 100, Covariates.UNIFORM, 1.0)
     layers = _sparse_teacher_layers()
     params = {f"W{i + 1}": w for i, (w, _) in enumerate(layers)}
     params.update({f"b{i + 1}": b for i, (_, b) in enumerate(layers)})
@@ -200,7 +198,9 @@ def simulation2(
 
 
 def linear_toy(
-    n: int = 1000, n_test: int = 1000, p: int = 200,
+    n: int = 1000,
+    n_test: int = 1000,
+    p: int = 200,
     random_state: int | np.random.Generator | None = None,
 ) -> SimulatedData:
     """The supplement's linear toy: ``y = X beta + N(0, 1)``, five coefficients of +-10.

@@ -41,7 +41,7 @@ class _GumbelSpikeSlab(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
     ) -> Tensor:
         sigma = F.softplus(rho)
@@ -57,7 +57,7 @@ class _GumbelSpikeSlab(torch.autograd.Function):
         return slab * hard
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         hard, slab, eps, rho, dsoft = ctx.saved_tensors
         g_mu = grad * hard
         g_rho = g_mu * eps * torch.sigmoid(rho) if ctx.needs_input_grad[1] else None
@@ -123,6 +123,8 @@ def inverse_cdf_spike_slab(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor) ->
 class _SpikeSlabLayer(VariationalLayer):
     """Storage, sampling and KL shared by the linear and convolutional layers."""
 
+    log_prior_inclusion: Tensor
+
     def __init__(
         self,
         out_features: int,
@@ -176,9 +178,7 @@ class _SpikeSlabLayer(VariationalLayer):
             if not bool(torch.all(torch.isfinite(log_lam) & (log_lam < 0))):
                 raise ValueError("log_prior_inclusion must be finite and < 0")
         else:
-            log_lam = torch.tensor(
-                resolve_log_inclusion(prior_inclusion, log_prior_inclusion)  # type: ignore[arg-type]
-            )
+            log_lam = torch.tensor(resolve_log_inclusion(prior_inclusion, log_prior_inclusion))
         self.register_buffer("log_prior_inclusion", log_lam.to(**factory))
         self.reset_parameters(init_inclusion, init_rho, init_mu_range)
 
@@ -306,7 +306,8 @@ class SpikeSlabLinear(_SpikeSlabLayer):
             return F.linear(x, w, b)
         if x.dim() != 3 or x.shape[0] != self.n_replicates:
             raise ValueError(
-                f"replicated layer expects input (R={self.n_replicates}, m, in), got {tuple(x.shape)}"
+                f"replicated layer expects input (R={self.n_replicates}, m, in), "
+                f"got {tuple(x.shape)}"
             )
         if b is None:
             return torch.bmm(x, w.transpose(1, 2))
@@ -337,7 +338,11 @@ class SpikeSlabConv2d(_SpikeSlabLayer):
     ) -> None:
         if kwargs.get("n_replicates") is not None:
             raise ValueError("SpikeSlabConv2d does not support n_replicates")
-        ks = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        ks: tuple[int, int] = (
+            (kernel_size, kernel_size)
+            if isinstance(kernel_size, int)
+            else (kernel_size[0], kernel_size[1])
+        )
         if in_channels % groups or out_channels % groups:
             raise ValueError("in_channels and out_channels must be divisible by groups")
         self.kernel_shape = (out_channels, in_channels // groups, ks[0], ks[1])
@@ -369,11 +374,13 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {
 
 
 def activation_module(name: str) -> nn.Module:
-    """The activation module for a name (``relu``, ``tanh``, ``sigmoid``/``logistic``, ``identity``)."""
+    """The activation module for a name: relu, tanh, sigmoid/logistic or identity."""
     try:
         return _ACTIVATIONS[name]()
     except KeyError:
-        raise ValueError(f"unknown activation {name!r}; choose from {sorted(_ACTIVATIONS)}") from None
+        raise ValueError(
+            f"unknown activation {name!r}; choose from {sorted(_ACTIVATIONS)}"
+        ) from None
 
 
 class SpikeSlabMLP(nn.Module):

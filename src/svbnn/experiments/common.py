@@ -1,0 +1,568 @@
+"""What the simulation artifacts share: run settings, seeds, problems, chunks and metrics.
+
+Replications are batched: a *chunk* is a set of replications (each with its own training
+data, drawn from its own seed) that one method fits as a single replicated network. The
+chunk layout depends only on the number of replications, ``--batch`` (the most replicates
+per network) and ``--jobs`` (at least one chunk per worker), and is recorded in
+``settings.json``; for a given layout and ``--seed`` a run is reproducible bit for bit.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from tqdm.auto import tqdm
+
+from .. import __version__
+from ..data import sim2_function, sparse_teacher_function
+from ..data.simulations import dense_teacher
+from ..priors import mlp_log_lambda_opt
+from ..selection import fpr_fnr
+from .methods import FitSpec, get_method
+
+__all__ = [
+    "COMMON_DEFAULTS",
+    "Chunk",
+    "ChunkResult",
+    "CoverageSpec",
+    "Problem",
+    "RunConfig",
+    "derive_seed",
+    "environment_info",
+    "execute_chunks",
+    "layout_chunks",
+    "read_csv",
+    "read_settings",
+    "run_chunk",
+    "write_csv",
+    "write_settings",
+]
+
+# Purposes of derived seeds: one stream per purpose, so that changing, e.g., the number of
+# test points never changes the training data.
+SEED_DATA, SEED_TRAIN, SEED_TEST = 1, 2, 3
+
+COMMON_DEFAULTS: dict[str, Any] = {
+    "reps": 30,
+    "epochs": 1,
+    "seed": 0,
+    "methods": ("svbnn",),
+    "jobs": 1,
+    "threads": 1,
+    "batch": 60,
+    "covariates": "uniform",
+    "init": "torch",
+    "dtype": "float32",
+    "progress": True,
+}
+"""Settings every artifact has; artifacts override them in their ``defaults``."""
+
+
+@dataclass
+class RunConfig:
+    """Resolved settings of one ``svbnn reproduce`` run.
+
+    Attributes
+    ----------
+    artifact : str
+    out : Path
+        Output folder.
+    reps, epochs, seed : int
+        Replications, training epochs and the base seed every other seed derives from.
+    methods : tuple of str
+    jobs, threads : int
+        Worker processes and torch threads per process.
+    batch : int
+        Most replications trained as one network.
+    covariates, init, dtype : str
+        Simulation II covariate law, initialisation of the means, float precision.
+    quick : bool
+        Whether ``--quick`` settings are in force.
+    progress : bool
+        Show progress bars.
+    params : dict
+        Artifact-specific settings (sizes, learning rate, coverage draws...).
+    """
+
+    artifact: str
+    out: Path
+    reps: int
+    epochs: int
+    seed: int
+    methods: tuple[str, ...]
+    jobs: int
+    threads: int
+    batch: int
+    covariates: str
+    init: str
+    dtype: str
+    quick: bool = False
+    progress: bool = True
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        d = asdict(self)
+        d["out"] = str(self.out)
+        d["methods"] = list(self.methods)
+        return d
+
+
+def derive_seed(base: int, *keys: int) -> int:
+    """A 32-bit seed for the stream ``keys`` of the base seed (numpy ``SeedSequence``)."""
+    return int(np.random.SeedSequence([int(base) & 0xFFFFFFFF, *map(int, keys)]).generate_state(1)[0])
+
+
+# --------------------------------------------------------------------------- problems
+@lru_cache(maxsize=8)
+def _dense_teacher_layers(teacher_seed: int) -> tuple[tuple[NDArray[Any], NDArray[Any]], ...]:
+    # The library draws the teacher and the data from one stream; the harness wants one
+    # fixed teacher for all replications (a teacher-student study has one teacher, and the
+    # coverage protocol needs one f0), so it takes the teacher of a fixed seed and draws
+    # each replication's data itself.
+    params = dense_teacher(n=1, n_test=1, random_state=teacher_seed).params
+    return tuple((params[f"W{i}"], params[f"b{i}"]) for i in (1, 2, 3))
+
+
+def _dense_teacher_function(x: NDArray[Any], teacher_seed: int) -> NDArray[Any]:
+    h = x
+    layers = _dense_teacher_layers(teacher_seed)
+    for i, (w, b) in enumerate(layers):
+        h = h @ w.T + b
+        if i < len(layers) - 1:
+            h = 1.0 / (1.0 + np.exp(-h))
+    out: NDArray[Any] = h[:, 0]
+    return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A simulated regression problem of the paper.
+
+    Attributes
+    ----------
+    kind : {"dense-teacher", "sparse-teacher", "sim2"}
+        Simulation I (A), Simulation I (B), Simulation II.
+    p : int
+        Number of covariates.
+    covariates : {"uniform", "normal"}
+        Covariate law: U(-1, 1) or N(0, 1), iid. Simulation I is always uniform.
+    teacher_seed : int
+        Seed of the dense teacher's U(0, 1) parameters (fixed across replications).
+    noise_std : float
+        Noise sd (1 in every simulation of the paper).
+    """
+
+    kind: str
+    p: int
+    covariates: str = "uniform"
+    teacher_seed: int = 2020
+    noise_std: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("dense-teacher", "sparse-teacher", "sim2"):
+            raise ValueError(f"unknown problem kind {self.kind!r}")
+        if self.covariates not in ("uniform", "normal"):
+            raise ValueError(f"covariates must be 'uniform' or 'normal', got {self.covariates!r}")
+        expected = {"dense-teacher": 20, "sparse-teacher": 100}.get(self.kind)
+        if expected is not None and self.p != expected:
+            raise ValueError(f"{self.kind} has p = {expected}, got {self.p}")
+
+    @property
+    def relevant(self) -> NDArray[np.int64]:
+        """0-based indices of the inputs f0 depends on."""
+        if self.kind == "dense-teacher":
+            return np.arange(20)
+        if self.kind == "sparse-teacher":
+            return np.array([0, 1])
+        return np.arange(5)
+
+    def f0(self, X: NDArray[Any]) -> NDArray[Any]:
+        """Noise-free regression function, ``(m, p) -> (m,)``."""
+        if self.kind == "dense-teacher":
+            return _dense_teacher_function(X, self.teacher_seed)
+        if self.kind == "sparse-teacher":
+            return sparse_teacher_function(X)
+        return sim2_function(X)
+
+    def draw_covariates(self, m: int, rng: np.random.Generator) -> NDArray[Any]:
+        """``(m, p)`` covariates from the problem's law."""
+        if self.covariates == "normal":
+            return rng.standard_normal((m, self.p))
+        return rng.uniform(-1.0, 1.0, size=(m, self.p))
+
+    def draw(self, m: int, seed: int) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
+        """``m`` observations from the seed: covariates ``(m, p)``, responses, f0 values."""
+        rng = np.random.default_rng(seed)
+        X = self.draw_covariates(m, rng)
+        f = self.f0(X)
+        y = f + self.noise_std * rng.standard_normal(m)
+        return X, y, f
+
+
+@dataclass(frozen=True)
+class CoverageSpec:
+    """The coverage protocol of supplement B.5.
+
+    Attributes
+    ----------
+    x_star : tuple of float
+        The fixed point ``x*`` (length p).
+    coords : tuple of int
+        0-based coordinates varied in turn over the grid.
+    levels : tuple of float
+        Credible levels.
+    n_draws : int
+        Posterior draws per interval (paper: 600).
+    n_grid : int
+        Equidistant grid points in [-1, 1] (paper: 1000).
+    """
+
+    x_star: tuple[float, ...]
+    coords: tuple[int, ...] = (0, 1, 2)
+    levels: tuple[float, ...] = (0.90, 0.95)
+    n_draws: int = 600
+    n_grid: int = 1000
+
+    def grid(self, coord: int) -> NDArray[np.float64]:
+        """``(n_grid, p)``: ``x*`` with coordinate ``coord`` running over [-1, 1]."""
+        X = np.tile(np.asarray(self.x_star, dtype=np.float64), (self.n_grid, 1))
+        X[:, coord] = np.linspace(-1.0, 1.0, self.n_grid)
+        return X
+
+
+# ----------------------------------------------------------------------------- chunks
+@dataclass(frozen=True)
+class Chunk:
+    """Replications fitted as one network by one method (picklable: runs in a worker).
+
+    Attributes
+    ----------
+    index : int
+        Position in the run's chunk list.
+    method : str
+    problem : Problem
+    spec : FitSpec
+        Network and training settings (``spec.log_prior_inclusion`` per replicate or None).
+    reps : tuple of int
+        Replication indices (the rows' ``rep``).
+    data_seeds : tuple of int
+        One training-data seed per replication.
+    train_seed : int
+        Seed of the chunk's torch generator (initialisation, minibatches, weight draws).
+    n_train : int
+        Training-set size n.
+    test_seed, n_test : int
+        The shared test set (the authors' Simulation II code shares one test set too).
+    n_predict : int
+        H, draws of the posterior mean estimator (paper: 30).
+    coverage : CoverageSpec, optional
+    want_network : bool
+        Return each replicate's per-layer ``(phi, mu)``.
+    labels : tuple of dict
+        Extra columns per replication (e.g. the lambda of a sweep).
+    threads : int
+        torch threads in the process that runs the chunk.
+    """
+
+    index: int
+    method: str
+    problem: Problem
+    spec: FitSpec
+    reps: tuple[int, ...]
+    data_seeds: tuple[int, ...]
+    train_seed: int
+    n_train: int
+    test_seed: int
+    n_test: int
+    n_predict: int = 30
+    coverage: CoverageSpec | None = None
+    want_network: bool = False
+    labels: tuple[dict[str, Any], ...] = ()
+    threads: int = 1
+
+    @property
+    def size(self) -> int:
+        """Number of replications in the chunk."""
+        return len(self.reps)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimiser steps per epoch."""
+        return math.ceil(self.n_train / min(self.spec.batch_size, self.n_train))
+
+
+@dataclass
+class ChunkResult:
+    """Rows (one per replication) and optional per-replicate networks of one chunk."""
+
+    index: int
+    rows: list[dict[str, Any]]
+    networks: list[list[tuple[NDArray[Any], NDArray[Any]]]] | None
+    train_s: float
+    eval_s: float
+
+
+def layout_chunks(n_items: int, batch: int, jobs: int) -> list[range]:
+    """Split ``n_items`` replications into near-equal consecutive chunks.
+
+    At most ``batch`` per chunk and at least ``min(jobs, n_items)`` chunks, so that
+    ``jobs`` workers all have work.
+    """
+    if n_items < 1:
+        raise ValueError("nothing to run")
+    if batch < 1 or jobs < 1:
+        raise ValueError("batch and jobs must be positive")
+    n_chunks = max(math.ceil(n_items / batch), min(jobs, n_items))
+    bounds = np.linspace(0, n_items, n_chunks + 1).round().astype(int)
+    return [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _rmse(pred: NDArray[Any], target: NDArray[Any]) -> NDArray[np.float64]:
+    out: NDArray[np.float64] = np.sqrt(np.mean((pred - target) ** 2, axis=-1))
+    return out
+
+
+def run_chunk(chunk: Chunk) -> ChunkResult:
+    """Draw the chunk's data, fit the method, compute every metric per replication."""
+    torch.set_num_threads(chunk.threads)
+    dtype = chunk.spec.torch_dtype
+    prob = chunk.problem
+    R = chunk.size
+    train_sets = [prob.draw(chunk.n_train, s) for s in chunk.data_seeds]
+    X = torch.tensor(np.stack([t[0] for t in train_sets]), dtype=dtype)
+    y = torch.tensor(np.stack([t[1] for t in train_sets]), dtype=dtype)
+    f_train = np.stack([t[2] for t in train_sets])
+    X_test_np, y_test, f_test = prob.draw(chunk.n_test, chunk.test_seed)
+    X_test = torch.tensor(X_test_np, dtype=dtype).expand(R, -1, -1)
+
+    gen = torch.Generator().manual_seed(chunk.train_seed)
+    method = get_method(chunk.method)
+    t0 = time.perf_counter()
+    fitted = method.fit(X, y, chunk.spec, gen)
+    train_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    H = chunk.n_predict
+    pred_train = fitted.sample_outputs(X, H, gen).mean(0).double().numpy()
+    pred_test = fitted.sample_outputs(X_test, H, gen).mean(0).double().numpy()
+    cols: dict[str, NDArray[Any]] = {
+        "train_rmse": _rmse(pred_train, y.double().numpy()),
+        "test_rmse": _rmse(pred_test, y_test),
+        "train_rmse_f": _rmse(pred_train, f_train),
+        "test_rmse_f": _rmse(pred_test, f_test),
+    }
+    med = fitted.median_outputs(X_test)
+    if med is not None:
+        cols["test_rmse_median"] = _rmse(med.double().numpy(), y_test)
+    sp, de = fitted.sparsity(), fitted.density()
+    if sp is not None:
+        cols["sparsity_pct"] = 100.0 * sp
+    if de is not None:
+        cols["density_pct"] = 100.0 * de
+    selected = fitted.selected_features()
+    if chunk.coverage is not None and fitted.bayesian:
+        cov = chunk.coverage
+        for c in cov.coords:
+            grid = cov.grid(c)
+            truth = prob.f0(grid)
+            Xg = torch.tensor(grid, dtype=dtype).expand(R, -1, -1)
+            draws = fitted.sample_outputs(Xg, cov.n_draws, gen)  # (H, R, n_grid)
+            for level in cov.levels:
+                a = (1.0 - level) / 2.0
+                q = torch.tensor([a, 1.0 - a], dtype=draws.dtype)
+                lo, hi = torch.quantile(draws, q, dim=0).double().numpy()
+                inside = (lo <= truth) & (truth <= hi)
+                cols[f"coverage{round(100 * level)}_x{c + 1}_pct"] = 100.0 * inside.mean(-1)
+    eval_s = time.perf_counter() - t0
+
+    rows: list[dict[str, Any]] = []
+    for i, rep in enumerate(chunk.reps):
+        row: dict[str, Any] = {
+            "method": chunk.method,
+            "rep": rep,
+            "data_seed": chunk.data_seeds[i],
+            "chunk": chunk.index,
+            "chunk_size": R,
+            "train_seed": chunk.train_seed,
+        }
+        if i < len(chunk.labels):
+            row.update(chunk.labels[i])
+        for k, v in cols.items():
+            row[k] = float(v[i])
+        if selected is not None:
+            fpr, fnr = fpr_fnr(selected[i], prob.relevant, prob.p)
+            row["fpr_pct"] = 100.0 * fpr
+            row["fnr_pct"] = 100.0 * fnr
+            row["n_selected"] = len(selected[i])
+            row["selected"] = " ".join(f"x{j + 1}" for j in selected[i])
+        row["wall_s"] = (train_s + eval_s) / R
+        row["chunk_train_s"] = train_s
+        rows.append(row)
+    networks = None
+    if chunk.want_network:
+        nets = [fitted.layer_inclusion(i) for i in range(R)]
+        networks = [n for n in nets if n is not None] or None
+    return ChunkResult(chunk.index, rows, networks, train_s, eval_s)
+
+
+def execute_chunks(
+    chunks: Sequence[Chunk], jobs: int = 1, progress: bool = True, desc: str = "chunks"
+) -> list[ChunkResult]:
+    """Run chunks in this process (``jobs == 1``) or in ``jobs`` spawned worker processes.
+
+    Results come back in chunk order whatever the completion order.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be positive, got {jobs}")
+    results: list[ChunkResult] = []
+    if jobs == 1 or len(chunks) == 1:
+        for ch in tqdm(chunks, desc=desc, disable=not progress or len(chunks) == 1):
+            results.append(run_chunk(replace(ch, spec=replace(ch.spec, progress=progress))))
+        return results
+    # spawn, not fork: forking a process whose torch thread pools are running is unsafe.
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(run_chunk, ch) for ch in chunks]
+        for fut in tqdm(futures, desc=desc, disable=not progress):
+            results.append(fut.result())
+    return sorted(results, key=lambda r: r.index)
+
+
+def lambda_opt_for(problem: Problem, hidden: Sequence[int], n_train: int) -> float:
+    """``log(lambda_opt)`` of the student network ``p - hidden - 1`` for ``n`` data."""
+    return mlp_log_lambda_opt(problem.p, tuple(hidden), 1, n_train)
+
+
+# ------------------------------------------------------------------------ files & env
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    return obj
+
+
+def _git_commit() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        if head.returncode != 0:
+            return {"commit": None}
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None}
+
+
+def environment_info() -> dict[str, Any]:
+    """Versions, git commit, machine and thread settings, for ``settings.json``."""
+    return {
+        "svbnn": __version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "git": _git_commit(),
+        "command": " ".join(sys.argv),
+    }
+
+
+def write_settings(out: Path, settings: Mapping[str, Any]) -> Path:
+    """Write ``settings.json`` (sorted keys, NaN as strings)."""
+    path = out / "settings.json"
+    path.write_text(json.dumps(_jsonable(settings), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def read_settings(out: Path) -> dict[str, Any]:
+    """Read ``settings.json`` of an output folder (empty dict when missing)."""
+    path = out / "settings.json"
+    if not path.exists():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def write_csv(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write rows (dicts) as CSV; the header is the union of keys in first-seen order."""
+    rows = list(rows)
+    header: list[str] = []
+    for row in rows:
+        for k in row:
+            if k not in header:
+                header.append(k)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=header, restval="")
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: _fmt_cell(v) for k, v in row.items()})
+    return path
+
+
+def _fmt_cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return repr(v)
+    return v
+
+
+def _parse_cell(v: str) -> Any:
+    if v == "":
+        return None
+    try:
+        if v.lstrip("-").isdigit():
+            return int(v)
+        return float(v)
+    except ValueError:
+        return v
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """Read a CSV written by :func:`write_csv`, numbers parsed, empty cells as ``None``."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run the artifact first (without --report-only)")
+    with path.open(newline="") as fh:
+        return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``(fn(), seconds)``."""
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0

@@ -1,0 +1,329 @@
+"""Methods compared by the simulation artifacts: one interface, one registry.
+
+A :class:`Method` fits ``R`` replications at once (data ``(R, n, p)``, responses
+``(R, n)``) and returns a :class:`FittedReplicates` from which the harness computes every
+metric: Monte Carlo predictions, the median-model prediction, the selected inputs,
+sparsity and density, and the per-layer inclusion probabilities for network plots.
+Only SVBNN is implemented; the paper's baselines (VBNN, VD, HS-BNN, AGP, LOT) are
+reserved names that plug in with :func:`register_method` once the library has them.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor
+
+from ..nn import SpikeSlabLinear, SpikeSlabMLP
+from ..objectives import GaussianLikelihood
+from ..prediction import sample_outputs
+from ..priors import mlp_log_lambda_opt
+from ..selection import density, selected_features, sparsity
+from ..training import train
+
+__all__ = [
+    "METHOD_DESCRIPTIONS",
+    "METHOD_NAMES",
+    "FitSpec",
+    "FittedReplicates",
+    "Method",
+    "MethodNotAvailableError",
+    "SVBNNFitted",
+    "SVBNNMethod",
+    "available_methods",
+    "check_methods",
+    "get_method",
+    "register_method",
+]
+
+METHOD_NAMES: tuple[str, ...] = ("svbnn", "vbnn", "vd", "hsbnn", "agp", "lot")
+"""Every method of the paper's comparisons, in the paper's order."""
+
+METHOD_DESCRIPTIONS: dict[str, str] = {
+    "svbnn": "spike-and-slab variational BNN (this paper)",
+    "vbnn": "Bayes by Backprop, Gaussian prior and posterior (Blundell et al. 2015)",
+    "vd": "sparse variational dropout (Molchanov et al. 2017)",
+    "hsbnn": "horseshoe BNN with node-wise scales (Ghosh, Yao & Doshi-Velez 2018)",
+    "agp": "automated gradual pruning (Zhu & Gupta 2018)",
+    "lot": "lottery ticket, iterative magnitude pruning (Frankle & Carbin 2018)",
+}
+
+INIT_MU_RANGE: dict[str, float | None] = {"torch": None, "authors": 0.6}
+"""``--init``: ``torch`` draws mu ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (library default);
+``authors`` draws mu ~ U(-0.6, 0.6) as the authors' Simulation II code does."""
+
+
+class MethodNotAvailableError(ValueError):
+    """A method of the paper that this installation does not implement yet."""
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """Everything a method needs to fit one batch of replications of a regression problem.
+
+    Attributes
+    ----------
+    in_features : int
+        ``p``.
+    hidden : tuple of int
+        Hidden widths of the student network.
+    activation : str
+        Hidden activation.
+    epochs, batch_size, lr : int, int, float
+        Training length, minibatch size ``m`` and learning rate.
+    optimizer : str
+        ``"adam"`` (the paper's choice in the simulations).
+    n_mc : int
+        ``K``, Monte Carlo draws per step (paper: 1).
+    noise_std : float
+        Known noise sd of the Gaussian likelihood (paper: 1).
+    prior_variance : float
+        ``sigma_0^2`` (paper: 2).
+    temperature : float
+        Gumbel-softmax ``tau`` (paper: 0.5).
+    sampler : str
+        ``"gumbel"`` or ``"inverse_cdf"``.
+    init : str
+        ``"torch"`` or ``"authors"`` (see :data:`INIT_MU_RANGE`).
+    dtype : str
+        ``"float32"`` or ``"float64"``.
+    log_prior_inclusion : tuple of float, optional
+        One log-lambda per replicate; ``None`` means ``lambda_opt`` for every replicate.
+    progress : bool
+        Show a per-epoch progress bar.
+    options : dict
+        Method-specific settings (e.g. a pruning level for AGP).
+    """
+
+    in_features: int
+    hidden: tuple[int, ...]
+    activation: str
+    epochs: int
+    batch_size: int
+    lr: float = 5e-3
+    optimizer: str = "adam"
+    n_mc: int = 1
+    noise_std: float = 1.0
+    prior_variance: float = 2.0
+    temperature: float = 0.5
+    sampler: str = "gumbel"
+    init: str = "torch"
+    dtype: str = "float32"
+    log_prior_inclusion: tuple[float, ...] | None = None
+    progress: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The ``torch.dtype`` named by ``dtype``."""
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
+        return torch.float32 if self.dtype == "float32" else torch.float64
+
+
+class FittedReplicates(ABC):
+    """``R`` fitted replications of one method; the metrics' only view of a fitted model."""
+
+    n_replicates: int
+    bayesian: bool = True
+    """Whether :meth:`sample_outputs` draws from a posterior (credible intervals make sense)."""
+
+    @abstractmethod
+    def sample_outputs(
+        self, X: Tensor, n_samples: int, generator: torch.Generator | None
+    ) -> Tensor:
+        """Function draws ``f_{theta_h}(X)``: ``X`` ``(R, n, p)`` -> ``(H, R, n)``."""
+
+    def median_outputs(self, X: Tensor) -> Tensor | None:
+        """Median-model (``phi > 0.5``, weights ``mu``) prediction ``(R, n)``, if defined."""
+        return None
+
+    def selected_features(self) -> list[NDArray[np.int64]] | None:
+        """Per replicate, the 0-based inputs with a kept first-layer edge (``None``: n/a)."""
+        return None
+
+    def sparsity(self) -> NDArray[np.float64] | None:
+        """Per replicate, ``sum(phi) / T`` (or the kept fraction of a pruning method)."""
+        return None
+
+    def density(self) -> NDArray[np.float64] | None:
+        """Per replicate, the fraction of parameters kept (``phi > 0.5``)."""
+        return None
+
+    def layer_inclusion(self, replicate: int) -> list[tuple[NDArray[Any], NDArray[Any]]] | None:
+        """Per layer of one replicate, ``(phi, mu)`` weight matrices of shape ``(out, in)``."""
+        return None
+
+
+class Method(ABC):
+    """A fitting procedure for a batch of replications (see :class:`FitSpec`)."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def fit(
+        self, X: Tensor, y: Tensor, spec: FitSpec, generator: torch.Generator
+    ) -> FittedReplicates:
+        """Fit ``R`` replications: ``X`` ``(R, n, p)``, ``y`` ``(R, n)``."""
+
+
+_METHODS: dict[str, Callable[[], Method]] = {}
+
+
+def register_method(name: str) -> Callable[[type[Method]], type[Method]]:
+    """Class decorator that makes a :class:`Method` available under ``name``."""
+
+    def deco(cls: type[Method]) -> type[Method]:
+        if name in _METHODS:
+            raise ValueError(f"method {name!r} is already registered")
+        cls.name = name
+        _METHODS[name] = cls
+        return cls
+
+    return deco
+
+
+def available_methods() -> list[str]:
+    """Names of the implemented methods."""
+    return list(_METHODS)
+
+
+def get_method(name: str) -> Method:
+    """An instance of the method ``name``.
+
+    Raises
+    ------
+    MethodNotAvailableError
+        For a method of the paper that is not implemented yet.
+    ValueError
+        For a name that is not a method of the paper.
+    """
+    if name in _METHODS:
+        return _METHODS[name]()
+    if name in METHOD_NAMES:
+        raise MethodNotAvailableError(
+            f"method {name!r} ({METHOD_DESCRIPTIONS[name]}) is not available yet; "
+            f"implemented: {', '.join(available_methods())}. Baselines plug in with "
+            "svbnn.experiments.methods.register_method."
+        )
+    raise ValueError(f"unknown method {name!r}; the paper's methods are {', '.join(METHOD_NAMES)}")
+
+
+def check_methods(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Validate a list of method names before any training starts (raises like get_method)."""
+    if not names:
+        raise ValueError("no method given")
+    for name in names:
+        get_method(name)
+    return tuple(names)
+
+
+class _Squeeze(torch.nn.Module):
+    """Single-output regression net: ``(R, m, p) -> (R, m)``."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.net(x)
+        return out.squeeze(-1)
+
+
+class SVBNNFitted(FittedReplicates):
+    """A trained replicated :class:`SpikeSlabMLP`."""
+
+    def __init__(self, model: SpikeSlabMLP) -> None:
+        self.model = model
+        self.n_replicates = int(model.net[0].n_replicates or 1)
+
+    def sample_outputs(
+        self, X: Tensor, n_samples: int, generator: torch.Generator | None
+    ) -> Tensor:
+        # Bound the (R, rows, p) chunk at about 16M elements: the replicated first layer
+        # materialises its input per chunk, so large test sets must be processed in slices.
+        rows = max(64, 2**24 // max(1, X.shape[0] * X.shape[-1]))
+        out = sample_outputs(self.model, X, n_samples, generator=generator, chunk_size=rows)
+        return out.squeeze(-1)
+
+    def median_outputs(self, X: Tensor) -> Tensor | None:
+        rows = max(64, 2**24 // max(1, X.shape[0] * X.shape[-1]))
+        out = sample_outputs(self.model, X, 1, chunk_size=rows, mode="median")
+        return out[0].squeeze(-1)
+
+    def selected_features(self) -> list[NDArray[np.int64]] | None:
+        sel = selected_features(self.model)
+        return sel if isinstance(sel, list) else [sel]
+
+    def sparsity(self) -> NDArray[np.float64] | None:
+        return np.atleast_1d(sparsity(self.model).double().cpu().numpy())
+
+    def density(self) -> NDArray[np.float64] | None:
+        return np.atleast_1d(density(self.model, 0.5).double().cpu().numpy())
+
+    def layer_inclusion(self, replicate: int) -> list[tuple[NDArray[Any], NDArray[Any]]] | None:
+        out = []
+        for layer in self.model.net:
+            if isinstance(layer, SpikeSlabLinear):
+                phi = layer.inclusion_probs()["weight"][replicate]
+                mu = layer.mu.detach()[replicate, :, : layer.fan_in]
+                out.append((phi.double().cpu().numpy(), mu.double().cpu().numpy()))
+        return out
+
+
+@register_method("svbnn")
+class SVBNNMethod(Method):
+    """The paper's method: all R replications as one replicated :class:`SpikeSlabMLP`."""
+
+    def fit(
+        self, X: Tensor, y: Tensor, spec: FitSpec, generator: torch.Generator
+    ) -> FittedReplicates:
+        R, n, p = X.shape
+        if p != spec.in_features:
+            raise ValueError(f"data have {p} features, the spec says {spec.in_features}")
+        if spec.init not in INIT_MU_RANGE:
+            raise ValueError(f"init must be one of {sorted(INIT_MU_RANGE)}, got {spec.init!r}")
+        model = SpikeSlabMLP(
+            p,
+            spec.hidden,
+            1,
+            activation=spec.activation,
+            prior_variance=spec.prior_variance,
+            log_prior_inclusion=mlp_log_lambda_opt(p, spec.hidden, 1, n),
+            sampler=spec.sampler,
+            temperature=spec.temperature,
+            init_mu_range=INIT_MU_RANGE[spec.init],
+            n_replicates=R,
+            generator=generator,
+            dtype=spec.torch_dtype,
+        )
+        if spec.log_prior_inclusion is not None:
+            if len(spec.log_prior_inclusion) != R:
+                raise ValueError("need one log prior inclusion per replicate")
+            if not all(math.isfinite(v) and v < 0 for v in spec.log_prior_inclusion):
+                raise ValueError("log prior inclusions must be finite and < 0")
+            model.set_log_prior_inclusion(
+                torch.tensor(spec.log_prior_inclusion, dtype=spec.torch_dtype)
+            )
+        train(
+            _Squeeze(model),
+            X.to(spec.torch_dtype),
+            y.to(spec.torch_dtype),
+            GaussianLikelihood(spec.noise_std),
+            epochs=spec.epochs,
+            batch_size=spec.batch_size,
+            lr=spec.lr,
+            optimizer=spec.optimizer,
+            n_mc=spec.n_mc,
+            generator=generator,
+            verbose=spec.progress,
+            track_sparsity=False,
+        )
+        return SVBNNFitted(model)

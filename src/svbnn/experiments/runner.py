@@ -1,0 +1,283 @@
+"""Run an artifact: resolve settings, train, write ``settings.json``, build the report."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .common import (
+    COMMON_DEFAULTS,
+    RunConfig,
+    environment_info,
+    execute_chunks,
+    read_settings,
+    write_settings,
+)
+from .methods import check_methods
+from .registry import ARTIFACTS, Artifact, get_artifact
+
+__all__ = [
+    "OPTIONAL_SETTINGS",
+    "estimate",
+    "format_duration",
+    "list_text",
+    "reproduce",
+    "resolve_config",
+]
+
+_CONFIG_KEYS = {f.name for f in fields(RunConfig)} - {"artifact", "out", "params", "quick"}
+
+OPTIONAL_SETTINGS = ("covariates", "init", "methods", "dtype")
+"""Settings that only some artifacts use (each lists them in ``Artifact.options``)."""
+
+
+def resolve_config(
+    artifact: Artifact,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    quick: bool = False,
+    out: Path | None = None,
+    strict: bool = True,
+) -> RunConfig:
+    """Merge common defaults < artifact defaults < ``--quick`` < explicit overrides.
+
+    Parameters
+    ----------
+    artifact : Artifact
+    overrides : mapping
+        Explicit settings (``None`` values are ignored). Keys of :class:`RunConfig`, plus
+        ``params`` (a dict of artifact-specific settings, from ``--set``).
+    quick : bool
+    out : Path, optional
+        Output folder; ``results/<artifact>`` by default.
+    strict : bool
+        Raise for an optional setting or ``--set`` key the artifact does not use
+        (``reproduce all`` passes ``False`` and such settings are ignored).
+    """
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    merged: dict[str, Any] = dict(COMMON_DEFAULTS)
+    params: dict[str, Any] = {}
+    layers: list[Mapping[str, Any]] = [artifact.defaults]
+    if quick:
+        layers.append(artifact.quick)
+    for layer in layers:
+        for k, v in layer.items():
+            if k in _CONFIG_KEYS:
+                merged[k] = v
+            else:
+                params[k] = v
+    for k, v in overrides.items():
+        if k == "params":
+            for pk, pv in dict(v).items():
+                if pk not in params and pk not in artifact.defaults:
+                    if strict:
+                        known = ", ".join(sorted(params)) or "(none)"
+                        raise ValueError(
+                            f"--set {pk}: {artifact.name} has no such setting; known: {known}"
+                        )
+                    continue
+                params[pk] = pv
+            continue
+        if k not in _CONFIG_KEYS:
+            raise ValueError(f"unknown setting {k!r}")
+        if k in OPTIONAL_SETTINGS and k not in artifact.options:
+            if strict:
+                users = [a.name for a in ARTIFACTS.values() if k in a.options]
+                raise ValueError(
+                    f"--{k} does not apply to {artifact.name}; it applies to: {', '.join(users)}"
+                )
+            continue
+        merged[k] = v
+    cfg = RunConfig(
+        artifact=artifact.name,
+        out=Path(out) if out is not None else Path("results") / artifact.name,
+        reps=int(merged["reps"]),
+        epochs=int(merged["epochs"]),
+        seed=int(merged["seed"]),
+        methods=tuple(merged["methods"]),
+        jobs=int(merged["jobs"]),
+        threads=int(merged["threads"]),
+        batch=int(merged["batch"]),
+        covariates=str(merged["covariates"]),
+        init=str(merged["init"]),
+        dtype=str(merged["dtype"]),
+        quick=quick,
+        progress=bool(merged["progress"]),
+        params=params,
+    )
+    _validate(cfg)
+    return cfg
+
+
+def _validate(cfg: RunConfig) -> None:
+    for name in ("reps", "jobs", "threads", "batch"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"--{name} must be positive, got {getattr(cfg, name)}")
+    if cfg.epochs < 0:
+        raise ValueError(f"--epochs must be >= 0, got {cfg.epochs}")
+    if cfg.covariates not in ("uniform", "normal"):
+        raise ValueError(f"--covariates must be uniform or normal, got {cfg.covariates!r}")
+    if cfg.init not in ("torch", "authors"):
+        raise ValueError(f"--init must be torch or authors, got {cfg.init!r}")
+    if cfg.dtype not in ("float32", "float64"):
+        raise ValueError(f"--dtype must be float32 or float64, got {cfg.dtype!r}")
+    check_methods(cfg.methods)
+
+
+def reproduce(
+    name: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    quick: bool = False,
+    report_only: bool = False,
+    out: Path | None = None,
+    strict: bool = True,
+) -> Path:
+    """Run one artifact (or only rebuild its report) and return its output folder."""
+    artifact = get_artifact(name)
+    if report_only:
+        folder = Path(out) if out is not None else Path("results") / name
+        if not folder.exists():
+            raise FileNotFoundError(f"{folder} does not exist: run {name} first")
+        artifact.report(folder)
+        return folder
+    cfg = resolve_config(artifact, overrides, quick=quick, out=out, strict=strict)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.threads)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    extra = artifact.run(cfg)
+    wall = time.perf_counter() - t0
+    settings = {
+        "artifact": name,
+        "description": artifact.description,
+        "config": cfg.as_dict(),
+        "environment": environment_info(),
+        "started_utc": started,
+        "wall_time_s": round(wall, 3),
+        **extra,
+    }
+    write_settings(cfg.out, settings)
+    artifact.report(cfg.out)
+    return cfg.out
+
+
+def estimate(
+    name: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    epochs: int = 200,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    """Time an artifact at full settings from a short run and extrapolate.
+
+    Runs the first chunk of each distinct shape (method, problem, size) for ``epochs``
+    epochs (including its full evaluation), and extrapolates the training time linearly in
+    epochs. Total = sum over chunks / ``jobs`` (chunks run in parallel).
+
+    Returns
+    -------
+    dict
+        ``per_step_ms`` per chunk shape, ``estimated_total_s`` and the details.
+    """
+    artifact = get_artifact(name)
+    if artifact.plan is None:
+        raise ValueError(f"{name} has no training plan to time; run it with --quick instead")
+    cfg = resolve_config(artifact, overrides, out=out)
+    torch.set_num_threads(cfg.threads)
+    chunks = artifact.plan(cfg)
+    shapes: dict[tuple[Any, ...], list[Any]] = {}
+    for ch in chunks:
+        shapes.setdefault((ch.method, ch.problem.kind, ch.size), []).append(ch)
+    details = []
+    total = 0.0
+    for (method, kind, size), group in shapes.items():
+        ch = group[0]
+        short = replace(ch, spec=replace(ch.spec, epochs=epochs))
+        res = execute_chunks([short], 1, cfg.progress, desc=f"timing {kind} R={size}")[0]
+        steps = epochs * ch.steps_per_epoch
+        per_step = res.train_s / steps
+        full = per_step * ch.spec.epochs * ch.steps_per_epoch + res.eval_s
+        details.append(
+            {
+                "method": method,
+                "problem": kind,
+                "replicates_per_network": size,
+                "chunks": len(group),
+                "timed_epochs": epochs,
+                "steps_per_epoch": ch.steps_per_epoch,
+                "full_epochs": ch.spec.epochs,
+                "per_step_ms": 1000 * per_step,
+                "per_step_per_replicate_ms": 1000 * per_step / size,
+                "eval_s": res.eval_s,
+                "estimated_chunk_s": full,
+            }
+        )
+        total += full * len(group)
+    result = {
+        "artifact": name,
+        "threads": cfg.threads,
+        "jobs": cfg.jobs,
+        "reps": cfg.reps,
+        "n_chunks": len(chunks),
+        "shapes": details,
+        "estimated_total_s": total / min(cfg.jobs, len(chunks)),
+        "environment": environment_info(),
+    }
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        import json
+
+        (Path(out) / "estimate.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def format_duration(seconds: float | None) -> str:
+    """``"42 s"``, ``"12 min"``, ``"3.4 h"``; ``"?"`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def list_text() -> str:
+    """The ``svbnn reproduce --list`` table."""
+    lines = []
+    width = max((len(n) for n in ARTIFACTS), default=10)
+    header = f"{'artifact':<{width}}  {'quick':>7}  {'full (1 thread, 1 job)':<24}  description"
+    lines.append(header)
+    lines.append("-" * len(header))
+    for a in ARTIFACTS.values():
+        t = a.timing
+        quick = format_duration(t.quick_s)
+        if t.full_s is None:
+            full = "?"
+        else:
+            full = format_duration(t.full_s) + (" measured" if t.full_measured else " estimated")
+        lines.append(f"{a.name:<{width}}  {quick:>7}  {full:<24}  {a.description}")
+    lines.append("")
+    lines.append(
+        "quick: measured wall time of --quick on a 2-core AMD EPYC, 1 torch thread. full: the "
+        "paper's settings, estimated from measured per-step times (--estimate-epochs)."
+    )
+    return "\n".join(lines)
+
+
+def _print(msg: str) -> None:
+    print(msg, file=sys.stderr)
+
+
+def read_report_settings(out: Path) -> dict[str, Any]:
+    """``settings.json`` of an output folder (for tools that post-process runs)."""
+    return read_settings(out)

@@ -1,0 +1,61 @@
+"""lambda_opt (Theorem 4.1) and prior inputs given as lambda or log-lambda."""
+
+import math
+
+import pytest
+import torch
+
+from svbnn import lambda_opt, log_lambda_opt, mlp_log_lambda_opt
+from svbnn.nn import SpikeSlabLinear, SpikeSlabMLP
+from svbnn.priors import SpikeSlabPrior, resolve_log_inclusion
+
+
+def test_lambda_opt_formula_simulation2() -> None:
+    # 200-7-7-7-1: T = 201*7 + 8*7 + 8*7 + 8*1 = 1527, L = 3, N = 7, n = 3000, p = 200.
+    T = 201 * 7 + 8 * 7 + 8 * 7 + 8
+    assert T == 1527
+    expected = -(math.log(T) + 0.1 * (4 * math.log(7) + math.log(math.sqrt(3000) * 200)))
+    assert log_lambda_opt(T, 3, 7, 3000, 200) == pytest.approx(expected, rel=1e-14)
+    assert mlp_log_lambda_opt(200, (7, 7, 7), 1, 3000) == pytest.approx(expected, rel=1e-14)
+    assert lambda_opt(T, 3, 7, 3000, 200) == pytest.approx(math.exp(expected), rel=1e-12)
+
+
+def test_unequal_widths_use_largest() -> None:
+    T = 11 * 5 + 6 * 9 + 10 * 1
+    assert mlp_log_lambda_opt(10, (5, 9), 1, 100) == pytest.approx(log_lambda_opt(T, 2, 9, 100, 10))
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(n_params=0), dict(width=0), dict(n_train=0), dict(n_features=0)]
+)
+def test_lambda_opt_rejects_bad_sizes(bad: dict[str, int]) -> None:
+    args = dict(n_params=10, n_hidden_layers=1, width=3, n_train=5, n_features=2) | bad
+    with pytest.raises(ValueError):
+        log_lambda_opt(**args)
+
+
+def test_lambda_or_log_lambda_everywhere() -> None:
+    assert resolve_log_inclusion(inclusion=0.25) == pytest.approx(math.log(0.25))
+    assert resolve_log_inclusion(log_inclusion=-1000.0) == -1000.0
+    for bad in [
+        dict(inclusion=0.0),
+        dict(inclusion=1.0),
+        dict(log_inclusion=0.0),
+        dict(log_inclusion=float("nan")),
+        dict(),
+        dict(inclusion=0.1, log_inclusion=-1.0),
+    ]:
+        with pytest.raises(ValueError):
+            resolve_log_inclusion(**bad)  # type: ignore[arg-type]
+    prior = SpikeSlabPrior(-1000.0)
+    assert prior.inclusion == 0.0 and prior.log_inclusion == -1000.0
+    assert SpikeSlabPrior.from_inclusion(0.5).log_inclusion == pytest.approx(math.log(0.5))
+    layer = SpikeSlabLinear(3, 2, log_prior_inclusion=-1000.0)
+    assert torch.isfinite(layer.kl_divergence())
+    layer = SpikeSlabLinear(3, 2, prior_inclusion=1e-200, dtype=torch.float64)
+    assert float(layer.log_prior_inclusion) == pytest.approx(-200 * math.log(10))
+    net = SpikeSlabMLP(3, (4,), 1)
+    net.set_log_prior_inclusion(-1000.0)
+    assert torch.isfinite(net(torch.randn(2, 3))).all()
+    with pytest.raises(ValueError):
+        net.set_log_prior_inclusion(0.5)

@@ -1,0 +1,200 @@
+"""The training loop: objective, replicates, checkpoints, errors, history."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from svbnn.nn import SpikeSlabMLP, kl_divergence, set_generator
+from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
+from svbnn.training import negative_elbo, train
+
+D = torch.float64
+
+
+def _data(n: int = 64, p: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, p, generator=g, dtype=D) * 2 - 1
+    y = 3 * X[:, 0] - 2 * X[:, 1] + 0.1 * torch.randn(n, generator=g, dtype=D)
+    return X, y
+
+
+def _model(seed: int = 0, **kw: object) -> SpikeSlabMLP:
+    return SpikeSlabMLP(
+        5,
+        (4,),
+        1,
+        generator=torch.Generator().manual_seed(seed),
+        dtype=D,
+        log_prior_inclusion=-3.0,
+        **kw,
+    )
+
+
+def test_negative_elbo_is_per_datum() -> None:
+    X, y = _data()
+    model = _model()
+    lik = GaussianLikelihood(0.5)
+    g = torch.Generator().manual_seed(1)
+    set_generator(model, g)
+    loss, nll, kl = negative_elbo(model, lik, X[:16], y[:16], n_train=64)
+    g.manual_seed(1)
+    out = model(X[:16]).squeeze(-1)
+    expected_nll = -(-0.5 * math.log(2 * math.pi * 0.25) - (y[:16] - out) ** 2 / (2 * 0.25)).mean()
+    torch.testing.assert_close(nll, expected_nll.detach())
+    torch.testing.assert_close(kl, kl_divergence(model).detach() / 64)
+    torch.testing.assert_close(loss.detach(), nll + kl)
+
+
+def test_training_reduces_loss_and_records_history() -> None:
+    X, y = _data(128)
+    model = _model()
+    hist = train(
+        model,
+        X,
+        y,
+        GaussianLikelihood(0.1),
+        epochs=60,
+        batch_size=32,
+        lr=0.02,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert hist.epoch == list(range(1, 61))
+    assert len(hist.loss) == len(hist.nll) == len(hist.kl) == len(hist.sparsity) == 60
+    assert hist.loss[-1] < 0.2 * hist.loss[0]
+    assert all(0.0 < s <= 1.0 for s in hist.sparsity)
+
+
+def test_same_seed_same_fit_and_checkpoint_resume_is_bit_for_bit(tmp_path: Path) -> None:
+    X, y = _data()
+    lik = GaussianLikelihood(0.3)
+    kw = dict(batch_size=16, lr=0.01)
+    full = _model()
+    h_full = train(full, X, y, lik, epochs=12, generator=torch.Generator().manual_seed(3), **kw)
+    again = _model()
+    train(again, X, y, lik, epochs=12, generator=torch.Generator().manual_seed(3), **kw)
+    for a, b in zip(full.parameters(), again.parameters(), strict=True):
+        assert torch.equal(a, b)
+    # Interrupted after 5 epochs (checkpoint), resumed in a fresh process-like setting.
+    ckpt = tmp_path / "run.pt"
+    part = _model()
+    train(
+        part,
+        X,
+        y,
+        lik,
+        epochs=5,
+        generator=torch.Generator().manual_seed(3),
+        checkpoint_path=ckpt,
+        checkpoint_every=5,
+        **kw,
+    )
+    resumed = _model(seed=99)  # different init: everything must come from the checkpoint
+    h_res = train(
+        resumed,
+        X,
+        y,
+        lik,
+        epochs=12,
+        generator=torch.Generator().manual_seed(1234),
+        checkpoint_path=ckpt,
+        resume=True,
+        **kw,
+    )
+    for a, b in zip(full.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert h_res.loss == h_full.loss
+    assert h_res.epoch == list(range(1, 13))
+
+
+def test_nan_loss_names_the_epoch() -> None:
+    X, y = _data()
+    y = y.clone()
+    y[3] = 1e200  # squares to inf in float64
+    with pytest.raises(FloatingPointError, match="epoch 1"):
+        train(
+            _model(),
+            X,
+            y,
+            GaussianLikelihood(1.0),
+            epochs=3,
+            batch_size=64,
+            lr=0.01,
+            generator=torch.Generator().manual_seed(0),
+        )
+
+
+def test_bad_arguments() -> None:
+    X, y = _data()
+    with pytest.raises(ValueError, match="disagree"):
+        train(_model(), X, y[:10], GaussianLikelihood(), epochs=1, batch_size=8, lr=0.1)
+    with pytest.raises(ValueError, match="learning rate"):
+        train(_model(), X, y, GaussianLikelihood(), epochs=1, batch_size=8, lr=-1.0)
+    with pytest.raises(ValueError, match="no training data"):
+        train(_model(), X[:0], y[:0], GaussianLikelihood(), epochs=1, batch_size=8, lr=0.1)
+
+
+def test_replicates_are_independent() -> None:
+    """Each replicate's gradient depends on its own data only (the sum over replicates)."""
+    R = 3
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(R, 32, 5, generator=g, dtype=D)
+    y = torch.randn(R, 32, generator=g, dtype=D)
+    grads = []
+    for y_other in (y, y + torch.tensor([0.0, 5.0, -3.0], dtype=D).unsqueeze(1)):
+        model = SpikeSlabMLP(
+            5,
+            (4,),
+            1,
+            n_replicates=R,
+            generator=torch.Generator().manual_seed(1),
+            dtype=D,
+            log_prior_inclusion=torch.tensor([-1.0, -2.0, -3.0]),
+        )
+        set_generator(model, torch.Generator().manual_seed(2))
+        loss, _, _ = negative_elbo(model, GaussianLikelihood(), X, y_other, n_train=32)
+        assert loss.shape == (R,)
+        loss.sum().backward()
+        grads.append([p.grad[0].clone() for p in model.parameters()])  # replicate 0 only
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_replicated_training_runs() -> None:
+    R = 4
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(R, 64, 5, generator=g, dtype=D)
+    y = (3 * X[..., 0]) + 0.1 * torch.randn(R, 64, generator=g, dtype=D)
+    model = SpikeSlabMLP(5, (4,), 1, n_replicates=R, generator=g, dtype=D, log_prior_inclusion=-3.0)
+    hist = train(
+        model,
+        X,
+        y,
+        GaussianLikelihood(0.1),
+        epochs=30,
+        batch_size=16,
+        lr=0.02,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert len(hist.loss[-1]) == R and len(hist.sparsity[-1]) == R
+    assert all(last < first for last, first in zip(hist.loss[-1], hist.loss[0], strict=True))
+
+
+def test_categorical_objective() -> None:
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(90, 5, generator=g, dtype=D)
+    y = (X[:, 0] > 0).long() + (X[:, 1] > 1).long()
+    model = SpikeSlabMLP(5, (8,), 3, generator=g, dtype=D, log_prior_inclusion=-3.0)
+    hist = train(
+        model,
+        X,
+        y,
+        CategoricalLikelihood(),
+        epochs=40,
+        batch_size=30,
+        lr=0.02,
+        optimizer="rmsprop",
+        generator=g,
+    )
+    assert hist.nll[-1] < 0.7 * hist.nll[0]
