@@ -159,6 +159,12 @@ class _BaselineMixin:
             if not isinstance(v, (int, np.integer)) or v < (0 if name == "max_iter" else 1):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
+    def _tensor(self, a: NDArray[Any]) -> Tensor:
+        # fit() converts y before _fit_module validates: check dtype here for a clear error.
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        return torch.tensor(np.asarray(a), dtype=_DTYPES[self.dtype], device=self.device)
+
     def _layer_common(self, gen: torch.Generator) -> dict[str, Any]:
         return {"generator": gen, "device": self.device, "dtype": _DTYPES[self.dtype]}
 
@@ -172,7 +178,7 @@ class _BaselineMixin:
         model = self._build_module(p, n_out, gen)
         self.history_: History = train(
             model,
-            self._tensor(X),  # type: ignore[attr-defined]
+            self._tensor(X),
             target,
             likelihood,
             epochs=int(self.max_iter),

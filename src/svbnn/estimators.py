@@ -69,7 +69,7 @@ class _SVBNNBase(BaseEstimator):
         n_samples_predict: int = 30,
         init_inclusion: float = 0.99,
         init_mu_range: float | None = None,
-        dtype: str = "float32",
+        dtype: str = "float64",
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
         verbose: bool = False,
@@ -230,7 +230,9 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         ``H`` draws for :meth:`predict`.
     init_inclusion, init_mu_range : float
         Initial ``phi`` and half-range of the initial means (``None``: ``1/sqrt(fan_in)``).
-    dtype : {"float32", "float64"}
+    dtype : {"float64", "float32"}
+        Parameter dtype. float64 (the default, as in the authors' code) makes predictions
+        independent of row order and batch composition to the last bit; float32 is faster.
     random_state : int, RandomState or None
     device : str
     verbose : bool
@@ -267,7 +269,7 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         n_samples_predict: int = 30,
         init_inclusion: float = 0.99,
         init_mu_range: float | None = None,
-        dtype: str = "float32",
+        dtype: str = "float64",
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
         verbose: bool = False,

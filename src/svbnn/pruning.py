@@ -461,7 +461,10 @@ def make_mlp(
         raise ValueError(f"layer sizes must be positive integers, got {sizes}")
     mods: list[nn.Module] = []
     for i in range(len(sizes) - 1):
-        lin = nn.utils.skip_init(nn.Linear, sizes[i], sizes[i + 1], device=device, dtype=dtype)
+        # skip_init treats an explicit device=None as "stay on meta": pass a real device.
+        lin = nn.utils.skip_init(
+            nn.Linear, sizes[i], sizes[i + 1], device=device or "cpu", dtype=dtype
+        )
         r = 1.0 / math.sqrt(sizes[i])
         with torch.no_grad():
             lin.weight.uniform_(-r, r, generator=generator)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,7 +124,10 @@ class SparseLinear(nn.Module):
         w = weight.detach()
         self.in_features = int(w.shape[1])
         self.out_features = int(w.shape[0])
-        csr = w.to_sparse_csr()
+        with warnings.catch_warnings():
+            # torch flags sparse CSR as "beta"; the conversion itself is exact.
+            warnings.simplefilter("ignore", UserWarning)
+            csr = w.to_sparse_csr()
         idx_dtype = torch.int16 if self.in_features <= torch.iinfo(torch.int16).max else torch.int32
         self.register_buffer("values", csr.values().clone())
         self.register_buffer("col_indices", csr.col_indices().to(idx_dtype))
@@ -138,6 +142,7 @@ class SparseLinear(nn.Module):
                 self.col_indices.to(torch.int64),
                 self.values,
                 size=(self.out_features, self.in_features),
+                check_invariants=False,  # built from a valid CSR by construction
             )
         return self._csr
 

@@ -1,0 +1,253 @@
+"""The ``svbnn`` command: ``svbnn reproduce ARTIFACT`` and ``svbnn demo``.
+
+Application layer: prints to the terminal. The library itself never imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+
+def _parse_set(items: Sequence[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``svbnn`` command."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="svbnn",
+        description="Sparse Bayesian deep learning with spike-and-slab priors "
+        "(Bai, Song & Cheng, NeurIPS 2020).",
+    )
+    parser.add_argument("--version", action="version", version=f"svbnn {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    rep = sub.add_parser(
+        "reproduce",
+        help="reproduce a table or figure of the paper",
+        description="Reproduce a table or figure of the paper at its settings "
+        "(see --list), writing results.csv, settings.json, report.md and figures.",
+    )
+    rep.add_argument("artifact", nargs="?", help="artifact name, or 'all'")
+    rep.add_argument("--list", action="store_true", help="list the artifacts and their run times")
+    rep.add_argument("--quick", action="store_true", help="tiny settings (a smoke run, ~1 min)")
+    rep.add_argument("--reps", type=int, help="replications (paper: 30; 60 for coverage)")
+    rep.add_argument("--epochs", type=int, help="training epochs")
+    rep.add_argument("--seed", type=int, help="base seed (default 0); every seed derives from it")
+    rep.add_argument("--out", type=Path, help="output folder (default results/<artifact>)")
+    rep.add_argument(
+        "--methods",
+        help="comma list from svbnn,vbnn,vd,hsbnn,agp,lot (default svbnn; only svbnn exists yet)",
+    )
+    rep.add_argument("--jobs", type=int, help="worker processes for chunks of replications")
+    rep.add_argument("--threads", type=int, help="torch threads per process (default 1)")
+    rep.add_argument("--batch", type=int, help="most replications trained as one network")
+    rep.add_argument(
+        "--covariates", choices=["uniform", "normal"],
+        help="Simulation II covariate law (default uniform, as the authors' code)",
+    )
+    rep.add_argument(
+        "--init", choices=["torch", "authors"],
+        help="initial means: torch U(+-1/sqrt(fan_in)) (default) or authors U(+-0.6)",
+    )
+    rep.add_argument("--dtype", choices=["float32", "float64"], help="precision (default float32)")
+    rep.add_argument(
+        "--set", action="append", metavar="KEY=VALUE",
+        help="artifact setting, e.g. --set n_test=1000 (repeatable)",
+    )
+    rep.add_argument(
+        "--report-only", action="store_true", help="rebuild report.md and figures from saved CSVs"
+    )
+    rep.add_argument(
+        "--estimate-epochs", type=int, metavar="E",
+        help="time E epochs at full settings and extrapolate the full run time",
+    )
+    rep.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    demo = sub.add_parser(
+        "demo",
+        help="Simulation II with SVBNN at reduced epochs (about a minute)",
+        description="Fit Simulation II (p = 200, n = 3000) with SVBNN for a few hundred epochs "
+        "and print the selected variables, RMSE, sparsity and FPR/FNR beside Table 2.",
+    )
+    demo.add_argument("--epochs", type=int, default=600, help="epochs (paper: 7000; default 600)")
+    demo.add_argument("--reps", type=int, default=2, help="replications, batched (default 2)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--threads", type=int, default=1)
+    demo.add_argument("--covariates", choices=["uniform", "normal"], default="uniform")
+    demo.add_argument("--init", choices=["torch", "authors"], default="torch")
+    demo.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from .experiments import artifact_names, estimate, list_text, reproduce
+    from .experiments.runner import format_duration
+
+    if args.list:
+        print(list_text())
+        return 0
+    if not args.artifact:
+        raise ValueError("give an artifact name, 'all', or --list")
+    overrides: dict[str, Any] = {
+        "reps": args.reps,
+        "epochs": args.epochs,
+        "seed": args.seed,
+        "jobs": args.jobs,
+        "threads": args.threads,
+        "batch": args.batch,
+        "covariates": args.covariates,
+        "init": args.init,
+        "dtype": args.dtype,
+        "methods": tuple(m.strip() for m in args.methods.split(",") if m.strip())
+        if args.methods
+        else None,
+        "progress": False if args.no_progress else None,
+    }
+    params = _parse_set(args.set)
+    if params:
+        overrides["params"] = params
+    if args.estimate_epochs is not None:
+        if args.artifact == "all":
+            raise ValueError("--estimate-epochs needs one artifact")
+        res = estimate(args.artifact, overrides, epochs=args.estimate_epochs, out=args.out)
+        for s in res["shapes"]:
+            print(
+                f"{s['method']} {s['problem']}: {s['replicates_per_network']} replicates per "
+                f"network, {s['chunks']} chunk(s): {s['per_step_ms']:.2f} ms/step "
+                f"({s['per_step_per_replicate_ms']:.3f} ms per replicate), "
+                f"{s['steps_per_epoch']} steps/epoch, eval {s['eval_s']:.1f} s, "
+                f"chunk at {s['full_epochs']} epochs ~ {format_duration(s['estimated_chunk_s'])}"
+            )
+        print(
+            f"estimated total ({res['threads']} thread(s), {res['jobs']} job(s)): "
+            f"{format_duration(res['estimated_total_s'])} ({res['estimated_total_s']:.0f} s)"
+        )
+        return 0
+    names = artifact_names() if args.artifact == "all" else [args.artifact]
+    for name in names:
+        out = None
+        if args.out is not None:
+            out = args.out / name if args.artifact == "all" else args.out
+        t0 = time.perf_counter()
+        folder = reproduce(
+            name,
+            overrides,
+            quick=args.quick,
+            report_only=args.report_only,
+            out=out,
+            strict=args.artifact != "all",
+        )
+        wall = time.perf_counter() - t0
+        if args.artifact != "all":
+            print((folder / "report.md").read_text())
+        print(f"{name}: wrote {folder}/ in {wall:.1f} s", file=sys.stderr)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
+    from .experiments.common import execute_chunks
+    from .experiments.paper_values import TABLE2
+    from .experiments.registry import get_artifact
+    from .experiments.runner import resolve_config
+    from .experiments.simulations import plan_table2
+
+    torch.set_num_threads(args.threads)
+    cfg = resolve_config(
+        get_artifact("table2"),
+        {
+            "reps": args.reps,
+            "epochs": args.epochs,
+            "seed": args.seed,
+            "threads": args.threads,
+            "covariates": args.covariates,
+            "init": args.init,
+            "progress": not args.no_progress,
+        },
+        out=Path("."),
+    )
+    chunk = plan_table2(cfg)
+    print(
+        f"Simulation II: f0 = 7 x2/(1+x1^2) + 5 sin(x3 x4) + 2 x5 + N(0,1), p = 200 "
+        f"({args.covariates} covariates), n = {cfg.params['n_train']}, "
+        f"{cfg.params['n_test']} test points"
+    )
+    print(
+        f"SVBNN 200-7-7-7-1 ReLU, lambda_opt, {args.epochs} epochs (paper: 7000), "
+        f"{args.reps} replication(s) trained as one network, {args.threads} thread(s)"
+    )
+    t0 = time.perf_counter()
+    rows = [r for res in execute_chunks(chunk, 1, cfg.progress) for r in res.rows]
+    wall = time.perf_counter() - t0
+    print()
+    for r in rows:
+        print(
+            f"replication {r['rep']}: selected {r['selected'] or '(none)'} (truth x1-x5); "
+            f"test RMSE {r['test_rmse']:.3f}, sparsity {r['sparsity_pct']:.2f}%, "
+            f"FPR {r['fpr_pct']:.1f}%, FNR {r['fnr_pct']:.1f}%"
+        )
+    print()
+    paper = TABLE2["svbnn"]
+    keys = [
+        ("train_rmse", "train RMSE", 3),
+        ("test_rmse", "test RMSE", 3),
+        ("fpr_pct", "FPR (%)", 2),
+        ("fnr_pct", "FNR (%)", 2),
+        ("sparsity_pct", "sparsity sum(phi)/T (%)", 2),
+        ("density_pct", "density phi>0.5 (%)", 2),
+    ]
+    print(f"{'':<26}{'this run (mean)':>18}{'paper Table 2 (7000 epochs)':>30}")
+    for key, label, d in keys:
+        mean = float(np.mean([r[key] for r in rows]))
+        pv = paper.get(key)
+        ptxt = "-" if pv is None else f"{pv[0]:.2f} ± {pv[1]:.2f}"
+        print(f"{label:<26}{mean:>18.{d}f}{ptxt:>30}")
+    print(f"\nwall time {wall:.1f} s. Full reproduction: svbnn reproduce table2")
+    if not all(math.isfinite(r["test_rmse"]) for r in rows):
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``svbnn`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        if args.command == "reproduce":
+            return _reproduce(args)
+        return _demo(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"svbnn: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+    _ = json  # keep the import for tools that call main() after editing settings

@@ -1,0 +1,114 @@
+"""Smoke test of the benchmark suite (``python -m benchmarks.run``): it runs and writes its table.
+
+No timing assertions: the machine's speed is not under test, only that every section
+produces its rows and files.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from svbnn.objectives import spike_slab_kl_reference
+
+# ``benchmarks`` is a top-level folder of the repository, not part of the installed
+# package; make it importable however pytest was started.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import benchmarks.run as bench  # noqa: E402
+from benchmarks.reference import reference_kl, reference_mlp  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def test_quick_run_writes_markdown_csv_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    report = bench.main(["--quick", "--networks", "uci", "--no-memory", "--out", str(out)])
+
+    md = (out / "bench.md").read_text()
+    for heading in (
+        "## 1-2. Training step",
+        "## 3. 30 replications",
+        "## 5. Inference",
+        "## Targets",
+    ):
+        assert heading in md
+    assert "**1 thread(s)**" in md
+    assert "UCI (8-50-1)" in md
+
+    rows = list(csv.DictReader(open(out / "bench.csv")))
+    step_rows = {
+        r["implementation"]
+        for r in rows
+        if r["metric"] == "time_per_step" and r["section"] == "train_step"
+    }
+    expected = {"dense", "svbnn", "reference"}
+    if bench.bayesian_torch_available()[0]:
+        expected.add("bayesian-torch")
+    assert step_rows == expected
+    for r in rows:
+        if r["metric"] == "time_per_step":
+            assert float(r["median"]) > 0
+
+    payload = json.loads((out / "bench.json").read_text())
+    assert payload["meta"]["threads"] == 1
+    names = [t["name"] for t in payload["targets"]]
+    assert len(names) == 7
+    by_name = {t["name"]: t for t in payload["targets"]}
+    # Networks left out of --networks give "n/a", measured ones a verdict.
+    assert by_name["SVBNN/dense step time, MNIST"]["passed"] is None
+    assert by_name["SVBNN/dense step time, UCI"]["passed"] in (True, False)
+    size = by_name["size on disk, dense / exported sparse MNIST"]
+    assert size["measured"] > 1.0
+    assert report.targets[-1].measured == pytest.approx(size["measured"])
+
+    # The export section really reached the requested density (binomial, 5 sd margin).
+    density = next(r for r in rows if r["metric"] == "density")
+    n_total = 669_706
+    sd = math.sqrt(0.05 * 0.95 / n_total)
+    assert abs(float(density["median"]) - 0.05) < 5 * sd
+
+
+def test_missing_bayesian_torch_is_skipped_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench, "bayesian_torch_available", lambda: (False, "ImportError: none"))
+    bench.main(["--quick", "--networks", "uci", "--no-memory", "--out", str(tmp_path)])
+    md = (tmp_path / "bench.md").read_text()
+    assert "pip install bayesian-torch" in md
+    rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
+    assert all(r["implementation"] != "bayesian-torch" for r in rows)
+
+
+def test_memory_child_reports_peak_rss(capsys: pytest.CaptureFixture[str]) -> None:
+    bench.memory_child("uci:svbnn", threads=1, cnn_hidden=16, cnn_batch=4, steps=1)
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rec["config"] == "uci:svbnn"
+    assert rec["peak_rss"] >= rec["rss_before"] > 0
+
+
+def test_reference_kl_matches_library_kl() -> None:
+    """The reference's hand-written KL is the paper's formula (checked against svbnn's)."""
+    gen = torch.Generator().manual_seed(0)
+    model = reference_mlp(3, [4], 2, log_prior_inclusion=math.log(0.1))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    expected = sum(
+        spike_slab_kl_reference(m.w_mu, m.w_rho, m.w_alpha, math.log(0.1), 2.0).sum()
+        + spike_slab_kl_reference(m.b_mu, m.b_rho, m.b_alpha, math.log(0.1), 2.0).sum()
+        for m in model
+        if hasattr(m, "w_mu")
+    )
+    torch.testing.assert_close(reference_kl(model), expected)
