@@ -149,9 +149,7 @@ def test_vd_kl_and_masks() -> None:
     expected = (layer.log_sigma2 - 2 * math.log(0.5)).clamp(-8.0, 8.0).detach()
     torch.testing.assert_close(la, expected)
     assert torch.equal(layer.kept_mask(), expected <= 3.0)
-    torch.testing.assert_close(
-        layer.kl_divergence().detach(), vd_kl_approximation(expected).sum()
-    )
+    torch.testing.assert_close(layer.kl_divergence().detach(), vd_kl_approximation(expected).sum())
     x = torch.randn(7, 4, generator=_gen(1), dtype=torch.float64)
     for mode in ("mean", "median"):
         with forward_mode(layer, mode):
@@ -337,7 +335,7 @@ def test_replicated_layer_equals_independent_layers(cls: type) -> None:
     for r in range(R):
         single = cls(4, 2, generator=_gen(), dtype=torch.float64)
         with torch.no_grad():
-            for (name, p), (_, q) in zip(
+            for (_name, p), (_, q) in zip(
                 single.named_parameters(), rep.named_parameters(), strict=True
             ):
                 p.copy_(q[r])
@@ -369,7 +367,11 @@ def test_agp_schedule_equals_formula_at_every_step() -> None:
         if t >= t0 and (t - t0) % dt == 0 and t <= t0 + n * dt:
             assert got == pytest.approx(s_f + (s_i - s_f) * (1 - (t - t0) / (n * dt)) ** 3)
     assert agp_sparsity(
-        t0 + n * dt, final_sparsity=s_f, initial_sparsity=s_i, begin_step=t0, n_updates=n,
+        t0 + n * dt,
+        final_sparsity=s_f,
+        initial_sparsity=s_i,
+        begin_step=t0,
+        n_updates=n,
         frequency=dt,
     ) == pytest.approx(s_f)
 
@@ -422,9 +424,7 @@ def test_lottery_ticket_rewinds_exactly() -> None:
     g = _gen(2)
 
     def train_fn(m: nn.Module) -> None:
-        seen.append(
-            ({k: v.detach().clone() for k, v in m.named_parameters()}, get_masks(m))
-        )
+        seen.append(({k: v.detach().clone() for k, v in m.named_parameters()}, get_masks(m)))
         train_pruned(m, X, y, epochs=3, batch_size=16, lr=1e-2, generator=g)
 
     res = lottery_ticket(model, train_fn, final_density=0.3, prune_rate=0.4, retrain=False)
@@ -461,12 +461,11 @@ def test_pruning_baselines_learn() -> None:
     model = make_mlp(6, (16,), 1, generator=_gen())
     steps_per_epoch = 4
     epochs = 150
-    pruner = AGPPruner(
-        model, final_density=0.3, begin_step=20, n_updates=20, frequency=10
-    )
+    pruner = AGPPruner(model, final_density=0.3, begin_step=20, n_updates=20, frequency=10)
     assert pruner.end_step < epochs * steps_per_epoch
-    train_pruned(model, Xtr, ytr, epochs=epochs, batch_size=100, lr=1e-2, generator=_gen(1),
-                 pruner=pruner)
+    train_pruned(
+        model, Xtr, ytr, epochs=epochs, batch_size=100, lr=1e-2, generator=_gen(1), pruner=pruner
+    )
     rmse = float(((model(Xte).squeeze(-1).detach().numpy() - ft) ** 2).mean() ** 0.5)
     assert density(model) == pytest.approx(0.3, abs=0.01)
     # Closer to f than the noisy responses are (RMSE < noise sd), while a constant

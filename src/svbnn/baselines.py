@@ -206,8 +206,6 @@ class _BaselineMixin:
         raise NotImplementedError("export_sparse is only defined for the spike-and-slab estimators")
 
 
-
-
 class _VBNNBase(_BaselineMixin):
     def __init__(
         self,

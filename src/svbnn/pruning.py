@@ -521,7 +521,9 @@ def train_pruned(
     task = Task(task)
     n = int(X.shape[0])
     if n == 0 or y.shape[0] != n:
-        raise ValueError(f"X and y must hold the same, positive number of rows: {X.shape}, {y.shape}")
+        raise ValueError(
+            f"X and y must hold the same, positive number of rows: {X.shape}, {y.shape}"
+        )
     if epochs < 0 or batch_size < 1:
         raise ValueError("epochs must be >= 0 and batch_size >= 1")
     if generator is None:

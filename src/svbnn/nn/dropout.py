@@ -64,9 +64,7 @@ def vd_kl_approximation(log_alpha: Tensor) -> Tensor:
     Tensor
         Same shape; nonnegative, 0 in the limit ``alpha -> inf``.
     """
-    neg_kl = (
-        VD_K1 * torch.sigmoid(VD_K2 + VD_K3 * log_alpha) - 0.5 * F.softplus(-log_alpha) - VD_K1
-    )
+    neg_kl = VD_K1 * torch.sigmoid(VD_K2 + VD_K3 * log_alpha) - 0.5 * F.softplus(-log_alpha) - VD_K1
     return -neg_kl
 
 
@@ -178,7 +176,9 @@ class _VDLayer(VariationalLayer):
         return (w * mask if self.prune_samples else w), self.bias
 
     def _lrt_noise(self, mean: Tensor, var: Tensor) -> Tensor:
-        eps = torch.randn(mean.shape, generator=self.generator, dtype=mean.dtype, device=mean.device)
+        eps = torch.randn(
+            mean.shape, generator=self.generator, dtype=mean.dtype, device=mean.device
+        )
         # The small constant keeps the square root differentiable where var = 0.
         return torch.addcmul(mean, torch.sqrt(var + 1e-8), eps)
 

@@ -37,7 +37,9 @@ __all__ = [
 ]
 
 
-def replicated_linear(x: Tensor, weight: Tensor, bias: Tensor | None, n_replicates: int | None) -> Tensor:
+def replicated_linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None, n_replicates: int | None
+) -> Tensor:
     """Affine map for plain or replicated layers.
 
     Parameters

@@ -110,9 +110,7 @@ def half_cauchy_scale_kl(loc: Tensor, rho: Tensor, scale: float) -> Tensor:
     return loc + log_rate - (math.log(2.0) + log_s) + log_b + _HALF_LOG_HALF_PI - 0.5
 
 
-def matrix_normal_kl(
-    mean: Tensor, row_rho: Tensor, row_factor: Tensor, col_rho: Tensor
-) -> Tensor:
+def matrix_normal_kl(mean: Tensor, row_rho: Tensor, row_factor: Tensor, col_rho: Tensor) -> Tensor:
     """``KL(MN(M, U, V) || N(0, I))`` with ``U = diag(a^2) + h h^T`` and ``V = diag(c^2)``.
 
     Parameters

@@ -1,0 +1,48 @@
+# svbnn: every target installs what it needs into a local virtual environment first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Real data live beside the checkout in ../shared/data when present; the library never
+# assumes it (loaders take a directory or SVBNN_DATA).
+SHARED_DATA := $(abspath ../shared/data)
+ifneq ($(wildcard $(SHARED_DATA)/SHA256SUMS),)
+export SVBNN_DATA ?= $(SHARED_DATA)
+endif
+THREADS ?= 2
+
+.PHONY: install demo test lint typecheck pytest test-slow bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# The CPU build of torch first (an unpinned torch would pull a multi-GB CUDA build).
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/svbnn demo --threads $(THREADS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy src
+
+pytest: $(STAMP)
+	$(PY) -m pytest -q
+
+test: lint typecheck pytest
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
