@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from scipy import integrate, stats
 from sklearn.base import clone
+from sklearn.utils.estimator_checks import check_estimator
 from torch import nn
 from torch.distributions import InverseGamma, LogNormal, Normal, kl_divergence
 
@@ -220,25 +221,27 @@ def test_matrix_normal_kl_equals_torch_kl() -> None:
 def test_half_cauchy_auxiliary_representation() -> None:
     """``a^2 | l ~ IG(1/2, 1/l)``, ``l ~ IG(1/2, 1/b^2)`` gives ``a ~ C+(0, b)`` (KS test)."""
     b = 0.7
-    torch.manual_seed(0)  # torch.distributions samples from the global generator
-    lam = InverseGamma(torch.tensor(0.5), torch.tensor(1.0 / b**2)).sample((4000,))
-    a = InverseGamma(torch.full_like(lam, 0.5), 1.0 / lam).sample().sqrt()
-    assert stats.kstest(a.numpy(), stats.halfcauchy(scale=b).cdf).pvalue > 1e-3
+    rng = np.random.default_rng(0)
+    # IG(shape, rate) = rate / Gamma(shape, 1).
+    lam = (1.0 / b**2) / rng.gamma(0.5, size=4000)
+    a = np.sqrt((1.0 / lam) / rng.gamma(0.5, size=4000))
+    assert stats.kstest(a, stats.halfcauchy(scale=b).cdf).pvalue > 1e-3
 
 
 def test_half_cauchy_scale_kl_matches_monte_carlo() -> None:
     """The closed form equals a Monte Carlo KL of the auxiliary model, and q*(l) is optimal."""
-    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
     dt = torch.float64
     loc, rho, b = torch.tensor(-0.4, dtype=dt), torch.tensor(-0.8, dtype=dt), 0.5
     s = F.softplus(rho)
     n = 400000
-    kappa = LogNormal(2 * loc, 2 * s).sample((n,))  # kappa = a^2, log a ~ N(loc, s^2)
+    # kappa = a^2 with log a ~ N(loc, s^2); unit ~ IG(1, 1) = 1 / Exp(1).
+    kappa = torch.tensor(np.exp(rng.normal(2 * float(loc), 2 * float(s), n)), dtype=dt)
+    unit = torch.tensor(1.0 / rng.gamma(1.0, size=n), dtype=dt)
     rate_opt = torch.exp(-2 * loc + 2 * s * s) + 1.0 / b**2
-    unit = InverseGamma(torch.tensor(1.0, dtype=dt), torch.tensor(1.0, dtype=dt)).sample((n,))
 
     def mc_kl(rate: torch.Tensor) -> tuple[float, float]:
-        lam = rate * unit  # IG(1, rate) by scaling, common random numbers across rates
+        lam = rate * unit  # IG(1, rate) by scaling: common random numbers across rates
         log_q = LogNormal(2 * loc, 2 * s).log_prob(kappa) + InverseGamma(
             torch.tensor(1.0, dtype=dt), rate
         ).log_prob(lam)
@@ -305,7 +308,8 @@ def test_horseshoe_local_reparameterisation_matches_structured_posterior() -> No
 
 def test_horseshoe_node_pruning_propagates() -> None:
     net = HorseshoeMLP(3, (4, 2), 1, generator=_gen(), dtype=torch.float64)
-    first, second, _ = net.layers()
+    first = net.layers()[0]
+    assert isinstance(first, HorseshoeLinear) and first.node_loc is not None
     with torch.no_grad():
         first.node_loc[1] = -30.0  # node 1 of the first hidden layer shrunk away
     masks = kept_masks(net)
@@ -347,6 +351,32 @@ def test_replicated_layer_equals_independent_layers(cls: type) -> None:
     assert rep(x).shape == (R, 5, 2)
     model = nn.Sequential(rep)
     assert kept_fraction(model).shape == (R,)
+
+
+@pytest.mark.parametrize(
+    "cls", [VariationalDropoutLinear, HorseshoeLinear], ids=lambda c: c.__name__
+)
+def test_replicated_local_reparameterisation_matches_single_layers(cls: type) -> None:
+    R, n = 2, 20000
+    rep = cls(3, 2, n_replicates=R, generator=_gen(), dtype=torch.float64)
+    with torch.no_grad():
+        if cls is HorseshoeLinear:
+            rep.row_rho.fill_(-1.0)
+            rep.node_rho.fill_(-60.0)  # deterministic scales: rows are then independent
+            rep.layer_rho.fill_(-60.0)
+        else:
+            rep.log_sigma2.fill_(-2.0)
+    x = torch.randn(R, 1, 3, generator=_gen(1), dtype=torch.float64).expand(R, n, 3)
+    out = rep(x).detach()
+    for r in range(R):
+        single = cls(3, 2, generator=_gen(r + 5), dtype=torch.float64)
+        with torch.no_grad():
+            for p, q in zip(single.parameters(), rep.parameters(), strict=True):
+                p.copy_(q[r])
+        ref = single(x[r]).detach()
+        var = 0.5 * (out[r].var(0) + ref.var(0))
+        assert torch.all((out[r].mean(0) - ref.mean(0)).abs() < 5 * (2 * var / n).sqrt())
+        assert torch.all((out[r].var(0) - ref.var(0)).abs() < 5 * var * math.sqrt(4.0 / n))
 
 
 # -- AGP ----------------------------------------------------------------------------------
@@ -398,7 +428,9 @@ def test_agp_pruner_follows_schedule() -> None:
 
 def test_magnitude_prune_keeps_the_largest_weights() -> None:
     model = make_mlp(5, (8,), 1, generator=_gen())
-    w0 = model[0].weight.detach().abs().clone()
+    lin = model[0]
+    assert isinstance(lin, nn.Linear)
+    w0 = lin.weight.detach().abs().clone()
     magnitude_prune(model, 0.25)
     mask = get_masks(model)[0].bool()
     assert int(mask.sum()) == 10
@@ -545,6 +577,21 @@ def test_estimators_clone_and_reproducible(cls: type) -> None:
     assert est.history_.loss == twin.history_.loss
     with pytest.raises(NotImplementedError):
         est.export_sparse()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", _REGRESSORS + _CLASSIFIERS, ids=lambda c: c.__name__)
+def test_sklearn_estimator_checks(cls: type) -> None:
+    check_estimator(
+        cls(
+            hidden_layer_sizes=(8,),
+            max_iter=30,
+            batch_size=64,
+            learning_rate_init=0.02,
+            n_samples_predict=5,
+            random_state=0,
+        )
+    )
 
 
 def test_estimator_rejects_bad_parameters() -> None:

@@ -34,7 +34,7 @@ def _one_thread() -> None:
 
 def test_quick_run_writes_markdown_csv_json(tmp_path: Path) -> None:
     out = tmp_path / "bench"
-    report = bench.main(["--quick", "--networks", "uci", "--no-memory", "--out", str(out)])
+    report = bench.main(["--quick", "--networks", "uci,cnn", "--no-memory", "--out", str(out)])
 
     md = (out / "bench.md").read_text()
     for heading in (
@@ -46,6 +46,7 @@ def test_quick_run_writes_markdown_csv_json(tmp_path: Path) -> None:
         assert heading in md
     assert "**1 thread(s)**" in md
     assert "UCI (8-50-1)" in md
+    assert "Fashion-MNIST CNN" in md
 
     rows = list(csv.DictReader(open(out / "bench.csv")))
     step_rows = {
@@ -56,7 +57,7 @@ def test_quick_run_writes_markdown_csv_json(tmp_path: Path) -> None:
     expected = {"dense", "svbnn", "reference"}
     if bench.bayesian_torch_available()[0]:
         expected.add("bayesian-torch")
-    assert step_rows == expected
+    assert step_rows == {(net, impl) for net in ("uci", "cnn") for impl in expected}
     for r in rows:
         if r["metric"] == "time_per_step":
             assert float(r["median"]) > 0

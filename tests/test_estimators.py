@@ -8,8 +8,14 @@ from sklearn.utils.estimator_checks import check_estimator
 
 from svbnn import SVBNNClassifier, SVBNNRegressor
 
-SMALL = dict(hidden_layer_sizes=(8,), max_iter=30, batch_size=64, learning_rate_init=0.02,
-             n_samples_predict=5, random_state=0)
+SMALL = dict(
+    hidden_layer_sizes=(8,),
+    max_iter=30,
+    batch_size=64,
+    learning_rate_init=0.02,
+    n_samples_predict=5,
+    random_state=0,
+)
 
 
 def _reg_data(n: int = 120, p: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -25,8 +31,9 @@ def _clf_data(n: int = 150, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-@pytest.mark.parametrize("est", [SVBNNRegressor(**SMALL), SVBNNClassifier(**SMALL)],
-                         ids=["regressor", "classifier"])
+@pytest.mark.parametrize(
+    "est", [SVBNNRegressor(**SMALL), SVBNNClassifier(**SMALL)], ids=["regressor", "classifier"]
+)
 def test_sklearn_estimator_checks(est: object) -> None:
     check_estimator(est)
 

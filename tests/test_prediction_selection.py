@@ -67,7 +67,9 @@ def test_credible_interval_coverage_of_draws() -> None:
     # 0.8 +- 5 s.e. of a binomial over 4000 fresh draws plus quantile error of 2000 draws.
     tol = 5 * math.sqrt(0.8 * 0.2 / 4000) + 5 * math.sqrt(0.8 * 0.2 / 2000)
     assert torch.all((inside - 0.8).abs() < tol)
-    plo, phi = prediction_interval(model, x, noise_std=1.0, level=0.8, n_samples=2000, generator=gen)
+    plo, phi = prediction_interval(
+        model, x, noise_std=1.0, level=0.8, n_samples=2000, generator=gen
+    )
     assert torch.all(phi - plo > hi - lo)
     with pytest.raises(ValueError):
         credible_interval(model, x, level=1.0)

@@ -147,7 +147,7 @@ class _BaselineMixin:
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         raise NotImplementedError
 
-    def _validate_params(self) -> None:
+    def _check_params(self) -> None:
         sizes = tuple(self.hidden_layer_sizes)
         if any(int(h) != h or h < 1 for h in sizes):
             raise ValueError(f"hidden_layer_sizes must be positive integers, got {sizes}")
@@ -169,7 +169,7 @@ class _BaselineMixin:
         return {"generator": gen, "device": self.device, "dtype": _DTYPES[self.dtype]}
 
     def _fit_module(self, X: NDArray[Any], target: Tensor, n_out: int, likelihood: Any) -> None:
-        self._validate_params()
+        self._check_params()
         n, p = X.shape
         rs = check_random_state(self.random_state)
         seed = int(rs.randint(0, 2**31 - 1))
@@ -220,7 +220,7 @@ class _VBNNBase(_BaselineMixin):
         optimizer: str = "adam",
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
-        dtype: str = "float32",
+        dtype: str = "float64",
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
         verbose: bool = False,
@@ -263,7 +263,7 @@ class VBNNClassifier(_VBNNBase, SVBNNClassifier):  # type: ignore[misc]
 
     Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
     ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype``,
+    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
     ``random_state``, ``device``, ``verbose``.
 
     Attributes
@@ -286,7 +286,7 @@ class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
 
     Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
     ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype``,
+    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
     ``random_state``, ``device``, ``verbose``.
 
     Attributes
@@ -314,7 +314,7 @@ class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
         optimizer: str = "adam",
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
-        dtype: str = "float32",
+        dtype: str = "float64",
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
         verbose: bool = False,
@@ -354,7 +354,7 @@ class _VDBase(_BaselineMixin):
         optimizer: str = "adam",
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
-        dtype: str = "float32",
+        dtype: str = "float64",
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
         verbose: bool = False,
@@ -397,7 +397,7 @@ class VDClassifier(_VDBase, SVBNNClassifier):  # type: ignore[misc]
 
     Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
     ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype``,
+    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
     ``random_state``, ``device``, ``verbose``.
 
     Attributes
@@ -419,7 +419,7 @@ class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
 
     Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
     ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype``,
+    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
     ``random_state``, ``device``, ``verbose``.
 
     Attributes
@@ -447,7 +447,7 @@ class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
         optimizer: str = "adam",
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
-        dtype: str = "float32",
+        dtype: str = "float64",
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
         verbose: bool = False,
@@ -490,7 +490,7 @@ class _HSBNNBase(_BaselineMixin):
         optimizer: str = "adam",
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
-        dtype: str = "float32",
+        dtype: str = "float64",
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
         verbose: bool = False,
@@ -541,7 +541,7 @@ class HSBNNClassifier(_HSBNNBase, SVBNNClassifier):  # type: ignore[misc]
 
     Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
     ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype``,
+    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
     ``random_state``, ``device``, ``verbose``.
 
     Attributes
@@ -563,7 +563,7 @@ class HSBNNRegressor(_HSBNNBase, SVBNNRegressor):  # type: ignore[misc]
 
     Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
     ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype``,
+    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
     ``random_state``, ``device``, ``verbose``.
 
     Attributes
@@ -594,7 +594,7 @@ class HSBNNRegressor(_HSBNNBase, SVBNNRegressor):  # type: ignore[misc]
         optimizer: str = "adam",
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
-        dtype: str = "float32",
+        dtype: str = "float64",
         random_state: int | np.random.RandomState | None = None,
         device: str = "cpu",
         verbose: bool = False,

@@ -78,12 +78,12 @@ class Task(str, Enum):
 
 
 # -- masks ------------------------------------------------------------------------------
-def prunable_layers(model: nn.Module) -> list[nn.Module]:
+def prunable_layers(model: nn.Module) -> list[nn.Linear | nn.Conv2d]:
     """The ``nn.Linear`` and ``nn.Conv2d`` submodules of ``model``, in registration order."""
     return [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
 
 
-def _layers_or_raise(model: nn.Module) -> list[nn.Module]:
+def _layers_or_raise(model: nn.Module) -> list[nn.Linear | nn.Conv2d]:
     layers = prunable_layers(model)
     if not layers:
         raise ValueError("model has no nn.Linear or nn.Conv2d layers to prune")

@@ -38,6 +38,7 @@ def draw_network(
     shown_inputs: Sequence[int] | None = None,
     relevant: Sequence[int] = (),
     title: str = "",
+    edge_word: str = "kept edge",
 ) -> None:
     """Draw a layered network: nodes per layer, the kept edges (``masks[l]`` of ``(out, in)``).
 
@@ -100,7 +101,7 @@ def draw_network(
                             ha="left", va="center", fontsize=9)
     hidden = p - len(inputs)
     if hidden > 0:
-        ax.text(0.0, -0.62, f"({hidden} other inputs,\nno kept edge)", ha="center", va="top", fontsize=7)
+        ax.text(0.0, -0.62, f"({hidden} other inputs,\nno {edge_word})", ha="center", va="top", fontsize=7)
     ax.set_xlim(-0.15, 1.1)
     ax.set_ylim(-0.75, 0.62)
     ax.axis("off")
@@ -173,7 +174,10 @@ def plot_lambda_sweep(
         ax.legend(fontsize=8)
     if teacher is not None:
         masks, weights, relevant = teacher
-        draw_network(axes[2], masks, weights=weights, relevant=relevant, title="(c) teacher network")
+        draw_network(
+            axes[2], masks, weights=weights, relevant=relevant,
+            title="(c) teacher network", edge_word="edge",
+        )
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()

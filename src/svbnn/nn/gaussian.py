@@ -17,6 +17,7 @@ other baselines' layers.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -284,8 +285,8 @@ class VariationalMLP(nn.Module):
         Output dimension.
     activation : str
         Hidden activation (``relu``, ``tanh``, ``sigmoid``/``logistic``, ``identity``).
-    layer_cls : type
-        The layer class, called as ``layer_cls(in, out, **kwargs)``.
+    layer_cls : callable
+        The layer class (or factory), called as ``layer_cls(in, out, **kwargs)``.
     output_kwargs : dict, optional
         Keyword arguments that replace ``layer_kwargs`` entries for the output layer only.
     **layer_kwargs
@@ -301,7 +302,7 @@ class VariationalMLP(nn.Module):
         out_features: int,
         activation: str = "relu",
         *,
-        layer_cls: type[VariationalLayer],
+        layer_cls: Callable[..., VariationalLayer],
         output_kwargs: dict[str, Any] | None = None,
         **layer_kwargs: Any,
     ) -> None:

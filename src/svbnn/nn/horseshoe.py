@@ -371,7 +371,9 @@ class HorseshoeLinear(VariationalLayer):
         # x^T U x for every row, times the output-side variances c_k^2.
         var = (quad + proj * proj).unsqueeze(-1) * (c * c).unsqueeze(-2)
         eps = torch.randn(mean.shape, generator=self.generator, dtype=x.dtype, device=x.device)
-        pre = torch.addcmul(mean, torch.sqrt(var), eps)
+        # var > 0 mathematically; the floor only guards the square root's gradient against
+        # underflow of very small a and h in float32.
+        pre = torch.addcmul(mean, torch.sqrt(var.clamp_min(torch.finfo(var.dtype).tiny)), eps)
         scales = self.sample_scales()
         return pre * (scales if self.n_replicates is None else scales.unsqueeze(1))
 
@@ -383,7 +385,8 @@ class HorseshoeLinear(VariationalLayer):
             return F.linear(x, w, b)
         if x.dim() != 3 or x.shape[0] != self.n_replicates:
             raise ValueError(
-                f"replicated layer expects input (R={self.n_replicates}, m, in), got {tuple(x.shape)}"
+                f"replicated layer expects input (R={self.n_replicates}, m, in), "
+                f"got {tuple(x.shape)}"
             )
         out = torch.bmm(x, w.transpose(1, 2))
         return out if b is None else out + b.unsqueeze(1)
