@@ -27,8 +27,8 @@ demo: $(STAMP)
 	$(VENV)/bin/svbnn demo --threads $(THREADS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
+	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src

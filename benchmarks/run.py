@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -382,10 +383,12 @@ def time_interleaved(
     for name, fn in fns.items():
         for _ in range(warmup):
             fn()
-        t0 = time.perf_counter()
-        fn()
-        one = time.perf_counter() - t0
-        k[name] = max(1, math.ceil(min_block_s / max(one, 1e-9)))
+        k[name] = 1
+        if min_block_s > 0:  # calibrate the block length on one more step
+            t0 = time.perf_counter()
+            fn()
+            one = time.perf_counter() - t0
+            k[name] = max(1, math.ceil(min_block_s / max(one, 1e-9)))
     out = {name: Timing([], k[name]) for name in fns}
     gc.collect()
     for _ in range(rounds):
@@ -458,33 +461,29 @@ def memory_child(config: str, threads: int, cnn_hidden: int, cnn_batch: int, ste
     )
 
 
-def measure_memory(configs: list[str], args: argparse.Namespace) -> dict[str, dict[str, int] | str]:
-    """Run one subprocess per configuration; returns bytes, or an error string."""
-    out: dict[str, dict[str, int] | str] = {}
-    for config in configs:
-        cmd = [
-            sys.executable,
-            "-m",
-            "benchmarks.run",
-            "--memory-child",
-            config,
-            "--threads",
-            str(args.threads),
-            "--cnn-hidden",
-            str(args.cnn_hidden),
-            "--cnn-batch",
-            str(args.cnn_batch),
-            "--memory-steps",
-            str(args.memory_steps),
-        ]
-        root = Path(__file__).resolve().parent.parent
+def measure_memory(
+    configs: list[str], args: argparse.Namespace, workers: int = 1
+) -> dict[str, dict[str, int] | str]:
+    """Run one subprocess per configuration; returns bytes, or an error string.
+
+    ``workers`` subprocesses may run at once: a process's peak RSS does not depend on
+    what else the machine is doing (only run this after the timings).
+    """
+    root = Path(__file__).resolve().parent.parent
+
+    def one(config: str) -> dict[str, int] | str:
+        cmd = [sys.executable, "-m", "benchmarks.run", "--memory-child", config]
+        cmd += ["--threads", str(args.threads), "--cnn-hidden", str(args.cnn_hidden)]
+        cmd += ["--cnn-batch", str(args.cnn_batch), "--memory-steps", str(args.memory_steps)]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False)
         if proc.returncode != 0:
-            out[config] = f"failed: {proc.stderr.strip().splitlines()[-1:]}"
-            continue
-        rec = json.loads(proc.stdout.strip().splitlines()[-1])
-        out[config] = rec
-    return out
+            return f"failed: {proc.stderr.strip().splitlines()[-1:]}"
+        rec: dict[str, int] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return rec
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results = list(pool.map(one, configs))
+    return dict(zip(configs, results, strict=True))
 
 
 # -- profiling -----------------------------------------------------------------------------
@@ -838,6 +837,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="fraction of MNIST weights with phi > 0.5 for the export benchmark",
     )
     p.add_argument("--memory-steps", type=int, default=3)
+    p.add_argument(
+        "--memory-workers",
+        type=int,
+        default=2,
+        help="memory subprocesses run at once (after the timings; peak RSS is unaffected)",
+    )
     p.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
@@ -902,7 +907,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
         configs += [f"rep{N_REPLICATES}:{SVBNN}", f"rep1:{SVBNN}"]
         if args.quick:  # each subprocess pays the torch import: keep the smoke test short
             configs = [f"{nets[0].key}:{DENSE}", f"{nets[0].key}:{SVBNN}"]
-        mem = measure_memory(configs, args)
+        mem = measure_memory(configs, args, workers=args.memory_workers)
         for config, rec in mem.items():
             what, impl = config.split(":")
             if isinstance(rec, str):
