@@ -6,6 +6,14 @@ Inference for Sparse Deep Learning with Theoretical Guarantee".
 
 import logging
 
+from .baselines import (
+    HSBNNClassifier,
+    HSBNNRegressor,
+    VBNNClassifier,
+    VBNNRegressor,
+    VDClassifier,
+    VDRegressor,
+)
 from .estimators import SVBNNClassifier, SVBNNRegressor
 from .priors import (
     SpikeSlabPrior,
@@ -19,6 +27,12 @@ __version__ = "0.1.0"
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
+    "HSBNNClassifier",
+    "HSBNNRegressor",
+    "VBNNClassifier",
+    "VBNNRegressor",
+    "VDClassifier",
+    "VDRegressor",
     "SVBNNClassifier",
     "SVBNNRegressor",
     "SpikeSlabPrior",

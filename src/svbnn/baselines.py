@@ -26,16 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from sklearn.utils import check_random_state
 from torch import Tensor, nn
 
 from .estimators import _DTYPES, SVBNNClassifier, SVBNNRegressor
-from .nn.base import VariationalLayer, set_generator, variational_layers
+from .nn.base import VariationalLayer, variational_layers
 from .nn.dropout import VariationalDropoutMLP
 from .nn.gaussian import GaussianMLP
 from .nn.horseshoe import HorseshoeLinear, HorseshoeMLP
 from .selection import ExportReport
-from .training import History, Optimizer, train
 
 __all__ = [
     "HSBNNClassifier",
@@ -125,9 +123,9 @@ def kept_features(model: nn.Module) -> NDArray[np.int64] | list[NDArray[np.int64
 class _BaselineMixin:
     """Fitting logic of the baselines' estimators; sits before the SVBNN estimator in the MRO.
 
-    The spike-and-slab estimators' ``_fit_module`` computes inclusion probabilities, which
-    these networks do not have; this one trains with the same loop and seeding and records
-    the baselines' summaries instead.
+    Training, seeding and prediction are the SVBNN estimators'; only the network
+    (``_build_module``), the prior settings (``_prepare``, none) and the fitted summaries
+    (``_summarize``: kept masks instead of inclusion probabilities) differ.
     """
 
     # Declared for mypy; set by the concrete estimators' __init__.
@@ -147,55 +145,13 @@ class _BaselineMixin:
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         raise NotImplementedError
 
-    def _check_params(self) -> None:
-        sizes = tuple(self.hidden_layer_sizes)
-        if any(int(h) != h or h < 1 for h in sizes):
-            raise ValueError(f"hidden_layer_sizes must be positive integers, got {sizes}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        Optimizer(self.optimizer)
-        for name in ("batch_size", "max_iter", "n_mc_train", "n_samples_predict"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < (0 if name == "max_iter" else 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-
-    def _tensor(self, a: NDArray[Any]) -> Tensor:
-        # fit() converts y before _fit_module validates: check dtype here for a clear error.
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        return torch.tensor(np.asarray(a), dtype=_DTYPES[self.dtype], device=self.device)
+    def _prepare(self, n: int, p: int, n_out: int) -> None:
+        """The baselines have no data-dependent prior settings."""
 
     def _layer_common(self, gen: torch.Generator) -> dict[str, Any]:
         return {"generator": gen, "device": self.device, "dtype": _DTYPES[self.dtype]}
 
-    def _fit_module(self, X: NDArray[Any], target: Tensor, n_out: int, likelihood: Any) -> None:
-        self._check_params()
-        n, p = X.shape
-        rs = check_random_state(self.random_state)
-        seed = int(rs.randint(0, 2**31 - 1))
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(seed)
-        model = self._build_module(p, n_out, gen)
-        self.history_: History = train(
-            model,
-            self._tensor(X),
-            target,
-            likelihood,
-            epochs=int(self.max_iter),
-            batch_size=int(self.batch_size),
-            lr=float(self.learning_rate_init),
-            optimizer=self.optimizer,
-            n_mc=int(self.n_mc_train),
-            generator=gen,
-            verbose=bool(self.verbose),
-            track_sparsity=False,
-        )
-        # Generators are process-local state: keep the fitted estimator picklable.
-        set_generator(model, None)
-        self.module_ = model
-        self.n_iter_ = int(self.max_iter)
-        self.loss_curve_ = list(self.history_.loss)
-        self._predict_seed_ = int(rs.randint(0, 2**31 - 1))
+    def _summarize(self, model: nn.Module) -> None:
         self.kept_masks_ = [w.cpu().numpy() for w, _ in kept_masks(model)]
         self.sparsity_ = float(kept_fraction(model))
         self.density_ = self.sparsity_

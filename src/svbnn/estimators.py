@@ -34,7 +34,7 @@ from .selection import (
     sparsity,
     spike_slab_layers,
 )
-from .training import History, train
+from .training import History, Optimizer, train
 
 __all__ = ["SVBNNClassifier", "SVBNNRegressor"]
 
@@ -101,17 +101,16 @@ class _SVBNNBase(BaseEstimator):
             raise ValueError(f"hidden_layer_sizes must be positive integers, got {sizes}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        Sampler(self.sampler)
+        Optimizer(self.optimizer)
         for name in ("batch_size", "max_iter", "n_mc_train", "n_samples_predict"):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < (0 if name == "max_iter" else 1):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if isinstance(self.prior_inclusion, str) and self.prior_inclusion != "opt":
-            raise ValueError(
-                f"prior_inclusion must be 'opt' or a float in (0, 1), got {self.prior_inclusion!r}"
-            )
 
     def _tensor(self, a: NDArray[Any]) -> Tensor:
+        # fit() converts y before _fit_module runs: check the dtype here for a clear error.
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         return torch.tensor(np.asarray(a), dtype=_DTYPES[self.dtype], device=self.device)
 
     def _resolve_log_lambda(self, n: int, p: int, n_out: int) -> float:
@@ -139,6 +138,27 @@ class _SVBNNBase(BaseEstimator):
             dtype=_DTYPES[self.dtype],
         )
 
+    def _prepare(self, n: int, p: int, n_out: int) -> None:
+        """Settings that depend on the data size (SVBNN: the prior inclusion lambda)."""
+        Sampler(self.sampler)
+        if isinstance(self.prior_inclusion, str) and self.prior_inclusion != "opt":
+            raise ValueError(
+                f"prior_inclusion must be 'opt' or a float in (0, 1), got {self.prior_inclusion!r}"
+            )
+        self.log_lambda_ = self._resolve_log_lambda(n, p, n_out)
+        self.lambda_ = math.exp(self.log_lambda_)
+
+    def _summarize(self, model: torch.nn.Module) -> None:
+        """Fitted summaries of the posterior (SVBNN: inclusion probabilities, selection)."""
+        self.inclusion_probs_ = [
+            layer.inclusion_probs()["weight"].cpu().numpy() for layer in spike_slab_layers(model)
+        ]
+        self.sparsity_ = float(sparsity(model))
+        self.density_ = float(density(model))
+        sel = selected_features(model)
+        assert isinstance(sel, np.ndarray)
+        self.selected_features_ = sel
+
     def _fit_module(self, X: NDArray[Any], target: Tensor, n_out: int, likelihood: Any) -> None:
         self._check_params()
         n, p = X.shape
@@ -146,8 +166,7 @@ class _SVBNNBase(BaseEstimator):
         seed = int(rs.randint(0, 2**31 - 1))
         gen = torch.Generator(device=self.device)
         gen.manual_seed(seed)
-        self.log_lambda_ = self._resolve_log_lambda(n, p, n_out)
-        self.lambda_ = math.exp(self.log_lambda_)
+        self._prepare(n, p, n_out)
         model = self._build_module(p, n_out, gen)
         self.history_: History = train(
             model,
@@ -169,14 +188,7 @@ class _SVBNNBase(BaseEstimator):
         self.n_iter_ = int(self.max_iter)
         self.loss_curve_ = list(self.history_.loss)
         self._predict_seed_ = int(rs.randint(0, 2**31 - 1))
-        self.inclusion_probs_ = [
-            layer.inclusion_probs()["weight"].cpu().numpy() for layer in spike_slab_layers(model)
-        ]
-        self.sparsity_ = float(sparsity(model))
-        self.density_ = float(density(model))
-        sel = selected_features(model)
-        assert isinstance(sel, np.ndarray)
-        self.selected_features_ = sel
+        self._summarize(model)
 
     def _predict_generator(self) -> torch.Generator:
         gen = torch.Generator(device=self.device)

@@ -10,6 +10,14 @@ from .base import (
     set_generator,
     variational_layers,
 )
+from .dropout import (
+    VariationalDropoutConv2d,
+    VariationalDropoutLinear,
+    VariationalDropoutMLP,
+    vd_kl_approximation,
+)
+from .gaussian import GaussianConv2d, GaussianLinear, GaussianMLP, VariationalMLP
+from .horseshoe import HorseshoeLinear, HorseshoeMLP, half_cauchy_scale_kl, matrix_normal_kl
 from .spike_slab import (
     SpikeSlabConv2d,
     SpikeSlabLinear,
@@ -20,6 +28,18 @@ from .spike_slab import (
 )
 
 __all__ = [
+    "GaussianConv2d",
+    "GaussianLinear",
+    "GaussianMLP",
+    "HorseshoeLinear",
+    "HorseshoeMLP",
+    "VariationalDropoutConv2d",
+    "VariationalDropoutLinear",
+    "VariationalDropoutMLP",
+    "VariationalMLP",
+    "half_cauchy_scale_kl",
+    "matrix_normal_kl",
+    "vd_kl_approximation",
     "ForwardMode",
     "Sampler",
     "SpikeSlabConv2d",
