@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._kernels import kernels, kl_forward
 from .priors import log1mexp
 
 __all__ = [
@@ -42,24 +43,8 @@ def log_softplus(rho: Tensor) -> Tensor:
     return torch.where(rho < -20.0, rho, torch.log(F.softplus(rho)))
 
 
-def _kl_terms(
-    mu: Tensor, rho: Tensor, alpha: Tensor, log_lam: Tensor, log_sigma0: float
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Elementwise KL and the pieces its gradient reuses."""
-    var0 = math.exp(2.0 * log_sigma0)
-    sigma = F.softplus(rho)
-    phi = torch.sigmoid(alpha)
-    log_phi = F.logsigmoid(alpha)
-    log_1mphi = F.logsigmoid(-alpha)
-    log_1mlam = log1mexp(log_lam)
-    # KL(N(mu, sigma^2) || N(0, sigma_0^2)), the slab part.
-    slab = log_sigma0 - log_softplus(rho) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
-    kl = phi * (log_phi - log_lam) + (1.0 - phi) * (log_1mphi - log_1mlam) + phi * slab
-    return kl, phi, sigma, slab + (log_lam.neg() + log_1mlam)
-
-
 class _SpikeSlabKL(torch.autograd.Function):
-    """Sum of the elementwise KL over ``reduce_dims`` with an analytic backward pass."""
+    """KL summed over the last dimension, with an analytic (fused) backward pass."""
 
     @staticmethod
     def forward(
@@ -69,27 +54,24 @@ class _SpikeSlabKL(torch.autograd.Function):
         alpha: Tensor,
         log_lam: Tensor,
         log_sigma0: float,
-        reduce_dims: tuple[int, ...],
     ) -> Tensor:
-        kl, phi, sigma, slab_plus_logit_lam = _kl_terms(mu, rho, alpha, log_lam, log_sigma0)
-        ctx.save_for_backward(mu, rho, alpha, phi, sigma, slab_plus_logit_lam)
-        ctx.log_sigma0 = log_sigma0
-        ctx.reduce_dims = reduce_dims
-        return kl.sum(dim=reduce_dims)
+        log_1mlam = log1mexp(log_lam)
+        var0 = math.exp(2.0 * log_sigma0)
+        ctx.save_for_backward(mu, rho, alpha, log_lam, log_1mlam)
+        ctx.consts = (log_sigma0, var0)
+        out: Tensor = kernels()["kl_sum_forward"](
+            mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
+        )
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        mu, rho, alpha, phi, sigma, slab_plus_logit_lam = ctx.saved_tensors
-        var0 = math.exp(2.0 * ctx.log_sigma0)
-        g = grad
-        for d in sorted(ctx.reduce_dims):
-            g = g.unsqueeze(d)
-        g_phi = g * phi
-        # d/dalpha: phi(1-phi) [logit(phi) - logit(lambda) + slab]
-        g_alpha = g_phi * (1.0 - phi) * (alpha + slab_plus_logit_lam)
-        g_mu = g_phi * mu / var0
-        g_rho = g_phi * (sigma / var0 - 1.0 / sigma) * torch.sigmoid(rho)
-        return g_mu, g_rho, g_alpha, None, None, None
+        mu, rho, alpha, log_lam, log_1mlam = ctx.saved_tensors
+        log_sigma0, var0 = ctx.consts
+        g_mu, g_rho, g_alpha = kernels()["kl_backward"](
+            grad.unsqueeze(-1), mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
+        )
+        return g_mu, g_rho, g_alpha, None, None
 
 
 def spike_slab_kl(
@@ -98,33 +80,33 @@ def spike_slab_kl(
     alpha: Tensor,
     log_inclusion: Tensor | float,
     prior_variance: float,
-    reduce_dims: tuple[int, ...] | None = None,
+    batch_dims: int = 0,
 ) -> Tensor:
     """Exact KL(q || pi) of independent spike-and-slab parameters, summed.
 
     Parameters
     ----------
     mu, rho, alpha : Tensor
-        Variational parameters, all of one shape ``S``; ``sigma = softplus(rho)``,
+        Variational parameters, all of one shape ``(*B, *S)``; ``sigma = softplus(rho)``,
         ``phi = sigmoid(alpha)``.
     log_inclusion : Tensor or float
-        ``log(lambda)``, broadcastable to ``S`` (e.g. one value per replicate of shape
-        ``(R, 1, 1)``), finite and negative.
+        ``log(lambda)``, finite and negative: a scalar, or one value per batch index
+        (shape ``B``, e.g. one per replicate).
     prior_variance : float
         Slab variance ``sigma_0^2``.
-    reduce_dims : tuple of int, optional
-        Dimensions to sum over; all by default.
+    batch_dims : int
+        Number of leading dimensions ``B`` that are kept (0: one scalar total).
 
     Returns
     -------
     Tensor
-        KL summed over ``reduce_dims`` (a scalar by default).
+        KL summed over ``S``: shape ``B``.
     """
-    if reduce_dims is None:
-        reduce_dims = tuple(range(mu.dim()))
+    batch = mu.shape[:batch_dims]
     log_lam = torch.as_tensor(log_inclusion, dtype=mu.dtype, device=mu.device)
-    log_sigma0 = 0.5 * math.log(prior_variance)
-    out: Tensor = _SpikeSlabKL.apply(mu, rho, alpha, log_lam, log_sigma0, reduce_dims)
+    log_lam = log_lam.reshape(*batch, 1) if log_lam.numel() > 1 else log_lam.reshape(())
+    flat = [t.reshape(*batch, -1) for t in (mu, rho, alpha)]
+    out: Tensor = _SpikeSlabKL.apply(*flat, log_lam, 0.5 * math.log(prior_variance))
     return out
 
 
@@ -133,7 +115,9 @@ def spike_slab_kl_reference(
 ) -> Tensor:
     """Elementwise KL through plain autograd; the reference the fused version is tested against."""
     log_lam = torch.as_tensor(log_inclusion, dtype=mu.dtype, device=mu.device)
-    return _kl_terms(mu, rho, alpha, log_lam, 0.5 * math.log(prior_variance))[0]
+    return kl_forward(
+        mu, rho, alpha, log_lam, log1mexp(log_lam), 0.5 * math.log(prior_variance), prior_variance
+    )
 
 
 class Likelihood(str, Enum):

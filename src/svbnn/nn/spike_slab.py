@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._kernels import kernels
 from ..objectives import spike_slab_kl
 from ..priors import resolve_log_inclusion
 from .base import ForwardMode, Sampler, VariationalLayer
@@ -37,31 +38,23 @@ class _GumbelSpikeSlab(torch.autograd.Function):
 
     Forward: ``theta = 1[eta > 0] (mu + sigma eps)``, ``eta = alpha + logit(u)``.
     Backward uses the relaxed gate ``g~ = sigmoid(eta / tau)`` (Algorithm 1), i.e. the same
-    gradients as autograd through ``gate = g + g~ - g~.detach()``.
+    gradients as autograd through ``gate = g + g~ - g~.detach()``. Only the inputs are
+    saved; the backward kernel recomputes what it needs in the same pass.
     """
 
     @staticmethod
     def forward(
         ctx: Any, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
     ) -> Tensor:
-        sigma = F.softplus(rho)
-        slab = torch.addcmul(mu, sigma, eps)
-        eta = alpha + torch.logit(u)
-        hard = eta > 0
-        if ctx.needs_input_grad[2]:
-            soft = torch.sigmoid(eta / tau)
-            # d gate / d alpha of the relaxed gate: g~ (1 - g~) / tau.
-            ctx.save_for_backward(hard, slab, eps, rho, soft * (1.0 - soft) / tau)
-        else:
-            ctx.save_for_backward(hard, slab, eps, rho, None)
-        return slab * hard
+        ctx.save_for_backward(mu, rho, alpha, u, eps)
+        ctx.tau = tau
+        out: Tensor = kernels()["gumbel_forward"](mu, rho, alpha, u, eps)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        hard, slab, eps, rho, dsoft = ctx.saved_tensors
-        g_mu = grad * hard
-        g_rho = g_mu * eps * torch.sigmoid(rho) if ctx.needs_input_grad[1] else None
-        g_alpha = grad * slab * dsoft if dsoft is not None else None
+        mu, rho, alpha, u, eps = ctx.saved_tensors
+        g_mu, g_rho, g_alpha = kernels()["gumbel_backward"](grad, mu, rho, alpha, u, eps, ctx.tau)
         return g_mu, g_rho, g_alpha, None, None, None
 
 
@@ -229,13 +222,15 @@ class _SpikeSlabLayer(VariationalLayer):
         return w
 
     def kl_divergence(self) -> Tensor:
-        log_lam = self.log_prior_inclusion
-        if self.n_replicates is not None:
-            log_lam = log_lam.reshape(-1, 1, 1) if log_lam.dim() == 1 else log_lam
-            return spike_slab_kl(
-                self.mu, self.rho, self.alpha, log_lam, self.prior_variance, reduce_dims=(1, 2)
-            )
-        return spike_slab_kl(self.mu, self.rho, self.alpha, log_lam, self.prior_variance)
+        batch_dims = 0 if self.n_replicates is None else 1
+        return spike_slab_kl(
+            self.mu,
+            self.rho,
+            self.alpha,
+            self.log_prior_inclusion,
+            self.prior_variance,
+            batch_dims=batch_dims,
+        )
 
     # -- sampling ----------------------------------------------------------------------
     def sample_flat(self) -> Tensor:

@@ -1,0 +1,46 @@
+"""The compiled kernel backend computes what the eager one computes."""
+
+import pytest
+import torch
+
+import svbnn._kernels as K
+from svbnn.nn import SpikeSlabMLP, set_generator
+from svbnn.objectives import GaussianLikelihood
+from svbnn.training import negative_elbo
+
+
+def _grads(backend: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    K.set_backend(backend)
+    try:
+        model = SpikeSlabMLP(
+            6,
+            (5, 4),
+            1,
+            generator=torch.Generator().manual_seed(0),
+            dtype=torch.float64,
+            log_prior_inclusion=-7.0,
+        )
+        set_generator(model, torch.Generator().manual_seed(1))
+        g = torch.Generator().manual_seed(2)
+        x = torch.randn(16, 6, generator=g, dtype=torch.float64)
+        y = torch.randn(16, generator=g, dtype=torch.float64)
+        loss, _, _ = negative_elbo(model, GaussianLikelihood(), x, y, n_train=100)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    finally:
+        K.set_backend("eager")
+
+
+@pytest.mark.slow
+def test_compiled_backend_matches_eager() -> None:
+    loss_e, grads_e = _grads("eager")
+    loss_c, grads_c = _grads("compiled")
+    torch.testing.assert_close(loss_c, loss_e, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_c, grads_e, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_backend_switch() -> None:
+    assert K.backend() is K.Backend.EAGER
+    with pytest.raises(ValueError):
+        K.set_backend("fast")
