@@ -104,7 +104,7 @@ class ReferenceSpikeSlabLinear(_ReferenceSpikeSlab):
     """Spike-and-slab linear layer: ``(m, in) -> (m, out)``, one fresh draw per call."""
 
     def __init__(self, in_features: int, out_features: int, **kwargs: float) -> None:
-        super().__init__((out_features, in_features), in_features, **kwargs)  # type: ignore[arg-type]
+        super().__init__((out_features, in_features), in_features, **kwargs)
 
     def forward(self, x: Tensor) -> Tensor:
         w, b = self.weights()
@@ -123,7 +123,7 @@ class ReferenceSpikeSlabConv2d(_ReferenceSpikeSlab):
         **kwargs: float,
     ) -> None:
         shape = (out_channels, in_channels, kernel_size, kernel_size)
-        super().__init__(shape, in_channels * kernel_size**2, **kwargs)  # type: ignore[arg-type]
+        super().__init__(shape, in_channels * kernel_size**2, **kwargs)
         self.padding = padding
 
     def forward(self, x: Tensor) -> Tensor:

@@ -50,7 +50,7 @@ def test_quick_run_writes_markdown_csv_json(tmp_path: Path) -> None:
 
     rows = list(csv.DictReader(open(out / "bench.csv")))
     step_rows = {
-        r["implementation"]
+        (r["network"], r["implementation"])
         for r in rows
         if r["metric"] == "time_per_step" and r["section"] == "train_step"
     }
