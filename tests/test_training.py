@@ -8,6 +8,7 @@ import torch
 
 from svbnn.nn import SpikeSlabMLP, kl_divergence, set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
+from svbnn.prediction import predictive_mean
 from svbnn.training import negative_elbo, train
 
 D = torch.float64
@@ -62,8 +63,11 @@ def test_training_reduces_loss_and_records_history() -> None:
     )
     assert hist.epoch == list(range(1, 61))
     assert len(hist.loss) == len(hist.nll) == len(hist.kl) == len(hist.sparsity) == 60
-    assert hist.loss[-1] < 0.2 * hist.loss[0]
+    assert hist.loss[-1] < 0.5 * hist.loss[0]
     assert all(0.0 < s <= 1.0 for s in hist.sparsity)
+    # The fit explains most of the variance of y (sd about 2.1; the noise sd is 0.1).
+    rmse = float((predictive_mean(model, X, 30).squeeze(-1) - y).pow(2).mean().sqrt())
+    assert rmse < 0.25 * float(y.std())
 
 
 def test_same_seed_same_fit_and_checkpoint_resume_is_bit_for_bit(tmp_path: Path) -> None:

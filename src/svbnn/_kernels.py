@@ -8,8 +8,10 @@ with :func:`set_backend` or ``SVBNN_KERNELS=compiled``. Both backends compute th
 formulas; the compiled one may differ in the last bits (different operation order), so a
 seed reproduces a run within one backend.
 
-The backward kernels recompute the forward intermediates from the saved inputs
-(``mu, rho, alpha, u, eps``) instead of saving them: fewer bytes written and read.
+Eager, every operation is a separate pass, so the forward saves its intermediates for the
+backward. Compiled, a pass is cheap and bytes are what cost, so the backward recomputes the
+intermediates from the saved inputs (``mu, rho, alpha, u, eps``) in the same fused loop;
+the compiled kernels see 1-D views (one compiled graph serves every layer shape).
 """
 
 from __future__ import annotations
@@ -45,6 +47,24 @@ def gumbel_forward(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tenso
     """``1[alpha + logit(u) > 0] * (mu + softplus(rho) eps)``."""
     slab = mu + F.softplus(rho) * eps
     return torch.where(alpha + (torch.log(u) - torch.log1p(-u)) > 0, slab, torch.zeros_like(slab))
+
+
+def gumbel_forward_saving(
+    mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Eager forward that also returns what :func:`gumbel_backward_saved` needs."""
+    slab = torch.addcmul(mu, F.softplus(rho), eps)
+    eta = alpha + torch.logit(u)
+    hard = eta > 0
+    soft = torch.sigmoid(eta / tau)
+    return slab * hard, (hard, slab, eps * torch.sigmoid(rho), soft * (1.0 - soft) / tau)
+
+
+def gumbel_backward_saved(grad: Tensor, saved: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Eager straight-through gradients from the saved intermediates."""
+    hard, slab, deps, dsoft = saved
+    g_mu = grad * hard
+    return g_mu, g_mu * deps, grad * slab * dsoft
 
 
 def gumbel_backward(
@@ -90,6 +110,36 @@ def kl_sum_forward(
 ) -> Tensor:
     """KL summed over the last dimension (callers pass ``(-1,)`` or ``(R, -1)`` views)."""
     return kl_forward(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0).sum(-1)
+
+
+def kl_forward_saving(
+    mu: Tensor,
+    rho: Tensor,
+    alpha: Tensor,
+    log_lam: Tensor,
+    log_1mlam: Tensor,
+    log_sigma0: float,
+    var0: float,
+) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Eager KL summed over the last dimension, plus what :func:`kl_backward_saved` needs."""
+    sigma = F.softplus(rho)
+    phi = torch.sigmoid(alpha)
+    slab = log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
+    kl = (
+        phi * (F.logsigmoid(alpha) - log_lam)
+        + (1.0 - phi) * (F.logsigmoid(-alpha) - log_1mlam)
+        + phi * slab
+    )
+    # d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab]
+    d_alpha = phi * (1.0 - phi) * (alpha + (slab - log_lam + log_1mlam))
+    d_mu = phi * mu / var0
+    d_rho = phi * (sigma / var0 - 1.0 / sigma) * torch.sigmoid(rho)
+    return kl.sum(-1), (d_mu, d_rho, d_alpha)
+
+
+def kl_backward_saved(grad: Tensor, saved: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """Eager KL gradients: the saved elementwise derivatives times ``grad``."""
+    return tuple(grad * d for d in saved)
 
 
 def kl_backward(

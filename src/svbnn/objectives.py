@@ -22,7 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._kernels import kernels, kl_forward
+from ._kernels import (
+    Backend,
+    backend,
+    kernels,
+    kl_backward_saved,
+    kl_forward,
+    kl_forward_saving,
+)
 from .priors import log1mexp
 
 __all__ = [
@@ -44,7 +51,11 @@ def log_softplus(rho: Tensor) -> Tensor:
 
 
 class _SpikeSlabKL(torch.autograd.Function):
-    """KL summed over the last dimension, with an analytic (fused) backward pass."""
+    """KL summed over the last dimension, with an analytic (fused) backward pass.
+
+    Eager, the forward also evaluates the three elementwise derivatives (they share every
+    intermediate with the KL); compiled, the backward recomputes them in one fused loop.
+    """
 
     @staticmethod
     def forward(
@@ -57,20 +68,28 @@ class _SpikeSlabKL(torch.autograd.Function):
     ) -> Tensor:
         log_1mlam = log1mexp(log_lam)
         var0 = math.exp(2.0 * log_sigma0)
-        ctx.save_for_backward(mu, rho, alpha, log_lam, log_1mlam)
-        ctx.consts = (log_sigma0, var0)
-        out: Tensor = kernels()["kl_sum_forward"](
-            mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
-        )
-        return out
+        ctx.compiled = backend() is Backend.COMPILED
+        if ctx.compiled:
+            ctx.save_for_backward(mu, rho, alpha, log_lam, log_1mlam)
+            ctx.consts = (log_sigma0, var0)
+            out: Tensor = kernels()["kl_sum_forward"](
+                mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
+            )
+            return out
+        kl, derivs = kl_forward_saving(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0)
+        ctx.save_for_backward(*derivs)
+        return kl
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        mu, rho, alpha, log_lam, log_1mlam = ctx.saved_tensors
-        log_sigma0, var0 = ctx.consts
-        g_mu, g_rho, g_alpha = kernels()["kl_backward"](
-            grad.unsqueeze(-1), mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
-        )
+        if ctx.compiled:
+            mu, rho, alpha, log_lam, log_1mlam = ctx.saved_tensors
+            log_sigma0, var0 = ctx.consts
+            g_mu, g_rho, g_alpha = kernels()["kl_backward"](
+                grad.unsqueeze(-1), mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
+            )
+        else:
+            g_mu, g_rho, g_alpha = kl_backward_saved(grad.unsqueeze(-1), ctx.saved_tensors)
         return g_mu, g_rho, g_alpha, None, None
 
 

@@ -250,6 +250,10 @@ def export_sparse(
                 replace(child)
 
     replace(out)
+    for module in out.modules():
+        release = getattr(module, "_release_flat_storage", None)
+        if release is not None:
+            release()
     out.eval()
     for p in out.parameters():
         p.requires_grad_(False)

@@ -237,22 +237,28 @@ def train(
             ckpt,
         )
 
+    if replicated:
+        R = int(X.shape[0])
+        X_rows, y_rows = X.reshape(R * n, *X.shape[2:]), y.reshape(R * n, *y.shape[2:])
+        offsets = (torch.arange(R, device=X.device) * n).unsqueeze(1)
     m = min(batch_size, n)
     n_batches = math.ceil(n / m)
     model.train()
     bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
     for epoch in bar:
         if replicated:
-            R = X.shape[0]
             order = torch.argsort(torch.rand(R, n, generator=generator, device=X.device), dim=1)
-            rows = torch.arange(R, device=X.device).unsqueeze(1)
         else:
             order = torch.randperm(n, generator=generator, device=X.device)
         tot_loss = tot_nll = tot_kl = torch.zeros((), device=X.device)
         for b in range(n_batches):
             if replicated:
-                idx = order[:, b * m : (b + 1) * m]
-                xb, yb = X[rows, idx], y[rows, idx]
+                # One index_select on the (R n, ...) view: a third of the cost of the
+                # advanced-indexing gather X[rows, idx] (measured by the benchmarks).
+                flat_idx = (order[:, b * m : (b + 1) * m] + offsets).reshape(-1)
+                mb = flat_idx.numel() // R
+                xb = X_rows.index_select(0, flat_idx).view(R, mb, *X.shape[2:])
+                yb = y_rows.index_select(0, flat_idx).view(R, mb, *y.shape[2:])
             else:
                 idx = order[b * m : (b + 1) * m]
                 xb, yb = X[idx], y[idx]

@@ -14,6 +14,7 @@ imported below; new methods with :func:`svbnn.experiments.methods.register_metho
 # isort: off
 # Import order is the order of `svbnn reproduce --list`; importing registers the artifacts.
 from . import simulations, sweeps, figures  # noqa: F401
+
 # isort: on
 from .methods import METHOD_NAMES, available_methods, get_method, register_method
 from .registry import ARTIFACTS, Artifact, Timing, artifact_names, get_artifact, register_artifact

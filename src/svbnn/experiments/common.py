@@ -127,7 +127,9 @@ class RunConfig:
 
 def derive_seed(base: int, *keys: int) -> int:
     """A 32-bit seed for the stream ``keys`` of the base seed (numpy ``SeedSequence``)."""
-    return int(np.random.SeedSequence([int(base) & 0xFFFFFFFF, *map(int, keys)]).generate_state(1)[0])
+    return int(
+        np.random.SeedSequence([int(base) & 0xFFFFFFFF, *map(int, keys)]).generate_state(1)[0]
+    )
 
 
 # --------------------------------------------------------------------------- problems
@@ -553,12 +555,20 @@ def _parse_cell(v: str) -> Any:
         return v
 
 
+TEXT_COLUMNS = frozenset({"method", "setting", "selected", "lambda_label", "panel", "sampler"})
+"""Columns kept as text by :func:`read_csv` (a lambda label such as "1e-5" is a name)."""
+
+
 def read_csv(path: Path) -> list[dict[str, Any]]:
-    """Read a CSV written by :func:`write_csv`, numbers parsed, empty cells as ``None``."""
+    """Read a CSV written by :func:`write_csv`: numbers parsed (except :data:`TEXT_COLUMNS`),
+    empty cells as ``None``."""
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run the artifact first (without --report-only)")
     with path.open(newline="") as fh:
-        return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+        return [
+            {k: (v if k in TEXT_COLUMNS and v != "" else _parse_cell(v)) for k, v in row.items()}
+            for row in csv.DictReader(fh)
+        ]
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:

@@ -21,7 +21,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from ..nn import SpikeSlabLinear, SpikeSlabMLP
+from ..nn import SpikeSlabLinear, SpikeSlabMLP, variational_layers
 from ..objectives import GaussianLikelihood
 from ..prediction import sample_outputs
 from ..priors import mlp_log_lambda_opt
@@ -242,7 +242,7 @@ class SVBNNFitted(FittedReplicates):
 
     def __init__(self, model: SpikeSlabMLP) -> None:
         self.model = model
-        self.n_replicates = int(model.net[0].n_replicates or 1)
+        self.n_replicates = int(variational_layers(model)[0].n_replicates or 1)
 
     def sample_outputs(
         self, X: Tensor, n_samples: int, generator: torch.Generator | None

@@ -39,6 +39,7 @@ def draw_network(
     relevant: Sequence[int] = (),
     title: str = "",
     edge_word: str = "kept edge",
+    max_inputs: int = 30,
 ) -> None:
     """Draw a layered network: nodes per layer, the kept edges (``masks[l]`` of ``(out, in)``).
 
@@ -57,21 +58,35 @@ def draw_network(
     """
     p = masks[0].shape[1]
     used = np.flatnonzero(masks[0].any(axis=0))
-    inputs = sorted(set(used.tolist()) | set(int(j) for j in relevant)) if shown_inputs is None else list(shown_inputs)
+    rel = [int(j) for j in relevant]
+    if shown_inputs is None:
+        inputs = sorted(set(used.tolist()) | set(rel))
+        if len(inputs) > max_inputs:
+            # An unpruned first layer: draw the relevant inputs and the first others only.
+            others = [j for j in inputs if j not in rel][: max(0, max_inputs - len(rel))]
+            inputs = sorted(set(rel) | set(others))
+    else:
+        inputs = list(shown_inputs)
+    n_undrawn = len(set(used.tolist()) - set(inputs))
     layer_nodes: list[list[int]] = [inputs] + [list(range(m.shape[0])) for m in masks]
     n_layers = len(layer_nodes)
     pos: list[dict[int, tuple[float, float]]] = []
     for li, nodes in enumerate(layer_nodes):
         k = len(nodes)
         ys = np.linspace(0.5, -0.5, k) * (min(1.0, k / 8) if k > 1 else 0)
-        pos.append({node: (li / (n_layers - 1), float(y)) for node, y in zip(nodes, ys, strict=True)})
+        pos.append(
+            {node: (li / (n_layers - 1), float(y)) for node, y in zip(nodes, ys, strict=True)}
+        )
     # Nodes touched by an edge are drawn solid; the rest faded.
     active: list[set[int]] = [set(used.tolist())]
     for li, m in enumerate(masks):
         active.append(set(np.flatnonzero(m.any(axis=1)).tolist()))
         if li > 0:
             active[li] |= set(np.flatnonzero(m.any(axis=0)).tolist())
-    wmax = max((float(np.abs(w[masks[i]]).max()) for i, w in enumerate(weights or []) if masks[i].any()), default=1.0)
+    wmax = max(
+        (float(np.abs(w[masks[i]]).max()) for i, w in enumerate(weights or []) if masks[i].any()),
+        default=1.0,
+    )
     for li, m in enumerate(masks):
         outs, ins = np.nonzero(m)
         for o, i in zip(outs.tolist(), ins.tolist(), strict=True):
@@ -89,19 +104,44 @@ def draw_network(
         for node in nodes:
             x, y = pos[li][node]
             on = node in active[li]
-            ax.scatter([x], [y], s=160, zorder=2, color="white" if on else "0.92",
-                       edgecolors="black" if on else "0.7")
+            ax.scatter(
+                [x],
+                [y],
+                s=160,
+                zorder=2,
+                color="white" if on else "0.92",
+                edgecolors="black" if on else "0.7",
+            )
             if li == 0:
-                bold = node in set(int(j) for j in relevant)
-                ax.annotate(f"x{node + 1}", (x, y), xytext=(-8, 0), textcoords="offset points",
-                            ha="right", va="center", fontsize=8,
-                            fontweight="bold" if bold else "normal")
+                bold = node in rel
+                ax.annotate(
+                    f"x{node + 1}",
+                    (x, y),
+                    xytext=(-8, 0),
+                    textcoords="offset points",
+                    ha="right",
+                    va="center",
+                    fontsize=8,
+                    fontweight="bold" if bold else "normal",
+                )
             elif li == n_layers - 1:
-                ax.annotate("y", (x, y), xytext=(8, 0), textcoords="offset points",
-                            ha="left", va="center", fontsize=9)
-    hidden = p - len(inputs)
+                ax.annotate(
+                    "y",
+                    (x, y),
+                    xytext=(8, 0),
+                    textcoords="offset points",
+                    ha="left",
+                    va="center",
+                    fontsize=9,
+                )
+    hidden = p - len(inputs) - n_undrawn
+    notes = []
+    if n_undrawn:
+        notes.append(f"{n_undrawn} more inputs with a\n{edge_word}, not drawn")
     if hidden > 0:
-        ax.text(0.0, -0.62, f"({hidden} other inputs,\nno {edge_word})", ha="center", va="top", fontsize=7)
+        notes.append(f"{hidden} other inputs,\nno {edge_word}")
+    if notes:
+        ax.text(0.0, -0.62, "(" + ";\n".join(notes) + ")", ha="center", va="top", fontsize=7)
     ax.set_xlim(-0.15, 1.1)
     ax.set_ylim(-0.75, 0.62)
     ax.axis("off")
@@ -162,7 +202,10 @@ def plot_lambda_sweep(
             xo = 10.0**log10_opt
             ax.set_xlabel("lambda")
             ax.set_title("(b) lambda >= lambda_opt", fontsize=10)
-        for key, label, color in (("train", "train RMSE", "tab:blue"), ("test", "test RMSE", "tab:orange")):
+        for key, label, color in (
+            ("train", "train RMSE", "tab:blue"),
+            ("test", "test RMSE", "tab:orange"),
+        ):
             mean = np.array([s[f"{key}_mean"] for s in pts], dtype=float)
             sd = np.array([s[f"{key}_sd"] for s in pts], dtype=float)
             sd = np.where(np.isfinite(sd), sd, 0.0)
@@ -175,8 +218,12 @@ def plot_lambda_sweep(
     if teacher is not None:
         masks, weights, relevant = teacher
         draw_network(
-            axes[2], masks, weights=weights, relevant=relevant,
-            title="(c) teacher network", edge_word="edge",
+            axes[2],
+            masks,
+            weights=weights,
+            relevant=relevant,
+            title="(c) teacher network",
+            edge_word="edge",
         )
     if title:
         fig.suptitle(title, fontsize=11)
@@ -186,9 +233,7 @@ def plot_lambda_sweep(
     return path
 
 
-def plot_linear_toy(
-    path: Path, beta: NDArray[Any], estimates: Mapping[str, NDArray[Any]]
-) -> Path:
+def plot_linear_toy(path: Path, beta: NDArray[Any], estimates: Mapping[str, NDArray[Any]]) -> Path:
     """Posterior means ``E[beta_j] = phi_j mu_j`` against the truth, one panel per sampler."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(estimates), figsize=(5.2 * len(estimates), 3.6), sharey=True)

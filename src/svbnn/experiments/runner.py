@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import fields, replace
@@ -18,7 +17,6 @@ from .common import (
     RunConfig,
     environment_info,
     execute_chunks,
-    read_settings,
     write_settings,
 )
 from .methods import check_methods
@@ -272,12 +270,3 @@ def list_text() -> str:
         "paper's settings, estimated from measured per-step times (--estimate-epochs)."
     )
     return "\n".join(lines)
-
-
-def _print(msg: str) -> None:
-    print(msg, file=sys.stderr)
-
-
-def read_report_settings(out: Path) -> dict[str, Any]:
-    """``settings.json`` of an output folder (for tools that post-process runs)."""
-    return read_settings(out)

@@ -100,7 +100,12 @@ TRAIN_DEFAULTS: dict[str, Any] = {
 }
 """Settings shared by the simulation artifacts (``--set KEY=VALUE`` changes them)."""
 
-QUICK_TRAIN: dict[str, Any] = {"n_test": 500, "n_predict": 10, "coverage_draws": 50, "coverage_grid": 100}
+QUICK_TRAIN: dict[str, Any] = {
+    "n_test": 500,
+    "n_predict": 10,
+    "coverage_draws": 50,
+    "coverage_grid": 100,
+}
 
 
 def _defaults(kind: str, reps: int, **extra: Any) -> dict[str, Any]:
@@ -113,7 +118,11 @@ def _defaults(kind: str, reps: int, **extra: Any) -> dict[str, Any]:
 
 def build_problem(cfg: RunConfig, kind: str) -> Problem:
     """The problem of ``kind`` under the run's settings (covariates apply to sim2 only)."""
-    p = int(cfg.params.get("p", SIM_DEFAULTS[kind]["p"])) if kind == "sim2" else SIM_DEFAULTS[kind]["p"]
+    p = (
+        int(cfg.params.get("p", SIM_DEFAULTS[kind]["p"]))
+        if kind == "sim2"
+        else SIM_DEFAULTS[kind]["p"]
+    )
     return Problem(
         kind=kind,
         p=p,
@@ -191,9 +200,15 @@ def plan_replications(
         for ci, rng_ in enumerate(layout_chunks(len(items), cfg.batch, cfg.jobs)):
             sel = [items[i] for i in rng_]
             lams = tuple(it[1] for it in sel)
-            log_lams = None if all(v is None for v in lams) else tuple(
-                lambda_opt_for(problem, cfg.params["hidden"], n_train) if v is None else float(v)
-                for v in lams
+            log_lams = (
+                None
+                if all(v is None for v in lams)
+                else tuple(
+                    lambda_opt_for(problem, cfg.params["hidden"], n_train)
+                    if v is None
+                    else float(v)
+                    for v in lams
+                )
             )
             chunks.append(
                 Chunk(
@@ -352,7 +367,9 @@ def _report_table1(out: Path, setting: str) -> None:
     covered = _T1_COVERED[setting] + 1
     label = "A, dense teacher 20-6-6-1" if setting == "dense" else "B, sparse teacher"
     x_star = settings.get("x_star")
-    xs = "" if not x_star else f"`x*` (first 5 of {len(x_star)}): {np.round(x_star[:5], 4).tolist()}"
+    xs = (
+        "" if not x_star else f"`x*` (first 5 of {len(x_star)}): {np.round(x_star[:5], 4).tolist()}"
+    )
     write_report(
         out,
         f"Table 1 ({setting} teacher): Simulation I ({label})",
@@ -397,7 +414,7 @@ _QUICK_SIM1 = {"reps": 2, "epochs": 20, **QUICK_TRAIN}
     quick=_QUICK_SIM1,
     options=_SIM_OPTIONS,
     plan=plan_table1_dense,
-    timing=Timing(quick_s=None, full_s=None),
+    timing=Timing(quick_s=4.5, full_s=417),
 )
 def table1_dense(cfg: RunConfig) -> dict[str, Any]:
     return _run_table1(cfg, "dense")
@@ -411,7 +428,7 @@ def table1_dense(cfg: RunConfig) -> dict[str, Any]:
     quick=_QUICK_SIM1,
     options=_SIM_OPTIONS,
     plan=plan_table1_sparse,
-    timing=Timing(quick_s=None, full_s=None),
+    timing=Timing(quick_s=4.1, full_s=297),
 )
 def table1_sparse(cfg: RunConfig) -> dict[str, Any]:
     return _run_table1(cfg, "sparse")
@@ -468,7 +485,7 @@ def report_table2(out: Path) -> None:
     quick={"reps": 2, "epochs": 15, **QUICK_TRAIN},
     options=(*_SIM_OPTIONS, "covariates"),
     plan=plan_table2,
-    timing=Timing(quick_s=None, full_s=None),
+    timing=Timing(quick_s=4.3, full_s=1094),
 )
 def table2(cfg: RunConfig) -> dict[str, Any]:
     chunks = plan_table2(cfg)
@@ -507,7 +524,7 @@ def plan_coverage(cfg: RunConfig) -> list[Chunk]:
     quick={"reps": 2, "epochs": 15, **QUICK_TRAIN},
     options=_SIM_OPTIONS,
     plan=plan_coverage,
-    timing=Timing(quick_s=None, full_s=None),
+    timing=Timing(quick_s=4.4, full_s=1163),
 )
 def coverage(cfg: RunConfig) -> dict[str, Any]:
     chunks = plan_coverage(cfg)
@@ -546,8 +563,10 @@ def report_coverage(out: Path) -> None:
             return paper_value("coverage", m, k, s)
 
         title = "Dense teacher (A), 20-6-6-1" if setting == "dense" else "Sparse teacher (B)"
-        extra_cols = [Column("test_rmse", "Test RMSE", 2, paper=False),
-                      Column("sparsity_pct", "Sparsity (%)", 2, paper=False)]
+        extra_cols = [
+            Column("test_rmse", "Test RMSE", 2, paper=False),
+            Column("sparsity_pct", "Sparsity (%)", 2, paper=False),
+        ]
         sections.append(
             f"## {title}\n\n"
             + comparison_table(

@@ -150,8 +150,17 @@ def _report(out: Path, kind: str) -> None:
         title=TITLES[kind],
         teacher=_teacher_drawing(settings, kind),
     )
-    headers = ["lambda", "log10 lambda", "reps", "Train RMSE", "Test RMSE", "Sparsity sum(phi)/T (%)",
-               "Density phi>0.5 (%)", "FPR (%)", "FNR (%)"]
+    headers = [
+        "lambda",
+        "log10 lambda",
+        "reps",
+        "Train RMSE",
+        "Test RMSE",
+        "Sparsity sum(phi)/T (%)",
+        "Density phi>0.5 (%)",
+        "FPR (%)",
+        "FNR (%)",
+    ]
     sections = [
         f"{TITLES[kind]}. The paper publishes this only as a figure, so there are no numbers "
         "to compare with; the expected shape: training RMSE falls as lambda grows, testing "
@@ -213,7 +222,7 @@ def _plan_sim2(cfg: RunConfig) -> list[Chunk]:
     options=_OPTS,
     plan=_plan_sparse,
     group="figure",
-    timing=Timing(),
+    timing=Timing(quick_s=4.8, full_s=2601),
 )
 def fig_lambda_sparse_teacher(cfg: RunConfig) -> dict[str, Any]:
     return _run(cfg, "sparse-teacher")
@@ -228,7 +237,7 @@ def fig_lambda_sparse_teacher(cfg: RunConfig) -> dict[str, Any]:
     options=_OPTS,
     plan=_plan_dense,
     group="figure",
-    timing=Timing(),
+    timing=Timing(quick_s=5.2, full_s=4556),
 )
 def fig_lambda_dense_teacher(cfg: RunConfig) -> dict[str, Any]:
     return _run(cfg, "dense-teacher")
@@ -243,8 +252,7 @@ def fig_lambda_dense_teacher(cfg: RunConfig) -> dict[str, Any]:
     options=(*_OPTS, "covariates"),
     plan=_plan_sim2,
     group="figure",
-    timing=Timing(),
+    timing=Timing(quick_s=5.6, full_s=12977),
 )
 def fig_lambda_sim2(cfg: RunConfig) -> dict[str, Any]:
     return _run(cfg, "sim2")
-

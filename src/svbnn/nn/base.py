@@ -12,6 +12,7 @@ from torch import Tensor, nn
 __all__ = [
     "ForwardMode",
     "Sampler",
+    "VariationalContainer",
     "VariationalLayer",
     "forward_mode",
     "frozen_sample",
@@ -81,6 +82,14 @@ class VariationalLayer(nn.Module):
         return self.sample_weights()
 
 
+class VariationalContainer(nn.Module):
+    """A module that computes the KL of all its variational layers itself (e.g. fused)."""
+
+    def kl_divergence(self) -> Tensor:
+        """KL(q || prior) of every variational layer inside: scalar or ``(R,)``."""
+        raise NotImplementedError
+
+
 def variational_layers(model: nn.Module) -> list[VariationalLayer]:
     """All :class:`VariationalLayer` submodules of ``model`` in registration order."""
     return [m for m in model.modules() if isinstance(m, VariationalLayer)]
@@ -89,14 +98,24 @@ def variational_layers(model: nn.Module) -> list[VariationalLayer]:
 def kl_divergence(model: nn.Module) -> Tensor:
     """Sum of the KL terms of every variational layer of ``model``.
 
+    A :class:`VariationalContainer` contributes its own (fused) KL for everything inside it.
     Returns a scalar, or ``(R,)`` for replicated models.
     """
-    layers = variational_layers(model)
-    if not layers:
+    terms: list[Tensor] = []
+
+    def visit(module: nn.Module) -> None:
+        if isinstance(module, (VariationalLayer, VariationalContainer)):
+            terms.append(module.kl_divergence())
+            return
+        for child in module.children():
+            visit(child)
+
+    visit(model)
+    if not terms:
         raise ValueError("model has no variational layers")
-    total = layers[0].kl_divergence()
-    for layer in layers[1:]:
-        total = total + layer.kl_divergence()
+    total = terms[0]
+    for term in terms[1:]:
+        total = total + term
     return total
 
 

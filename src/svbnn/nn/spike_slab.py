@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._kernels import kernels
+from .._kernels import Backend, backend, gumbel_backward_saved, gumbel_forward_saving, kernels
 from ..objectives import spike_slab_kl
 from ..priors import resolve_log_inclusion
-from .base import ForwardMode, Sampler, VariationalLayer
+from .base import ForwardMode, Sampler, VariationalContainer, VariationalLayer
 
 __all__ = [
     "SpikeSlabConv2d",
@@ -38,23 +38,33 @@ class _GumbelSpikeSlab(torch.autograd.Function):
 
     Forward: ``theta = 1[eta > 0] (mu + sigma eps)``, ``eta = alpha + logit(u)``.
     Backward uses the relaxed gate ``g~ = sigmoid(eta / tau)`` (Algorithm 1), i.e. the same
-    gradients as autograd through ``gate = g + g~ - g~.detach()``. Only the inputs are
-    saved; the backward kernel recomputes what it needs in the same pass.
+    gradients as autograd through ``gate = g + g~ - g~.detach()``.
     """
 
     @staticmethod
     def forward(
         ctx: Any, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
     ) -> Tensor:
-        ctx.save_for_backward(mu, rho, alpha, u, eps)
         ctx.tau = tau
-        out: Tensor = kernels()["gumbel_forward"](mu, rho, alpha, u, eps)
-        return out
+        ctx.compiled = backend() is Backend.COMPILED
+        if ctx.compiled:
+            # Fused kernels on 1-D views; the backward recomputes from the inputs.
+            flat = [t.reshape(-1) for t in (mu, rho, alpha, u, eps)]
+            ctx.save_for_backward(*flat)
+            out: Tensor = kernels()["gumbel_forward"](*flat).view(mu.shape)
+            return out
+        w, saved = gumbel_forward_saving(mu, rho, alpha, u, eps, tau)
+        ctx.save_for_backward(*saved)
+        return w
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        mu, rho, alpha, u, eps = ctx.saved_tensors
-        g_mu, g_rho, g_alpha = kernels()["gumbel_backward"](grad, mu, rho, alpha, u, eps, ctx.tau)
+        if ctx.compiled:
+            shape = grad.shape
+            grads = kernels()["gumbel_backward"](grad.reshape(-1), *ctx.saved_tensors, ctx.tau)
+            g_mu, g_rho, g_alpha = (g.view(shape) for g in grads)
+        else:
+            g_mu, g_rho, g_alpha = gumbel_backward_saved(grad, ctx.saved_tensors)
         return g_mu, g_rho, g_alpha, None, None, None
 
 
@@ -113,9 +123,60 @@ def inverse_cdf_spike_slab(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor) ->
     return torch.where(lower | upper, theta, torch.zeros_like(theta))
 
 
-class _SpikeSlabLayer(VariationalLayer):
-    """Storage, sampling and KL shared by the linear and convolutional layers."""
+def _log_prior_tensor(
+    prior_inclusion: float | None,
+    log_prior_inclusion: float | Tensor | None,
+    factory: dict[str, Any],
+) -> Tensor:
+    """log-lambda as a tensor: a scalar, or one value per replicate (default lambda = 0.5)."""
+    if log_prior_inclusion is None and prior_inclusion is None:
+        log_lam = torch.tensor(math.log(0.5))
+    elif isinstance(log_prior_inclusion, Tensor):
+        log_lam = log_prior_inclusion.detach().clone()
+        if not bool(torch.all(torch.isfinite(log_lam) & (log_lam < 0))):
+            raise ValueError("log_prior_inclusion must be finite and < 0")
+    else:
+        log_lam = torch.tensor(resolve_log_inclusion(prior_inclusion, log_prior_inclusion))
+    return log_lam.to(**factory)
 
+
+def _draw(
+    mu: Tensor,
+    rho: Tensor,
+    alpha: Tensor,
+    mode: ForwardMode,
+    sampler: Sampler,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """Weights under a forward mode, ``mu``-shaped (shared by layers and fused networks)."""
+    if mode is ForwardMode.MEAN:
+        return torch.sigmoid(alpha) * mu
+    if mode is ForwardMode.MEDIAN:
+        return mu * (alpha > 0)
+    u = torch.rand(mu.shape, generator=generator, dtype=mu.dtype, device=mu.device)
+    if sampler is Sampler.GUMBEL:
+        eps = torch.randn(mu.shape, generator=generator, dtype=mu.dtype, device=mu.device)
+        return gumbel_spike_slab(mu, rho, alpha, u, eps, temperature)
+    return inverse_cdf_spike_slab(mu, rho, alpha, u)
+
+
+_SHARED_PARAMS = ("mu", "rho", "alpha")
+
+
+class _SpikeSlabLayer(VariationalLayer):
+    """Storage, sampling and KL shared by the linear and convolutional layers.
+
+    A layer owns its parameters ``mu``, ``rho``, ``alpha`` (and buffer
+    ``log_prior_inclusion``), unless a :class:`SpikeSlabMLP` built it on shared storage:
+    then the three are views of the network's flat parameters (``_flat`` holds the
+    network's parameter and buffer dicts and this layer's column range) and the network
+    draws all layers' weights in one fused call.
+    """
+
+    mu: Tensor
+    rho: Tensor
+    alpha: Tensor
     log_prior_inclusion: Tensor
 
     def __init__(
@@ -136,6 +197,7 @@ class _SpikeSlabLayer(VariationalLayer):
         generator: torch.Generator | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        _flat: tuple[dict[str, Any], dict[str, Any], int, int] | None = None,
     ) -> None:
         super().__init__()
         if out_features < 1 or fan_in < 1:
@@ -159,21 +221,31 @@ class _SpikeSlabLayer(VariationalLayer):
         shape: tuple[int, ...] = (out_features, fan_in + int(bias))
         if n_replicates is not None:
             shape = (n_replicates, *shape)
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.mu = nn.Parameter(torch.empty(shape, **factory))
-        self.rho = nn.Parameter(torch.empty(shape, **factory))
-        self.alpha = nn.Parameter(torch.empty(shape, **factory))
-        # log-lambda: a scalar, or one value per replicate (e.g. a lambda sweep in one net).
-        if log_prior_inclusion is None and prior_inclusion is None:
-            log_lam = torch.tensor(math.log(0.5))
-        elif isinstance(log_prior_inclusion, Tensor):
-            log_lam = log_prior_inclusion.detach().clone()
-            if not bool(torch.all(torch.isfinite(log_lam) & (log_lam < 0))):
-                raise ValueError("log_prior_inclusion must be finite and < 0")
-        else:
-            log_lam = torch.tensor(resolve_log_inclusion(prior_inclusion, log_prior_inclusion))
-        self.register_buffer("log_prior_inclusion", log_lam.to(**factory))
+        self._param_shape = shape
+        self._flat = _flat
+        if _flat is None:
+            factory: dict[str, Any] = {"device": device, "dtype": dtype}
+            self.mu = nn.Parameter(torch.empty(shape, **factory))
+            self.rho = nn.Parameter(torch.empty(shape, **factory))
+            self.alpha = nn.Parameter(torch.empty(shape, **factory))
+            # log-lambda: a scalar, or one value per replicate (e.g. a lambda sweep).
+            self.register_buffer(
+                "log_prior_inclusion",
+                _log_prior_tensor(prior_inclusion, log_prior_inclusion, factory),
+            )
         self.reset_parameters(init_inclusion, init_rho, init_mu_range)
+
+    def __getattr__(self, name: str) -> Any:
+        # Views of the owning network's flat storage (only reached when the layer does not
+        # hold the attribute itself, i.e. when it was built on shared storage).
+        flat = self.__dict__.get("_flat")
+        if flat is not None:
+            params, buffers, start, stop = flat
+            if name in _SHARED_PARAMS:
+                return params[name][..., start:stop].view(self._param_shape)
+            if name == "log_prior_inclusion":
+                return buffers[name]
+        return super().__getattr__(name)
 
     def reset_parameters(
         self,
@@ -235,22 +307,15 @@ class _SpikeSlabLayer(VariationalLayer):
     # -- sampling ----------------------------------------------------------------------
     def sample_flat(self) -> Tensor:
         """Weights (bias column included) under the current forward mode, ``mu``-shaped."""
-        if self.mode is ForwardMode.MEAN:
-            return torch.sigmoid(self.alpha) * self.mu
-        if self.mode is ForwardMode.MEDIAN:
-            return self.mu * (self.alpha > 0)
-        u = torch.rand(
-            self.mu.shape, generator=self.generator, dtype=self.mu.dtype, device=self.mu.device
+        return _draw(
+            self.mu, self.rho, self.alpha, self.mode, self.sampler, self.temperature, self.generator
         )
-        if self.sampler is Sampler.GUMBEL:
-            eps = torch.randn(
-                self.mu.shape, generator=self.generator, dtype=self.mu.dtype, device=self.mu.device
-            )
-            return gumbel_spike_slab(self.mu, self.rho, self.alpha, u, eps, self.temperature)
-        return inverse_cdf_spike_slab(self.mu, self.rho, self.alpha, u)
 
     def sample_weights(self) -> tuple[Tensor, Tensor | None]:
-        w, b = self._split(self.sample_flat())
+        return self._weights_from_flat(self.sample_flat())
+
+    def _weights_from_flat(self, flat: Tensor) -> tuple[Tensor, Tensor | None]:
+        w, b = self._split(flat)
         return self._shape_weight(w), b
 
     def extra_repr(self) -> str:
@@ -378,7 +443,7 @@ def activation_module(name: str) -> nn.Module:
         ) from None
 
 
-class SpikeSlabMLP(nn.Module):
+class SpikeSlabMLP(VariationalContainer):
     """Feed-forward network of :class:`SpikeSlabLinear` layers.
 
     Parameters
@@ -391,11 +456,22 @@ class SpikeSlabMLP(nn.Module):
         Output dimension.
     activation : str
         Hidden activation.
+    fused : bool
+        Keep every layer's ``mu``, ``rho``, ``alpha`` in one flat parameter each (the
+        layers hold views) and, in sampling mode, draw all weights with one random call and
+        one fused kernel, and the KL with one more: a constant number of operations per
+        step whatever the depth. Same distributions as ``fused=False``, but a different
+        order of random draws, so a seed gives a different (equally valid) run.
     **layer_kwargs
         Passed to every :class:`SpikeSlabLinear` (prior, sampler, init, replicates, ...).
 
     Shapes: ``(m, p) -> (m, out)``; replicated ``(R, m, p) -> (R, m, out)``.
     """
+
+    mu: Tensor
+    rho: Tensor
+    alpha: Tensor
+    log_prior_inclusion: Tensor
 
     def __init__(
         self,
@@ -403,6 +479,7 @@ class SpikeSlabMLP(nn.Module):
         hidden_sizes: tuple[int, ...] | list[int],
         out_features: int,
         activation: str = "relu",
+        fused: bool = True,
         **layer_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -411,26 +488,115 @@ class SpikeSlabMLP(nn.Module):
         self.hidden_sizes = tuple(hidden_sizes)
         self.out_features = out_features
         self.activation = activation
+        self.fused = fused
+        widths = [(sizes[i] + 1) * sizes[i + 1] for i in range(len(sizes) - 1)]
+        if fused:
+            factory: dict[str, Any] = {
+                "device": layer_kwargs.get("device"),
+                "dtype": layer_kwargs.get("dtype"),
+            }
+            R = layer_kwargs.get("n_replicates")
+            shape = (sum(widths),) if R is None else (R, sum(widths))
+            for name in _SHARED_PARAMS:
+                self.register_parameter(name, nn.Parameter(torch.empty(shape, **factory)))
+            self.register_buffer(
+                "log_prior_inclusion",
+                _log_prior_tensor(
+                    layer_kwargs.pop("prior_inclusion", None),
+                    layer_kwargs.pop("log_prior_inclusion", None),
+                    factory,
+                ),
+            )
         mods: list[nn.Module] = []
+        start = 0
         for i in range(len(sizes) - 1):
-            mods.append(SpikeSlabLinear(sizes[i], sizes[i + 1], **layer_kwargs))
+            flat = None
+            if fused:
+                flat = (self._parameters, self._buffers, start, start + widths[i])
+                start += widths[i]
+            mods.append(SpikeSlabLinear(sizes[i], sizes[i + 1], _flat=flat, **layer_kwargs))
             if i < len(sizes) - 2:
                 mods.append(activation_module(activation))
         self.net = nn.Sequential(*mods)
 
+    def layers(self) -> list[SpikeSlabLinear]:
+        """The spike-and-slab layers, input to output."""
+        return [m for m in self.net if isinstance(m, SpikeSlabLinear)]
+
+    def _fused_draw_ok(self, layers: list[SpikeSlabLinear]) -> bool:
+        if not (self.fused and layers and "mu" in self._parameters):
+            return False
+        first = layers[0]
+        return first.mode is ForwardMode.SAMPLE and all(
+            layer._flat is not None
+            and layer._frozen is None
+            and layer.mode is first.mode
+            and layer.sampler is first.sampler
+            and layer.temperature == first.temperature
+            for layer in layers
+        )
+
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = self.net(x)
+        layers = self.layers()
+        if not self._fused_draw_ok(layers):
+            out: Tensor = self.net(x)
+            return out
+        first = layers[0]
+        flat = _draw(
+            self.mu,
+            self.rho,
+            self.alpha,
+            first.mode,
+            first.sampler,
+            first.temperature,
+            first.generator,
+        )
+        widths = [layer.n_params() for layer in layers]
+        try:
+            for layer, chunk in zip(layers, flat.split(widths, dim=-1), strict=True):
+                layer._frozen = layer._weights_from_flat(chunk.view(layer._param_shape))
+            out = self.net(x)
+        finally:
+            for layer in layers:
+                layer._frozen = None
         return out
+
+    def kl_divergence(self) -> Tensor:
+        """KL of all layers: one fused call on the flat parameters when ``fused``."""
+        layers = self.layers()
+        if not (self.fused and "mu" in self._parameters) or any(
+            layer.prior_variance != layers[0].prior_variance for layer in layers
+        ):
+            total = layers[0].kl_divergence()
+            for layer in layers[1:]:
+                total = total + layer.kl_divergence()
+            return total
+        batch_dims = 0 if layers[0].n_replicates is None else 1
+        return spike_slab_kl(
+            self.mu,
+            self.rho,
+            self.alpha,
+            self.log_prior_inclusion,
+            layers[0].prior_variance,
+            batch_dims=batch_dims,
+        )
 
     def n_params(self) -> int:
         """``T``: weights and biases (per replicate)."""
-        return sum(m.n_params() for m in self.net if isinstance(m, SpikeSlabLinear))
+        return sum(m.n_params() for m in self.layers())
 
     def set_log_prior_inclusion(self, log_inclusion: float | Tensor) -> None:
         """Set log-lambda in every layer (a float, or a ``(R,)`` tensor for replicates)."""
-        for m in self.net:
-            if isinstance(m, SpikeSlabLinear):
-                value = torch.as_tensor(log_inclusion, dtype=m.mu.dtype, device=m.mu.device)
-                if not bool(torch.all(torch.isfinite(value) & (value < 0))):
-                    raise ValueError("log prior inclusion must be finite and < 0")
-                m.log_prior_inclusion = value.clone()
+        for owner in [self] if self.fused else self.layers():
+            old = owner.log_prior_inclusion
+            value = torch.as_tensor(log_inclusion, dtype=old.dtype, device=old.device)
+            if not bool(torch.all(torch.isfinite(value) & (value < 0))):
+                raise ValueError("log prior inclusion must be finite and < 0")
+            owner._buffers["log_prior_inclusion"] = value.clone()
+
+    def _release_flat_storage(self) -> None:
+        """Drop the flat parameters once no layer uses them (after a sparse export)."""
+        if not any(isinstance(m, _SpikeSlabLayer) for m in self.net):
+            for name in (*_SHARED_PARAMS, "log_prior_inclusion"):
+                self._parameters.pop(name, None)
+                self._buffers.pop(name, None)
