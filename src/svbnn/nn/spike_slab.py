@@ -536,11 +536,31 @@ class SpikeSlabMLP(VariationalContainer):
             for layer in layers
         )
 
+    def _run(self, x: Tensor) -> Tensor:
+        if x.dim() != 3 or not self.layers() or self.layers()[0].n_replicates is None:
+            out: Tensor = self.net(x)
+            return out
+        # Replicated: run feature-major, h = W h with h of shape (R, features, m). BLAS is
+        # several times faster on (R, out, in) @ (R, in, m) than on (R, m, in) @ (R, in, out)
+        # for the narrow layers of these networks (measured: 0.04 vs 0.39 ms for 7x7, m=512).
+        h = x.transpose(1, 2)
+        for module in self.net:
+            if isinstance(module, SpikeSlabLinear):
+                if h.shape[0] != module.n_replicates:
+                    raise ValueError(
+                        f"replicated network expects input (R={module.n_replicates}, m, in), "
+                        f"got {tuple(x.shape)}"
+                    )
+                w, b = module._weights()
+                h = torch.bmm(w, h) if b is None else torch.baddbmm(b.unsqueeze(-1), w, h)
+            else:
+                h = module(h)
+        return h.transpose(1, 2)
+
     def forward(self, x: Tensor) -> Tensor:
         layers = self.layers()
         if not self._fused_draw_ok(layers):
-            out: Tensor = self.net(x)
-            return out
+            return self._run(x)
         first = layers[0]
         flat = _draw(
             self.mu,
@@ -555,7 +575,7 @@ class SpikeSlabMLP(VariationalContainer):
         try:
             for layer, chunk in zip(layers, flat.split(widths, dim=-1), strict=True):
                 layer._frozen = layer._weights_from_flat(chunk.view(layer._param_shape))
-            out = self.net(x)
+            out = self._run(x)
         finally:
             for layer in layers:
                 layer._frozen = None
