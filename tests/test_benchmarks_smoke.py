@@ -9,22 +9,15 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+# ``benchmarks`` is a top-level folder of the repository (pytest's pythonpath has ".").
+import benchmarks.run as bench
+from benchmarks.reference import reference_kl, reference_mlp
 from svbnn.objectives import spike_slab_kl_reference
-
-# ``benchmarks`` is a top-level folder of the repository, not part of the installed
-# package; make it importable however pytest was started.
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-import benchmarks.run as bench  # noqa: E402
-from benchmarks.reference import reference_kl, reference_mlp  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
