@@ -202,3 +202,15 @@ def test_categorical_objective() -> None:
         generator=g,
     )
     assert hist.nll[-1] < 0.7 * hist.nll[0]
+
+
+def test_per_replicate_noise_level() -> None:
+    lik = GaussianLikelihood(torch.tensor([[0.5], [2.0]], dtype=D))
+    out = torch.zeros(2, 3, 1, dtype=D)
+    y = torch.ones(2, 3, dtype=D)
+    lp = lik.log_prob(out, y)
+    for r, s in enumerate([0.5, 2.0]):
+        expected = -0.5 * (math.log(2 * math.pi * s * s) + 1 / (s * s))
+        torch.testing.assert_close(lp[r], torch.full((3,), expected, dtype=D))
+    with pytest.raises(ValueError):
+        GaussianLikelihood(torch.tensor([1.0, -1.0]))

@@ -151,16 +151,20 @@ class GaussianLikelihood(torch.nn.Module):
 
     Parameters
     ----------
-    noise_std : float
+    noise_std : float or Tensor
         ``sigma_eps`` (a hyperparameter: the paper fixes it to 1 in the simulations and
-        grid-searches it on UCI data).
+        grid-searches it on UCI data). A tensor of shape ``(R, 1)`` gives each replicate of
+        a replicated model its own noise level (e.g. a grid search trained as one net).
     """
 
-    def __init__(self, noise_std: float = 1.0) -> None:
+    def __init__(self, noise_std: float | Tensor = 1.0) -> None:
         super().__init__()
-        if not (math.isfinite(noise_std) and noise_std > 0):
+        std = torch.as_tensor(noise_std, dtype=torch.float64)
+        if not bool(torch.all(torch.isfinite(std) & (std > 0))):
             raise ValueError(f"noise_std must be positive, got {noise_std}")
-        self.noise_std = float(noise_std)
+        self.noise_std: float | Tensor = (
+            float(std) if std.dim() == 0 else torch.as_tensor(noise_std).detach().clone()
+        )
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
         """Log density per datum.
@@ -179,8 +183,11 @@ class GaussianLikelihood(torch.nn.Module):
         """
         if output.dim() == target.dim() + 1:
             output = output.squeeze(-1)
-        var = self.noise_std**2
-        return -0.5 * (math.log(2 * math.pi * var) + (target - output) ** 2 / var)
+        if isinstance(self.noise_std, Tensor):
+            var = self.noise_std.to(output) ** 2
+            return -0.5 * (torch.log(2 * math.pi * var) + (target - output) ** 2 / var)
+        var_f = self.noise_std**2
+        return -0.5 * (math.log(2 * math.pi * var_f) + (target - output) ** 2 / var_f)
 
 
 class CategoricalLikelihood(torch.nn.Module):
