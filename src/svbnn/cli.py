@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fit Simulation II (p = 200, n = 3000) with SVBNN for a few hundred epochs "
         "and print the selected variables, RMSE, sparsity and FPR/FNR beside Table 2.",
     )
-    demo.add_argument("--epochs", type=int, default=2000, help="epochs (paper: 7000; default 2000)")
+    demo.add_argument("--epochs", type=int, default=3000, help="epochs (paper: 7000; default 3000)")
     demo.add_argument("--reps", type=int, default=2, help="replications, batched (default 2)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--threads", type=int, default=1)

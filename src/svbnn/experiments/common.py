@@ -390,7 +390,9 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
             for level in cov.levels:
                 a = (1.0 - level) / 2.0
                 q = torch.tensor([a, 1.0 - a], dtype=draws.dtype)
-                lo, hi = torch.quantile(draws, q, dim=0).double().numpy()
+                # One replicate at a time: older torch refuses quantile() on > 2^24 elements.
+                bounds = torch.stack([torch.quantile(draws[:, r], q, dim=0) for r in range(R)], 1)
+                lo, hi = bounds.double().numpy()  # each (R, n_grid)
                 inside = (lo <= truth) & (truth <= hi)
                 cols[f"coverage{round(100 * level)}_x{c + 1}_pct"] = 100.0 * inside.mean(-1)
     eval_s = time.perf_counter() - t0

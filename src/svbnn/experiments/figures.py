@@ -73,7 +73,7 @@ def _choose(rows: list[dict[str, Any]]) -> int:
     options=("init", "dtype", "covariates"),
     plan=_plan_selected,
     group="figure",
-    timing=Timing(quick_s=5.2, full_s=252),
+    timing=Timing(quick_s=5.0, full_s=116),
 )
 def fig_selected_network(cfg: RunConfig) -> dict[str, Any]:
     chunks = _plan_selected(cfg)
@@ -227,7 +227,7 @@ def _fit_linear(
     quick={"epochs": 40},
     options=("dtype",),
     group="figure",
-    timing=Timing(quick_s=5.4, full_s=20, full_measured=True),
+    timing=Timing(quick_s=5.2, full_s=19, full_measured=True),
 )
 def fig_linear_toy(cfg: RunConfig) -> dict[str, Any]:
     P = cfg.params
@@ -405,7 +405,7 @@ def _gumbel_curves(
     defaults={"reps": 1, "phi": 0.9, "u": 0.2, "n_points": 2001},
     quick={"n_points": 501},
     group="figure",
-    timing=Timing(quick_s=3.4, full_s=3.3, full_measured=True),
+    timing=Timing(quick_s=3.0, full_s=3.3, full_measured=True),
 )
 def fig_gumbel_convergence(cfg: RunConfig) -> dict[str, Any]:
     P = cfg.params

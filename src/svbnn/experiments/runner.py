@@ -75,6 +75,8 @@ def resolve_config(
     for k, v in overrides.items():
         if k == "params":
             for pk, pv in dict(v).items():
+                if pk in _CONFIG_KEYS:
+                    raise ValueError(f"--set {pk}: use the --{pk} option instead")
                 if pk not in params and pk not in artifact.defaults:
                     if strict:
                         known = ", ".join(sorted(params)) or "(none)"
@@ -264,9 +266,15 @@ def list_text() -> str:
         else:
             full = format_duration(t.full_s) + (" measured" if t.full_measured else " estimated")
         lines.append(f"{a.name:<{width}}  {quick:>7}  {full:<24}  {a.description}")
+    known = [a.timing.full_s for a in ARTIFACTS.values()]
+    if known and all(t is not None for t in known):
+        total = sum(t for t in known if t is not None)
+        lines.append(f"{'all':<{width}}  {'':>7}  {format_duration(total)} estimated")
     lines.append("")
     lines.append(
-        "quick: measured wall time of --quick on a 2-core AMD EPYC, 1 torch thread. full: the "
-        "paper's settings, estimated from measured per-step times (--estimate-epochs)."
+        "quick: measured wall time of `svbnn reproduce NAME --quick` (about 3 s of it is "
+        "start-up) on a 2-core AMD EPYC with 1 torch thread. full: the paper's settings, "
+        "estimated from per-step times measured with --estimate-epochs 200 (`measured` where "
+        "the full run was timed). --jobs N divides the training time by up to N on free cores."
     )
     return "\n".join(lines)

@@ -414,7 +414,7 @@ _QUICK_SIM1 = {"reps": 2, "epochs": 20, **QUICK_TRAIN}
     quick=_QUICK_SIM1,
     options=_SIM_OPTIONS,
     plan=plan_table1_dense,
-    timing=Timing(quick_s=4.5, full_s=417),
+    timing=Timing(quick_s=3.8, full_s=220),
 )
 def table1_dense(cfg: RunConfig) -> dict[str, Any]:
     return _run_table1(cfg, "dense")
@@ -428,7 +428,7 @@ def table1_dense(cfg: RunConfig) -> dict[str, Any]:
     quick=_QUICK_SIM1,
     options=_SIM_OPTIONS,
     plan=plan_table1_sparse,
-    timing=Timing(quick_s=4.1, full_s=297),
+    timing=Timing(quick_s=3.9, full_s=177),
 )
 def table1_sparse(cfg: RunConfig) -> dict[str, Any]:
     return _run_table1(cfg, "sparse")
@@ -485,7 +485,7 @@ def report_table2(out: Path) -> None:
     quick={"reps": 2, "epochs": 15, **QUICK_TRAIN},
     options=(*_SIM_OPTIONS, "covariates"),
     plan=plan_table2,
-    timing=Timing(quick_s=4.3, full_s=1094),
+    timing=Timing(quick_s=3.9, full_s=575),
 )
 def table2(cfg: RunConfig) -> dict[str, Any]:
     chunks = plan_table2(cfg)
@@ -524,7 +524,7 @@ def plan_coverage(cfg: RunConfig) -> list[Chunk]:
     quick={"reps": 2, "epochs": 15, **QUICK_TRAIN},
     options=_SIM_OPTIONS,
     plan=plan_coverage,
-    timing=Timing(quick_s=4.4, full_s=1163),
+    timing=Timing(quick_s=4.1, full_s=615),
 )
 def coverage(cfg: RunConfig) -> dict[str, Any]:
     chunks = plan_coverage(cfg)
