@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/svbnn demo --threads $(THREADS)
+	$(VENV)/bin/svbnn demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
