@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from .experiments import artifact_names, estimate, list_text, reproduce
+    from .experiments import artifact_names, estimate, get_artifact, list_text, reproduce
     from .experiments.runner import format_duration
 
     if args.list:
@@ -151,6 +151,14 @@ def _reproduce(args: argparse.Namespace) -> int:
         )
         return 0
     names = artifact_names() if args.artifact == "all" else [args.artifact]
+    if args.artifact == "all" and not _real_data_available():
+        skipped = [n for n in names if get_artifact(n).group == "real-data"]
+        if skipped:
+            print(
+                f"skipping {', '.join(skipped)}: no data directory (set SVBNN_DATA)",
+                file=sys.stderr,
+            )
+        names = [n for n in names if n not in skipped]
     for name in names:
         out = None
         if args.out is not None:
@@ -169,6 +177,16 @@ def _reproduce(args: argparse.Namespace) -> int:
             print((folder / "report.md").read_text())
         print(f"{name}: wrote {folder}/ in {wall:.1f} s", file=sys.stderr)
     return 0
+
+
+def _real_data_available() -> bool:
+    from .data import DataNotFoundError, data_dir
+
+    try:
+        data_dir()
+    except DataNotFoundError:
+        return False
+    return True
 
 
 def _demo(args: argparse.Namespace) -> int:
