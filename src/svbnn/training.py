@@ -287,7 +287,7 @@ def train(
         if track_sparsity:
             history.sparsity.append(_to_list(sparsity(model)))
         if verbose:
-            bar.set_postfix(loss=f"{float(ep_loss.mean()):.4f}")
+            bar.set_postfix(loss=f"{float(ep_loss.mean()):.4f}", refresh=False)
         for cb in callbacks:
             cb(epoch + 1, model, history)
         if checkpoint_every and (epoch + 1) % checkpoint_every == 0:
