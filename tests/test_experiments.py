@@ -27,7 +27,7 @@ from svbnn.experiments.common import (
     layout_chunks,
     run_chunk,
 )
-from svbnn.experiments.methods import FitSpec, FittedReplicates, Method, MethodNotAvailableError
+from svbnn.experiments.methods import FitSpec, FittedReplicates, Method
 from svbnn.experiments.paper_values import COVERAGE, TABLE1, TABLE2, paper_value
 from svbnn.experiments.report import fmt_mean_sd, mean_sd
 
@@ -179,7 +179,6 @@ def test_console_entry_point_lists() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["reproduce", "table2", "--methods", "vd"], "not available yet"),
         (["reproduce", "table2", "--methods", "svbnn,foo"], "unknown method"),
         (["reproduce", "table1-dense", "--covariates", "normal"], "does not apply"),
         (["reproduce", "nonsense"], "unknown artifact"),
@@ -194,11 +193,14 @@ def test_cli_errors_are_clear(
     assert message in capsys.readouterr().err
 
 
-def test_get_method_for_baseline_raises() -> None:
-    with pytest.raises(MethodNotAvailableError, match="vbnn"):
-        methods_mod.get_method("vbnn")
-    assert methods_mod.available_methods() == ["svbnn"]
+def test_every_paper_method_is_registered() -> None:
+    # Importing svbnn.experiments registers the baselines next to SVBNN.
     assert set(methods_mod.METHOD_NAMES) == {"svbnn", "vbnn", "vd", "hsbnn", "agp", "lot"}
+    assert sorted(methods_mod.available_methods()) == sorted(methods_mod.METHOD_NAMES)
+    for name in methods_mod.METHOD_NAMES:
+        assert isinstance(methods_mod.get_method(name), Method)
+    with pytest.raises(ValueError, match="unknown method"):
+        methods_mod.get_method("foo")
 
 
 def test_same_seed_same_results(tmp_path: Path) -> None:
