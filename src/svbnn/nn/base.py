@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "conv_geometry",
     "ForwardMode",
     "Sampler",
     "VariationalContainer",
@@ -20,6 +21,19 @@ __all__ = [
     "set_generator",
     "variational_layers",
 ]
+
+
+def conv_geometry(
+    in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], groups: int
+) -> tuple[tuple[int, int, int, int], int]:
+    """Kernel shape ``(out, in/groups, kh, kw)`` and fan-in of a 2-D convolution."""
+    ks = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+    if len(ks) != 2 or min(ks) < 1:
+        raise ValueError(f"kernel_size must be a positive int or pair, got {kernel_size}")
+    if groups < 1 or in_channels % groups or out_channels % groups:
+        raise ValueError("in_channels and out_channels must be divisible by groups")
+    shape = (out_channels, in_channels // groups, int(ks[0]), int(ks[1]))
+    return shape, shape[1] * shape[2] * shape[3]
 
 
 class ForwardMode(str, Enum):

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import ForwardMode, VariationalLayer
-from .gaussian import VariationalMLP, _check_sizes, conv_geometry, replicated_linear
+from .base import ForwardMode, VariationalLayer, conv_geometry
+from .gaussian import VariationalMLP, _check_sizes, replicated_linear
 
 __all__ = [
     "VD_K1",

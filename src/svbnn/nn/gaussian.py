@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..objectives import log_softplus
-from .base import ForwardMode, VariationalLayer
+from .base import ForwardMode, VariationalLayer, conv_geometry
 from .spike_slab import activation_module
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "GaussianLinear",
     "GaussianMLP",
     "VariationalMLP",
-    "conv_geometry",
     "replicated_linear",
 ]
 
@@ -67,19 +66,6 @@ def replicated_linear(
     if bias is None:
         return torch.bmm(x, weight.transpose(1, 2))
     return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
-
-
-def conv_geometry(
-    in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], groups: int
-) -> tuple[tuple[int, int, int, int], int]:
-    """Kernel shape ``(out, in/groups, kh, kw)`` and fan-in of a 2-D convolution."""
-    ks = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
-    if len(ks) != 2 or min(ks) < 1:
-        raise ValueError(f"kernel_size must be a positive int or pair, got {kernel_size}")
-    if groups < 1 or in_channels % groups or out_channels % groups:
-        raise ValueError("in_channels and out_channels must be divisible by groups")
-    shape = (out_channels, in_channels // groups, int(ks[0]), int(ks[1]))
-    return shape, shape[1] * shape[2] * shape[3]
 
 
 def _check_sizes(out_features: int, fan_in: int, n_replicates: int | None) -> None:

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from .._kernels import Backend, backend, gumbel_backward_saved, gumbel_forward_saving, kernels
 from ..objectives import spike_slab_kl
 from ..priors import resolve_log_inclusion
-from .base import ForwardMode, Sampler, VariationalContainer, VariationalLayer
+from .base import ForwardMode, Sampler, VariationalContainer, VariationalLayer, conv_geometry
 
 __all__ = [
     "SpikeSlabConv2d",
@@ -398,15 +398,8 @@ class SpikeSlabConv2d(_SpikeSlabLayer):
     ) -> None:
         if kwargs.get("n_replicates") is not None:
             raise ValueError("SpikeSlabConv2d does not support n_replicates")
-        ks: tuple[int, int] = (
-            (kernel_size, kernel_size)
-            if isinstance(kernel_size, int)
-            else (kernel_size[0], kernel_size[1])
-        )
-        if in_channels % groups or out_channels % groups:
-            raise ValueError("in_channels and out_channels must be divisible by groups")
-        self.kernel_shape = (out_channels, in_channels // groups, ks[0], ks[1])
-        fan_in = (in_channels // groups) * ks[0] * ks[1]
+        self.kernel_shape, fan_in = conv_geometry(in_channels, out_channels, kernel_size, groups)
+        ks = (self.kernel_shape[2], self.kernel_shape[3])
         super().__init__(out_channels, fan_in, bias, **kwargs)
         self.in_channels = in_channels
         self.out_channels = out_channels
