@@ -4,15 +4,15 @@ A :class:`Method` fits ``R`` replications at once (data ``(R, n, p)``, responses
 ``(R, n)``) and returns a :class:`FittedReplicates` from which the harness computes every
 metric: Monte Carlo predictions, the median-model prediction, the selected inputs,
 sparsity and density, and the per-layer inclusion probabilities for network plots.
-Only SVBNN is implemented; the paper's baselines (VBNN, VD, HS-BNN, AGP, LOT) are
-reserved names that plug in with :func:`register_method` once the library has them.
+SVBNN is defined here; the paper's baselines (VBNN, VD, HS-BNN, AGP, LOT) are in
+:mod:`svbnn.experiments.baseline_methods`. Methods plug in with :func:`register_method`.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,6 +40,7 @@ __all__ = [
     "available_methods",
     "check_methods",
     "get_method",
+    "method_options",
     "register_method",
 ]
 
@@ -145,6 +146,17 @@ class FittedReplicates(ABC):
         """Median-model (``phi > 0.5``, weights ``mu``) prediction ``(R, n)``, if defined."""
         return None
 
+    def tune_on_test(
+        self, X_test: Tensor, y_test: Any, n_samples: int, generator: torch.Generator | None
+    ) -> dict[str, NDArray[np.float64]]:
+        """Pick a tuning value on the test set, as the paper does for AGP and LOT.
+
+        Called by the harness once, after fitting and before any metric. ``X_test`` is
+        ``(R, n_test, p)``, ``y_test`` the shared ``(n_test,)`` responses. Returns extra
+        per-replicate columns (arrays of length ``R``); the default tunes nothing.
+        """
+        return {}
+
     def selected_features(self) -> list[NDArray[np.int64]] | None:
         """Per replicate, the 0-based inputs with a kept first-layer edge (``None``: n/a)."""
         return None
@@ -166,6 +178,8 @@ class Method(ABC):
     """A fitting procedure for a batch of replications (see :class:`FitSpec`)."""
 
     name: ClassVar[str]
+    option_defaults: ClassVar[Mapping[str, Any]] = {}
+    """Method-specific settings (``FitSpec.options`` keys, ``--set KEY=VALUE``) and defaults."""
 
     @abstractmethod
     def fit(
@@ -214,6 +228,14 @@ def get_method(name: str) -> Method:
             "svbnn.experiments.methods.register_method."
         )
     raise ValueError(f"unknown method {name!r}; the paper's methods are {', '.join(METHOD_NAMES)}")
+
+
+def method_options(names: Sequence[str]) -> dict[str, Any]:
+    """The option defaults of the methods ``names`` (see :attr:`Method.option_defaults`)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        out.update(get_method(name).option_defaults)
+    return out
 
 
 def check_methods(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:

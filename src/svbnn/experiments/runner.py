@@ -19,7 +19,7 @@ from .common import (
     execute_chunks,
     write_settings,
 )
-from .methods import check_methods
+from .methods import check_methods, method_options
 from .registry import ARTIFACTS, Artifact, get_artifact
 
 __all__ = [
@@ -72,19 +72,10 @@ def resolve_config(
                 merged[k] = v
             else:
                 params[k] = v
+    given: dict[str, Any] = {}
     for k, v in overrides.items():
         if k == "params":
-            for pk, pv in dict(v).items():
-                if pk in _CONFIG_KEYS:
-                    raise ValueError(f"--set {pk}: use the --{pk} option instead")
-                if pk not in params and pk not in artifact.defaults:
-                    if strict:
-                        known = ", ".join(sorted(params)) or "(none)"
-                        raise ValueError(
-                            f"--set {pk}: {artifact.name} has no such setting; known: {known}"
-                        )
-                    continue
-                params[pk] = pv
+            given = dict(v)
             continue
         if k not in _CONFIG_KEYS:
             raise ValueError(f"unknown setting {k!r}")
@@ -96,6 +87,21 @@ def resolve_config(
                 )
             continue
         merged[k] = v
+    # --set keys: the artifact's settings, or options of the methods it runs (those reach
+    # each method as FitSpec.options).
+    options = method_options(check_methods(tuple(merged["methods"])))
+    for pk, pv in given.items():
+        if pk in _CONFIG_KEYS:
+            raise ValueError(f"--set {pk}: use the --{pk} option instead")
+        if pk not in params and pk not in options:
+            if strict:
+                known = ", ".join(sorted({*params, *options})) or "(none)"
+                raise ValueError(
+                    f"--set {pk}: {artifact.name} with methods {','.join(merged['methods'])} "
+                    f"has no such setting; known: {known}"
+                )
+            continue
+        params[pk] = pv
     cfg = RunConfig(
         artifact=artifact.name,
         out=Path(out) if out is not None else Path("results") / artifact.name,

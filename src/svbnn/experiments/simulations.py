@@ -14,7 +14,7 @@ sizes; the choices here (teacher depth, width 6; 10000 shared test points) are D
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from .common import (
     read_settings,
     write_csv,
 )
-from .methods import METHOD_NAMES, FitSpec
+from .methods import METHOD_NAMES, FitSpec, method_options
 from .paper_values import paper_value
 from .registry import Timing, register_artifact
 from .report import Column, comparison_table, settings_section, write_report
@@ -154,6 +154,7 @@ def build_fit_spec(
         init=cfg.init,
         dtype=cfg.dtype,
         log_prior_inclusion=log_prior_inclusion,
+        options={k: P[k] for k in method_options(cfg.methods) if k in P},
     )
 
 
@@ -304,6 +305,7 @@ EXTRA_COLUMNS = [
     Column("density_pct", "Density phi>0.5 (%)", 2, paper=False),
     Column("test_rmse_f", "Test RMSE vs f0", 3, paper=False),
     Column("test_rmse_median", "Median-model test RMSE", 3, paper=False),
+    Column("weight_density_pct", "Weight density, AGP/LOT (%)", 2, paper=False),
     Column("wall_s", "Wall s/rep", 1, paper=False),
 ]
 
@@ -323,8 +325,51 @@ COMMON_NOTES = """\
   `data_seed`); all replications share one test set. Replications are trained in batches
   as one replicated network (columns `chunk`, `train_seed`); `wall_s` is the chunk's wall
   time divided by its size.
-- Methods marked "not run" are the paper's baselines, not implemented yet; their
-  published values are shown for reference."""
+- Methods marked "not run" were not part of this run (`--methods`); their published
+  values are shown for reference.
+- Baselines (`svbnn.experiments.baseline_methods`): VBNN keeps every weight (all inputs
+  selected); VD keeps weights with log alpha <= 3; HS-BNN prunes nodes, so FPR/FNR are not
+  defined ("-"), as in the paper. Their "Sparsity" and "Density" are the fraction of the T
+  weights and biases kept. AGP and LOT are deterministic networks (no coverage, f_H is the
+  network's output); each trains every density of its grid (`--set agp_densities=...`,
+  `--set lot_densities=...`) and keeps the one with the smallest mean test RMSE, as the
+  paper does (`grid_density` and `grid_test_rmse_d*` in `results.csv`, the table "Density
+  grid of AGP and LOT" below). They prune weights only, layer by layer, and leave the
+  output layer dense: their "Sparsity" counts the biases as kept, "Weight density" is the
+  fraction of all weights kept, the dense output layer's included (the paper's "sparsity"
+  of AGP and LOT)."""
+
+
+def grid_section(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: test RMSE (mean ± sd) of every grid density of AGP and LOT, per setting."""
+    lines: list[str] = []
+    for method in ("agp", "lot"):
+        mrows = [r for r in rows if r.get("method") == method and r.get("grid_density")]
+        for setting in sorted({str(r.get("setting", "")) for r in mrows}):
+            srows = [r for r in mrows if str(r.get("setting", "")) == setting]
+            keys = [k for k in srows[0] if k.startswith("grid_test_rmse_d") and srows[0][k]]
+            chosen = float(srows[0]["grid_density"])
+            where = f" ({setting})" if setting else ""
+            lines += [
+                f"### {method.upper()}{where}: {len(srows)} reps, chosen density {chosen:g}",
+                "",
+                "| density | test RMSE |",
+                "|---|---|",
+            ]
+            for k in keys:
+                v = np.array([float(r[k]) for r in srows])
+                sd = f" ± {v.std(ddof=1):.3f}" if len(v) > 1 else ""
+                mark = " (chosen)" if float(k[len("grid_test_rmse_d") :]) == chosen else ""
+                lines.append(f"| {k[len('grid_test_rmse_d') :]}{mark} | {v.mean():.3f}{sd} |")
+            lines.append("")
+    if not lines:
+        return ""
+    head = (
+        "## Density grid of AGP and LOT\n\nTest RMSE of every density of the grid (mean ± sd "
+        "over replications); the run keeps the density with the smallest mean, the paper's "
+        "protocol.\n\n"
+    )
+    return head + "\n".join(lines)
 
 
 def _settings_lines(settings: dict[str, Any]) -> str:
@@ -380,6 +425,7 @@ def _report_table1(out: Path, setting: str) -> None:
             f"95% coverage is of x{covered} (as in the paper's Table 1), following the "
             "coverage protocol of supplement B.5 (see the `coverage` artifact): "
             f"{xs}. The other coordinates' coverage is in `results.csv`.",
+            grid_section(rows),
             "## Settings\n\n" + _settings_lines(settings),
             COMMON_NOTES,
         ],
@@ -471,6 +517,7 @@ def report_table2(out: Path) -> None:
             "student. Each metric is mean ± sd over replications, the paper's value beside it.",
             table,
             COVARIATE_NOTE.format(covariates=covariates),
+            grid_section(rows),
             "## Settings\n\n" + _settings_lines(settings),
             COMMON_NOTES,
         ],
