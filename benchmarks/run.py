@@ -344,10 +344,14 @@ def build_replicate_step(
         X = torch.randn(R, n, net.in_features, generator=gen)
         y = torch.randn(R, n, generator=gen)
         idx = torch.argsort(torch.rand(R, n, generator=gen), dim=1)[:, :m]
-        rows = torch.arange(R).unsqueeze(1)
+        # train's gather: one index_select on the (R n, p) view.
+        flat_idx = (idx + n * torch.arange(R).unsqueeze(1)).reshape(-1)
+        X_rows, y_rows = X.view(R * n, -1), y.view(R * n)
 
         def step() -> None:
-            loss, _, _ = negative_elbo(model, lik, X[rows, idx], y[rows, idx], n)
+            xb = X_rows.index_select(0, flat_idx).view(R, m, -1)
+            yb = y_rows.index_select(0, flat_idx).view(R, m)
+            loss, _, _ = negative_elbo(model, lik, xb, yb, n)
             opt.zero_grad(set_to_none=True)
             loss.sum().backward()
             opt.step()

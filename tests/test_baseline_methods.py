@@ -292,3 +292,22 @@ def test_method_options_need_a_method_that_uses_them(
     assert "agp_densities" in capsys.readouterr().err
     assert main([*argv, "--methods", "lot", "--set", "agp_densities=0.5"]) == 2
     assert main([*argv, "--methods", "lot", "--set", "lot_densities=1.5", "--reps", "1"]) != 0
+
+
+def test_runs_of_separate_methods_merge_into_one_report(tmp_path: Path) -> None:
+    base = ["reproduce", "table1-dense", "--quick", "--reps", "2", "--epochs", "3", "--no-progress"]
+    assert main([*base, "--methods", "svbnn", "--out", str(tmp_path / "a")]) == 0
+    assert main([*base, "--methods", "vbnn", "--out", str(tmp_path / "b")]) == 0
+    out = tmp_path / "merged"
+    argv = ["reproduce", "table1-dense", "--merge", str(tmp_path / "a"), str(tmp_path / "b")]
+    assert main([*argv, "--out", str(out)]) == 0
+    rows = _rows(out / "results.csv")
+    assert sorted(r["method"] for r in rows) == ["svbnn", "svbnn", "vbnn", "vbnn"]
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["config"]["methods"] == ["svbnn", "vbnn"]
+    assert [s["methods"] for s in settings["merged_from"]] == [["svbnn"], ["vbnn"]]
+    text = (out / "report.md").read_text()
+    assert "| SVBNN | 2 |" in text and "| VBNN | 2 |" in text
+    # The same method twice would double its replications: refused.
+    argv = ["reproduce", "table1-dense", "--merge", str(tmp_path / "a"), str(tmp_path / "a")]
+    assert main([*argv, "--out", str(tmp_path / "bad")]) != 0

@@ -4,18 +4,20 @@ import pytest
 import torch
 
 import svbnn._kernels as K
+import svbnn.nn.spike_slab as ss
 from svbnn.nn import SpikeSlabMLP, set_generator
 from svbnn.objectives import GaussianLikelihood
 from svbnn.training import negative_elbo
 
 
-def _grads(backend: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _grads(backend: str, fused: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
     K.set_backend(backend)
     try:
         model = SpikeSlabMLP(
             6,
             (5, 4),
             1,
+            fused=fused,
             generator=torch.Generator().manual_seed(0),
             dtype=torch.float64,
             log_prior_inclusion=-7.0,
@@ -32,9 +34,15 @@ def _grads(backend: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 
 @pytest.mark.slow
-def test_compiled_backend_matches_eager() -> None:
-    loss_e, grads_e = _grads("eager")
-    loss_c, grads_c = _grads("compiled")
+@pytest.mark.parametrize("fused", [False, True])
+def test_compiled_backend_matches_eager(fused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fused=False: per-layer draws (torch's generator) and the separate KL kernel.
+    # fused=True: the one-loop draw + KL with counter-based noise, which the compiled
+    # backend uses for SpikeSlabMLP; eagerly it runs when the backend claims "compiled".
+    loss_c, grads_c = _grads("compiled", fused)
+    if fused:
+        monkeypatch.setattr(ss, "backend", lambda: K.Backend.COMPILED)
+    loss_e, grads_e = _grads("eager", fused)
     torch.testing.assert_close(loss_c, loss_e, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_c, grads_e, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -83,6 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--report-only", action="store_true", help="rebuild report.md and figures from saved CSVs"
     )
     rep.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="merge finished runs of the artifact (e.g. one per method) into --out and "
+        "rebuild the report",
+    )
+    rep.add_argument(
         "--estimate-epochs",
         type=int,
         metavar="E",
@@ -108,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _reproduce(args: argparse.Namespace) -> int:
     from .experiments import artifact_names, estimate, get_artifact, list_text, reproduce
-    from .experiments.runner import format_duration
+    from .experiments.runner import format_duration, merge_runs
 
     if args.list:
         print(list_text())
@@ -149,6 +157,13 @@ def _reproduce(args: argparse.Namespace) -> int:
             f"estimated total ({res['threads']} thread(s), {res['jobs']} job(s)): "
             f"{format_duration(res['estimated_total_s'])} ({res['estimated_total_s']:.0f} s)"
         )
+        return 0
+    if args.merge:
+        if args.artifact == "all" or args.out is None:
+            print("svbnn: error: --merge needs one artifact and --out", file=sys.stderr)
+            return 2
+        folder = merge_runs(args.artifact, args.merge, args.out)
+        print((folder / "report.md").read_text())
         return 0
     names = artifact_names() if args.artifact == "all" else [args.artifact]
     if args.artifact == "all" and not _real_data_available():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,9 +17,12 @@ from .common import (
     RunConfig,
     environment_info,
     execute_chunks,
+    read_csv,
+    read_settings,
+    write_csv,
     write_settings,
 )
-from .methods import check_methods, method_options
+from .methods import METHOD_NAMES, check_methods, method_options
 from .registry import ARTIFACTS, Artifact, get_artifact
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "estimate",
     "format_duration",
     "list_text",
+    "merge_runs",
     "reproduce",
     "resolve_config",
 ]
@@ -174,6 +178,63 @@ def reproduce(
     write_settings(cfg.out, settings)
     artifact.report(cfg.out)
     return cfg.out
+
+
+def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
+    """Merge runs of one artifact (e.g. each method run separately) into ``out``.
+
+    ``results.csv`` rows are concatenated (a method may appear in one part only: two parts
+    with the same method would count its replications twice, so that is refused);
+    ``settings.json`` is the first part's, with the union of the methods, every part's chunk
+    layout, the summed wall time and ``merged_from`` (each part's folder, methods,
+    replications, epochs and git commit). Then the report is rebuilt.
+    """
+    artifact = get_artifact(name)
+    if not parts:
+        raise ValueError("nothing to merge")
+    rows: list[dict[str, Any]] = []
+    chunks: list[Any] = []
+    merged: dict[str, Any] = {}
+    sources = []
+    seen: dict[str, Path] = {}
+    wall = 0.0
+    for part in parts:
+        part = Path(part)
+        settings = read_settings(part)
+        if settings.get("artifact") != name:
+            raise ValueError(f"{part} holds a run of {settings.get('artifact')!r}, not {name!r}")
+        part_rows = read_csv(part / "results.csv")
+        methods = sorted({str(r["method"]) for r in part_rows})
+        for m in methods:
+            if m in seen:
+                raise ValueError(f"method {m!r} is in both {seen[m]} and {part}")
+            seen[m] = part
+        rows += part_rows
+        chunks += list(settings.get("chunks", []))
+        wall += float(settings.get("wall_time_s", 0.0))
+        cfg = settings.get("config", {})
+        sources.append(
+            {
+                "folder": str(part),
+                "methods": methods,
+                "reps": cfg.get("reps"),
+                "epochs": cfg.get("epochs"),
+                "git_commit": settings.get("environment", {}).get("git", {}).get("commit"),
+            }
+        )
+        merged = merged or dict(settings)
+    order = {m: i for i, m in enumerate(METHOD_NAMES)}
+    merged["config"] = {
+        **merged.get("config", {}),
+        "methods": sorted(seen, key=lambda m: order.get(m, len(order))),
+        "out": str(out),
+    }
+    merged.update(chunks=chunks, wall_time_s=round(wall, 3), merged_from=sources)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "results.csv", rows)
+    write_settings(out, merged)
+    artifact.report(out)
+    return out
 
 
 def estimate(

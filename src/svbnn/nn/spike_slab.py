@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from .._kernels import Backend, backend, gumbel_backward_saved, gumbel_forward_saving, kernels
 from ..objectives import spike_slab_kl
-from ..priors import resolve_log_inclusion
+from ..priors import log1mexp, resolve_log_inclusion
 from .base import ForwardMode, Sampler, VariationalContainer, VariationalLayer, conv_geometry
 
 __all__ = [
@@ -66,6 +66,61 @@ class _GumbelSpikeSlab(torch.autograd.Function):
         else:
             g_mu, g_rho, g_alpha = gumbel_backward_saved(grad, ctx.saved_tensors)
         return g_mu, g_rho, g_alpha, None, None, None
+
+
+class _FusedGumbelKL(torch.autograd.Function):
+    """Gumbel straight-through draw and exact KL of flat parameters in one fused loop.
+
+    Forward returns ``(theta, kl)``; the backward takes both incoming gradients and returns
+    ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more loop. The
+    noise is counter-based (:func:`svbnn._kernels.counter_noise`) from a two-word ``seed``,
+    so nothing but the gate bits is stored between the passes.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        mu: Tensor,
+        rho: Tensor,
+        alpha: Tensor,
+        log_lam: Tensor,
+        seed: Tensor,
+        tau: float,
+        log_sigma0: float,
+    ) -> tuple[Tensor, Tensor]:
+        log_1mlam = log1mexp(log_lam)
+        var0 = math.exp(2.0 * log_sigma0)
+        theta, gate, kl = kernels()["fused_forward"](
+            mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, var0
+        )
+        ctx.save_for_backward(mu, rho, alpha, gate, seed, log_lam, log_1mlam)
+        ctx.consts = (tau, log_sigma0, var0)
+        return theta, kl
+
+    @staticmethod
+    def backward(
+        ctx: Any, g_theta: Tensor | None, g_kl: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        mu, rho, alpha, gate, seed, log_lam, log_1mlam = ctx.saved_tensors
+        tau, log_sigma0, var0 = ctx.consts
+        if g_theta is None:
+            g_theta = torch.zeros_like(mu)
+        g = torch.zeros(mu.shape[:-1], dtype=mu.dtype, device=mu.device) if g_kl is None else g_kl
+        grads = kernels()["fused_backward"](
+            g_theta,
+            g.unsqueeze(-1),
+            mu,
+            rho,
+            alpha,
+            gate,
+            seed,
+            tau,
+            log_lam,
+            log_1mlam,
+            log_sigma0,
+            var0,
+        )
+        return (*grads, None, None, None, None)
 
 
 def gumbel_spike_slab(
@@ -555,15 +610,35 @@ class SpikeSlabMLP(VariationalContainer):
         if not self._fused_draw_ok(layers):
             return self._run(x)
         first = layers[0]
-        flat = _draw(
-            self.mu,
-            self.rho,
-            self.alpha,
-            first.mode,
-            first.sampler,
-            first.temperature,
-            first.generator,
-        )
+        self._kl_cache = None
+        if self._fused_kl_ok(layers):
+            # Compiled training step: draw and KL in one loop; kl_divergence() picks the KL
+            # up (as long as the parameters are unchanged), so its gradient joins the draw's.
+            seed = torch.randint(
+                -(2**31), 2**31 - 1, (2,), generator=first.generator, dtype=torch.int32
+            ).to(self.mu.device)
+            log_lam = self.log_prior_inclusion
+            log_lam = log_lam.reshape(-1, 1) if log_lam.dim() > 0 else log_lam
+            flat, kl = _FusedGumbelKL.apply(
+                self.mu,
+                self.rho,
+                self.alpha,
+                log_lam,
+                seed,
+                float(first.temperature),
+                0.5 * math.log(first.prior_variance),
+            )
+            self._kl_cache = (kl, self._kl_key())
+        else:
+            flat = _draw(
+                self.mu,
+                self.rho,
+                self.alpha,
+                first.mode,
+                first.sampler,
+                first.temperature,
+                first.generator,
+            )
         widths = [layer.n_params() for layer in layers]
         try:
             for layer, chunk in zip(layers, flat.split(widths, dim=-1), strict=True):
@@ -574,8 +649,40 @@ class SpikeSlabMLP(VariationalContainer):
                 layer._frozen = None
         return out
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A cached KL holds an autograd graph (not copyable, not worth pickling).
+        state = dict(self.__dict__)
+        state["_kl_cache"] = None
+        return state
+
+    def _fused_kl_ok(self, layers: list[SpikeSlabLinear]) -> bool:
+        # The one-loop draw + KL: compiled kernels, Gumbel sampler, training (grad enabled),
+        # one prior variance.
+        first = layers[0]
+        return (
+            backend() is Backend.COMPILED
+            and first.sampler is Sampler.GUMBEL
+            and torch.is_grad_enabled()
+            and all(layer.prior_variance == first.prior_variance for layer in layers)
+        )
+
+    def _kl_key(self) -> tuple[Any, ...]:
+        # Identity and version of everything the KL depends on: a cached KL is valid only
+        # while none of them changed (an optimiser step bumps the parameters' versions).
+        ts = (self.mu, self.rho, self.alpha, self.log_prior_inclusion)
+        return (*((id(t), t._version) for t in ts), self.layers()[0].prior_variance)
+
     def kl_divergence(self) -> Tensor:
-        """KL of all layers: one fused call on the flat parameters when ``fused``."""
+        """KL of all layers: one fused call on the flat parameters when ``fused``.
+
+        After a compiled training forward (see :func:`svbnn._kernels.set_backend`), the KL
+        computed in the same loop as the draw is returned once, if the parameters have not
+        changed since.
+        """
+        cache, self._kl_cache = getattr(self, "_kl_cache", None), None
+        if cache is not None and cache[1] == self._kl_key() and torch.is_grad_enabled():
+            kl: Tensor = cache[0]
+            return kl
         layers = self.layers()
         if not (self.fused and "mu" in self._parameters) or any(
             layer.prior_variance != layers[0].prior_variance for layer in layers

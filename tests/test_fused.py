@@ -1,0 +1,193 @@
+"""The one-loop draw + KL of the compiled backend (svbnn._kernels.fused_*).
+
+Everything here runs the fused formulas eagerly (no compiler needed): the compiled backend
+runs the same Python functions through torch.compile, checked against these in the slow
+test of tests/test_kernels.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import svbnn.nn.spike_slab as ss
+from svbnn._kernels import Backend, counter_index, counter_noise
+from svbnn.nn import SpikeSlabMLP, set_generator
+from svbnn.objectives import GaussianLikelihood, spike_slab_kl, spike_slab_kl_reference
+from svbnn.training import negative_elbo
+
+N = 200_000
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_counter_noise_is_uniform_and_normal(dtype: torch.dtype) -> None:
+    idx = torch.arange(N, dtype=torch.int32)
+    u, eps = counter_noise(idx, torch.tensor([7, -3], dtype=torch.int32), dtype)
+    assert u.dtype == dtype and eps.dtype == dtype
+    assert float(u.min()) > 0.0 and float(u.max()) < 1.0
+    # Seeded, so each p-value is one fixed number; 1e-3 fails a sound generator 0.1% of
+    # the time over seeds, and a wrong distribution (KS distance > 0.005) essentially always.
+    assert stats.kstest(u.double().numpy(), "uniform").pvalue > 1e-3
+    assert stats.kstest(eps.double().numpy(), "norm").pvalue > 1e-3
+    # Independence of u and eps, of neighbouring elements, and of two seeds: correlations
+    # within 5 standard errors (1 / sqrt(N)) of zero.
+    se = 1.0 / math.sqrt(N)
+    u2, eps2 = counter_noise(idx, torch.tensor([8, -3], dtype=torch.int32), dtype)
+    for a, b in [(u, eps), (u[1:], u[:-1]), (eps[1:], eps[:-1]), (u, u2), (eps, eps2)]:
+        r = np.corrcoef(a.double().numpy(), b.double().numpy())[0, 1]
+        assert abs(r) < 5 * se
+
+
+def test_counter_noise_depends_on_index_and_seed_only() -> None:
+    seed = torch.tensor([1, 2], dtype=torch.int32)
+    idx = torch.arange(1000, dtype=torch.int32)
+    u, eps = counter_noise(idx, seed, torch.float64)
+    u_sub, eps_sub = counter_noise(idx[500:], seed, torch.float64)
+    assert torch.equal(u[500:], u_sub) and torch.equal(eps[500:], eps_sub)
+    assert len(torch.unique(u)) == 1000  # 53-bit uniforms: no repeats among 1000
+
+
+def _params(shape: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mu = torch.randn(shape, generator=g, dtype=torch.float64)
+    rho = torch.randn(shape, generator=g, dtype=torch.float64) - 2.0
+    rho.view(-1)[:3] = torch.tensor([-30.0, 0.0, 25.0])  # softplus tails
+    alpha = 4.0 * torch.randn(shape, generator=g, dtype=torch.float64)
+    alpha.view(-1)[3:6] = torch.tensor([-60.0, 0.0, 60.0])
+    return [t.requires_grad_() for t in (mu, rho, alpha)]
+
+
+@pytest.mark.parametrize("replicated", [False, True])
+def test_fused_draw_and_kl_match_autograd_of_the_reference(replicated: bool) -> None:
+    shape = (3, 400) if replicated else (1200,)
+    mu, rho, alpha = _params(shape)
+    log_lam = torch.tensor([-3.0, -8.0, -0.5], dtype=torch.float64) if replicated else None
+    lam_arg = log_lam.reshape(-1, 1) if log_lam is not None else torch.tensor(-6.0).double()
+    seed = torch.tensor([11, 12], dtype=torch.int32)
+    tau, var0 = 0.5, 2.0
+    theta, kl = ss._FusedGumbelKL.apply(mu, rho, alpha, lam_arg, seed, tau, 0.5 * math.log(var0))
+    g = torch.Generator().manual_seed(5)
+    g_theta = torch.randn(shape, generator=g, dtype=torch.float64)
+    g_kl = torch.rand(kl.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad((theta * g_theta).sum() + (kl * g_kl).sum(), (mu, rho, alpha))
+
+    # Reference: Algorithm 1's straight-through gate through autograd, the same noise.
+    u, eps = counter_noise(counter_index(mu), seed, torch.float64)
+    eta = alpha + torch.logit(u)
+    hard = (eta > 0).double()
+    soft = torch.sigmoid(eta / tau)
+    ref_theta = (hard + soft - soft.detach()) * (mu + torch.nn.functional.softplus(rho) * eps)
+    ref_kl = spike_slab_kl_reference(mu, rho, alpha, lam_arg, var0).sum(-1)
+    torch.testing.assert_close(theta, ref_theta.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(kl, ref_kl.detach(), rtol=1e-12, atol=1e-9)
+    ref = torch.autograd.grad((ref_theta * g_theta).sum() + (ref_kl * g_kl).sum(), (mu, rho, alpha))
+    for a, b in zip(grads, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    # Gate frequency: P(theta != 0) = phi; the mean over all elements within 5 s.e.
+    phi = torch.sigmoid(alpha.detach())
+    se = float(torch.sqrt((phi * (1 - phi)).sum())) / phi.numel()
+    assert abs(float((theta != 0).double().mean() - phi.mean())) < 5 * se + 1e-12
+
+
+def _fused_mlp(monkeypatch: pytest.MonkeyPatch, R: int | None) -> SpikeSlabMLP:
+    # The fused path is taken under the compiled backend; pretending it is on runs the
+    # same formulas eagerly (kernels() still hands out the eager functions).
+    monkeypatch.setattr(ss, "backend", lambda: Backend.COMPILED)
+    model = SpikeSlabMLP(
+        5,
+        (4, 3),
+        1,
+        n_replicates=R,
+        generator=torch.Generator().manual_seed(0),
+        dtype=torch.float64,
+        log_prior_inclusion=-4.0 if R is None else torch.tensor([-4.0, -9.0]).double(),
+    )
+    set_generator(model, torch.Generator().manual_seed(1))
+    return model
+
+
+@pytest.mark.parametrize("R", [None, 2])
+def test_fused_mlp_step_equals_manual_autograd(
+    monkeypatch: pytest.MonkeyPatch, R: int | None
+) -> None:
+    model = _fused_mlp(monkeypatch, R)
+    g = torch.Generator().manual_seed(2)
+    lead = () if R is None else (R,)
+    x = torch.randn(*lead, 16, 5, generator=g, dtype=torch.float64)
+    y = torch.randn(*lead, 16, generator=g, dtype=torch.float64)
+    gen = model.layers()[0].generator
+    assert gen is not None
+    replay = torch.Generator().manual_seed(0)
+    replay.set_state(gen.get_state())
+    loss, _, kl = negative_elbo(model, GaussianLikelihood(), x, y, n_train=100)
+    loss.sum().backward()
+    grads = [p.grad.clone() for p in (model.mu, model.rho, model.alpha)]  # type: ignore[union-attr]
+
+    # Replay: same seed words from the same generator state, weights through autograd.
+    seed = torch.randint(-(2**31), 2**31 - 1, (2,), generator=replay, dtype=torch.int32)
+    mu, rho, alpha = (
+        p.detach().clone().requires_grad_() for p in (model.mu, model.rho, model.alpha)
+    )
+    u, eps = counter_noise(counter_index(mu), seed, torch.float64)
+    eta = alpha + torch.logit(u)
+    soft = torch.sigmoid(eta / 0.5)
+    theta = ((eta > 0).double() + soft - soft.detach()) * (
+        mu + torch.nn.functional.softplus(rho) * eps
+    )
+    h = x
+    start = 0
+    sizes = [5, 4, 3, 1]
+    for i in range(3):
+        n_w = (sizes[i] + 1) * sizes[i + 1]
+        wb = theta[..., start : start + n_w].reshape(*lead, sizes[i + 1], sizes[i] + 1)
+        start += n_w
+        h = h @ wb[..., :-1].transpose(-1, -2) + wb[..., -1].unsqueeze(-2)
+        if i < 2:
+            h = torch.relu(h)
+    nll = -GaussianLikelihood().log_prob(h, y).mean(-1)
+    ref_kl = spike_slab_kl(mu, rho, alpha, model.log_prior_inclusion, 2.0, len(lead)) / 100
+    torch.testing.assert_close(kl, ref_kl.detach(), rtol=1e-12, atol=1e-12)
+    (nll + ref_kl).sum().backward()
+    for a, b in zip(grads, (mu.grad, rho.grad, alpha.grad), strict=True):
+        assert b is not None
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_cached_kl_is_used_once_and_only_while_parameters_are_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = _fused_mlp(monkeypatch, None)
+    x = torch.randn(8, 5, dtype=torch.float64)
+    model(x)
+    cached = model._kl_cache
+    assert cached is not None
+    first = model.kl_divergence()
+    assert first is cached[0]
+    second = model.kl_divergence()  # the cache is spent: computed anew, same value
+    assert second is not first
+    torch.testing.assert_close(second, first)
+    model(x)
+    with torch.no_grad():
+        model.mu.add_(0.1)  # e.g. an optimiser step between forward and KL
+    fresh = model.kl_divergence()
+    want = spike_slab_kl(model.mu, model.rho, model.alpha, model.log_prior_inclusion, 2.0)
+    torch.testing.assert_close(fresh, want)
+    assert not torch.allclose(fresh, first)
+    # A model with a pending cache can still be deep-copied (the cache is not copied).
+    model(x)
+    import copy
+
+    clone = copy.deepcopy(model)
+    assert clone._kl_cache is None
+
+
+def test_fused_draws_reproduce_from_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    outs = []
+    for _ in range(2):
+        model = _fused_mlp(monkeypatch, None)
+        outs.append(model(torch.ones(3, 5, dtype=torch.float64)).detach())
+    assert torch.equal(outs[0], outs[1])
