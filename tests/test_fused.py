@@ -78,7 +78,7 @@ def test_fused_draw_and_kl_match_autograd_of_the_reference(replicated: bool) -> 
     # Reference: Algorithm 1's straight-through gate through autograd, the same noise.
     u, eps = counter_noise(counter_index(mu), seed, torch.float64)
     eta = alpha + torch.logit(u)
-    hard = (eta > 0).double()
+    hard = (u > torch.sigmoid(-alpha)).double()  # the event alpha + logit(u) > 0
     soft = torch.sigmoid(eta / tau)
     ref_theta = (hard + soft - soft.detach()) * (mu + torch.nn.functional.softplus(rho) * eps)
     ref_kl = spike_slab_kl_reference(mu, rho, alpha, lam_arg, var0).sum(-1)
@@ -135,7 +135,7 @@ def test_fused_mlp_step_equals_manual_autograd(
     u, eps = counter_noise(counter_index(mu), seed, torch.float64)
     eta = alpha + torch.logit(u)
     soft = torch.sigmoid(eta / 0.5)
-    theta = ((eta > 0).double() + soft - soft.detach()) * (
+    theta = ((u > torch.sigmoid(-alpha)).double() + soft - soft.detach()) * (
         mu + torch.nn.functional.softplus(rho) * eps
     )
     h = x

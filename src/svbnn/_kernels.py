@@ -9,9 +9,12 @@ formulas; the compiled one may differ in the last bits (different operation orde
 seed reproduces a run within one backend.
 
 Eager, every operation is a separate pass, so the forward saves its intermediates for the
-backward. Compiled, a pass is cheap and bytes are what cost, so the backward recomputes the
-intermediates from the saved inputs (``mu, rho, alpha, u, eps``) in the same fused loop;
-the compiled kernels see 1-D views (one compiled graph serves every layer shape).
+backward. Compiled, the per-layer kernels recompute the intermediates from the saved inputs
+(``mu, rho, alpha, u, eps``) in the backward's fused loop and see 1-D views (one compiled
+graph serves every layer shape). A :class:`~svbnn.nn.SpikeSlabMLP` training step uses
+:func:`fused_forward`/:func:`fused_backward` instead: one loop draws every weight of the
+network with counter-based noise and computes the KL and the elementwise factors of both
+gradients, one more loop applies them.
 """
 
 from __future__ import annotations
@@ -168,8 +171,8 @@ def kl_backward(
 # ------------------------------------------------------------------ fused draw + KL
 # Counter-based noise: element i of a draw gets its uniforms by hashing (i, seed), so the
 # noise costs a few vectorised integer operations inside the fused loop instead of two
-# passes of torch's sequential generator, and the backward regenerates it instead of
-# storing it. The hash is "lowbias32" (C. Wellons' hash-prospector: 32-bit integer hash
+# passes of torch's sequential generator (measured: 2.5 against 4.2 ms for the 669,706
+# parameters of the MNIST network), and any slice of a draw can be regenerated alone. The hash is "lowbias32" (C. Wellons' hash-prospector: 32-bit integer hash
 # with avalanche bias 0.17%), applied twice with the two seed words; int32 arithmetic
 # wraps, and right shifts are masked to make them logical.
 _H1 = 0x7FEB352D
@@ -222,11 +225,21 @@ def counter_noise(idx: Tensor, seed: Tensor, dtype: torch.dtype) -> tuple[Tensor
     return u, eps
 
 
-def _log_phis(alpha: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    # phi, log(phi), log(1 - phi) with one exp and one log1p: log(1 + exp(-|alpha|)).
-    l1 = torch.log1p(torch.exp(-alpha.abs()))
-    log_phi = torch.clamp(alpha, max=0.0) - l1
-    return torch.exp(log_phi), log_phi, torch.clamp(-alpha, max=0.0) - l1
+def _softplus_parts(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``softplus(x)``, ``log sigmoid(x) = -softplus(-x)``, ``sigmoid(x)`` and
+    ``sigmoid(-x)`` from one ``exp`` and one ``log1p`` (of ``e = exp(-|x|)``), all stable
+    (no cancellation) for any ``x``."""
+    e = torch.exp(-x.abs())
+    l1 = torch.log1p(e)
+    softplus = torch.clamp(x, min=0.0) + l1
+    log_sigmoid = torch.clamp(x, max=0.0) - l1
+    positive = x >= 0
+    sigmoid = torch.where(positive, 1.0, e) / (1.0 + e)
+    return softplus, log_sigmoid, sigmoid, torch.where(positive, e, 1.0) / (1.0 + e)
+
+
+def _slab_kl(mu: Tensor, rho: Tensor, sigma: Tensor, log_sigma0: float, var0: float) -> Tensor:
+    return log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
 
 
 def counter_index(like: Tensor) -> Tensor:
@@ -243,56 +256,58 @@ def fused_forward(
     log_1mlam: Tensor,
     log_sigma0: float,
     var0: float,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One loop: Gumbel straight-through weights, their gate, and the KL summed over dim -1.
+    tau: float,
+) -> tuple[Tensor, ...]:
+    """One loop: Gumbel straight-through weights, the KL summed over dim -1, and the
+    elementwise factors of both gradients.
 
-    Returns ``(theta, gate, kl)``: ``theta = 1[alpha + logit(u) > 0] (mu + sigma eps)`` with
-    the counter noise, ``gate`` the boolean ``1[...]`` (saved for the backward so both
-    passes agree on every gate), ``kl`` of shape ``mu.shape[:-1]``.
+    Returns ``(theta, kl, gate, a_fac, r_fac, kl_mu, kl_rho, kl_alpha)``:
+    ``theta = 1[alpha + logit(u) > 0] (mu + sigma eps)`` with the counter noise, ``kl`` of
+    shape ``mu.shape[:-1]``, and what :func:`fused_backward` multiplies the incoming
+    gradients with. The gate is evaluated as ``u > 1 - phi``, the same event as
+    ``alpha + logit(u) > 0`` without two logarithms. Saving the factors (five numbers and a
+    bit per parameter) is cheaper than recomputing noise and transcendentals in the backward
+    (measured on the MNIST network: 16.5 against 18.7 ms for both passes).
     """
     u, eps = counter_noise(counter_index(mu), seed, mu.dtype)
-    sigma = F.softplus(rho)
-    gate = alpha + (torch.log(u) - torch.log1p(-u)) > 0
-    theta = torch.where(gate, mu + sigma * eps, torch.zeros_like(mu))
-    phi, log_phi, log_1mphi = _log_phis(alpha)
-    slab = log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
-    kl = phi * (log_phi - log_lam) + (1.0 - phi) * (log_1mphi - log_1mlam) + phi * slab
-    return theta, gate, kl.sum(-1)
+    sigma, _, d_sigma, _ = _softplus_parts(rho)
+    sp_alpha, log_phi, phi, one_m_phi = _softplus_parts(alpha)
+    gate = u > one_m_phi
+    slab_w = mu + sigma * eps
+    theta = torch.where(gate, slab_w, torch.zeros_like(mu))
+    slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
+    # log(1 - phi) = log sigmoid(-alpha) = -softplus(alpha)
+    kl = phi * (log_phi - log_lam) + (1.0 - phi) * (-sp_alpha - log_1mlam) + phi * slab
+    # Straight-through: d theta / d alpha through the relaxed gate sigmoid(eta / tau).
+    soft = torch.sigmoid((alpha + torch.log(u / (1.0 - u))) / tau)
+    a_fac = slab_w * soft * (1.0 - soft) / tau
+    r_fac = torch.where(gate, eps * d_sigma, torch.zeros_like(mu))
+    # KL derivatives; d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab].
+    kl_mu = phi * mu / var0
+    kl_rho = phi * (sigma / var0 - 1.0 / sigma) * d_sigma
+    kl_alpha = phi * (1.0 - phi) * (alpha - log_lam + log_1mlam + slab)
+    return theta, kl.sum(-1), gate, a_fac, r_fac, kl_mu, kl_rho, kl_alpha
 
 
 def fused_backward(
     g_theta: Tensor,
     g_kl: Tensor,
-    mu: Tensor,
-    rho: Tensor,
-    alpha: Tensor,
     gate: Tensor,
-    seed: Tensor,
-    tau: float,
-    log_lam: Tensor,
-    log_1mlam: Tensor,
-    log_sigma0: float,
-    var0: float,
+    a_fac: Tensor,
+    r_fac: Tensor,
+    kl_mu: Tensor,
+    kl_rho: Tensor,
+    kl_alpha: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Gradients of ``<g_theta, theta> + <g_kl, kl>`` w.r.t. ``mu, rho, alpha`` in one loop.
-
-    ``g_kl`` broadcasts against ``mu`` (``()`` or ``(R, 1)``); the noise is regenerated.
-    """
-    u, eps = counter_noise(counter_index(mu), seed, mu.dtype)
-    sigma = F.softplus(rho)
-    d_sigma = torch.sigmoid(rho)
-    soft = torch.sigmoid((alpha + (torch.log(u) - torch.log1p(-u))) / tau)
+    """Gradients of ``<g_theta, theta> + <g_kl, kl>`` w.r.t. ``mu, rho, alpha`` in one loop
+    from the factors :func:`fused_forward` saved; ``g_kl`` broadcasts (``()`` or
+    ``(R, 1)``)."""
     g_gate = torch.where(gate, g_theta, torch.zeros_like(g_theta))
-    phi = torch.sigmoid(alpha)
-    slab = log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
-    g_phi = g_kl * phi
-    g_mu = g_gate + g_phi * mu / var0
-    g_rho = (g_gate * eps + g_phi * (sigma / var0 - 1.0 / sigma)) * d_sigma
-    # KL: d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab] (logit(phi) = alpha).
-    g_alpha = g_theta * (mu + sigma * eps) * soft * (1.0 - soft) / tau + g_phi * (1.0 - phi) * (
-        alpha - log_lam + log_1mlam + slab
+    return (
+        g_gate + g_kl * kl_mu,
+        g_theta * r_fac + g_kl * kl_rho,
+        g_theta * a_fac + g_kl * kl_alpha,
     )
-    return g_mu, g_rho, g_alpha
 
 
 _EAGER: dict[str, Callable[..., Any]] = {

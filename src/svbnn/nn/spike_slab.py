@@ -72,9 +72,9 @@ class _FusedGumbelKL(torch.autograd.Function):
     """Gumbel straight-through draw and exact KL of flat parameters in one fused loop.
 
     Forward returns ``(theta, kl)``; the backward takes both incoming gradients and returns
-    ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more loop. The
-    noise is counter-based (:func:`svbnn._kernels.counter_noise`) from a two-word ``seed``,
-    so nothing but the gate bits is stored between the passes.
+    ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more loop from
+    elementwise factors the forward saved. The noise is counter-based
+    (:func:`svbnn._kernels.counter_noise`) from a two-word ``seed``.
     """
 
     @staticmethod
@@ -90,36 +90,23 @@ class _FusedGumbelKL(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor]:
         log_1mlam = log1mexp(log_lam)
         var0 = math.exp(2.0 * log_sigma0)
-        theta, gate, kl = kernels()["fused_forward"](
-            mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, var0
+        theta, kl, *saved = kernels()["fused_forward"](
+            mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, var0, tau
         )
-        ctx.save_for_backward(mu, rho, alpha, gate, seed, log_lam, log_1mlam)
-        ctx.consts = (tau, log_sigma0, var0)
+        ctx.save_for_backward(*saved)
         return theta, kl
 
     @staticmethod
     def backward(
         ctx: Any, g_theta: Tensor | None, g_kl: Tensor | None
     ) -> tuple[Tensor | None, ...]:
-        mu, rho, alpha, gate, seed, log_lam, log_1mlam = ctx.saved_tensors
-        tau, log_sigma0, var0 = ctx.consts
+        saved = ctx.saved_tensors
+        shape = saved[1].shape
         if g_theta is None:
-            g_theta = torch.zeros_like(mu)
-        g = torch.zeros(mu.shape[:-1], dtype=mu.dtype, device=mu.device) if g_kl is None else g_kl
-        grads = kernels()["fused_backward"](
-            g_theta,
-            g.unsqueeze(-1),
-            mu,
-            rho,
-            alpha,
-            gate,
-            seed,
-            tau,
-            log_lam,
-            log_1mlam,
-            log_sigma0,
-            var0,
-        )
+            g_theta = torch.zeros(shape, dtype=saved[1].dtype, device=saved[1].device)
+        if g_kl is None:
+            g_kl = torch.zeros(shape[:-1], dtype=saved[1].dtype, device=saved[1].device)
+        grads = kernels()["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved)
         return (*grads, None, None, None, None)
 
 
