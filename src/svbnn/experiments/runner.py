@@ -222,7 +222,15 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
                 "git_commit": settings.get("environment", {}).get("git", {}).get("commit"),
             }
         )
-        merged = merged or dict(settings)
+        if not merged:
+            merged = dict(settings)
+        else:
+            # Per-method records (e.g. "runs" of the real-data artifacts) are united.
+            for k, v in settings.items():
+                if k not in merged:
+                    merged[k] = v
+                elif isinstance(v, dict) and isinstance(merged[k], dict) and k != "config":
+                    merged[k] = {**merged[k], **v}
     order = {m: i for i, m in enumerate(METHOD_NAMES)}
     merged["config"] = {
         **merged.get("config", {}),
