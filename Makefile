@@ -42,7 +42,7 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.run --kernels compiled
+	$(PY) -m benchmarks.run --kernels auto
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -858,10 +858,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--kernels",
-        choices=["eager", "compiled"],
+        choices=["eager", "compiled", "auto"],
         default=None,
         help="svbnn's elementwise kernel backend (default: the library's, i.e. SVBNN_KERNELS "
-        "or eager); 'compiled' uses torch.compile and needs a C++ compiler",
+        "or eager); 'compiled' uses torch.compile (needs a C++ compiler), 'auto' compiles "
+        "for large parameter tensors only",
     )
     p.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

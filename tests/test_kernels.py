@@ -41,7 +41,7 @@ def test_compiled_backend_matches_eager(fused: bool, monkeypatch: pytest.MonkeyP
     # backend uses for SpikeSlabMLP; eagerly it runs when the backend claims "compiled".
     loss_c, grads_c = _grads("compiled", fused)
     if fused:
-        monkeypatch.setattr(ss, "backend", lambda: K.Backend.COMPILED)
+        monkeypatch.setattr(ss, "_fused_path", lambda numel: True)
     loss_e, grads_e = _grads("eager", fused)
     torch.testing.assert_close(loss_c, loss_e, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_c, grads_e, strict=True):
@@ -50,5 +50,14 @@ def test_compiled_backend_matches_eager(fused: bool, monkeypatch: pytest.MonkeyP
 
 def test_backend_switch() -> None:
     assert K.backend() is K.Backend.EAGER
+    assert not K.use_compiled(10**9)
     with pytest.raises(ValueError):
         K.set_backend("fast")
+    try:
+        K.set_backend("auto")
+        assert not K.use_compiled(K.AUTO_MIN_NUMEL - 1)
+        assert K.use_compiled(K.AUTO_MIN_NUMEL)
+        K.set_backend("compiled")
+        assert K.use_compiled(1)
+    finally:
+        K.set_backend("eager")

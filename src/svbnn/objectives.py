@@ -23,12 +23,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._kernels import (
-    Backend,
-    backend,
     kernels,
     kl_backward_saved,
     kl_forward,
     kl_forward_saving,
+    use_compiled,
 )
 from .priors import log1mexp
 
@@ -68,11 +67,11 @@ class _SpikeSlabKL(torch.autograd.Function):
     ) -> Tensor:
         log_1mlam = log1mexp(log_lam)
         var0 = math.exp(2.0 * log_sigma0)
-        ctx.compiled = backend() is Backend.COMPILED
+        ctx.compiled = use_compiled(mu.numel())
         if ctx.compiled:
             ctx.save_for_backward(mu, rho, alpha, log_lam, log_1mlam)
             ctx.consts = (log_sigma0, var0)
-            out: Tensor = kernels()["kl_sum_forward"](
+            out: Tensor = kernels(True)["kl_sum_forward"](
                 mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
             )
             return out
@@ -85,7 +84,7 @@ class _SpikeSlabKL(torch.autograd.Function):
         if ctx.compiled:
             mu, rho, alpha, log_lam, log_1mlam = ctx.saved_tensors
             log_sigma0, var0 = ctx.consts
-            g_mu, g_rho, g_alpha = kernels()["kl_backward"](
+            g_mu, g_rho, g_alpha = kernels(True)["kl_backward"](
                 grad.unsqueeze(-1), mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
             )
         else:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._kernels import Backend, backend, gumbel_backward_saved, gumbel_forward_saving, kernels
+from .._kernels import gumbel_backward_saved, gumbel_forward_saving, kernels, use_compiled
 from ..objectives import spike_slab_kl
 from ..priors import log1mexp, resolve_log_inclusion
 from .base import ForwardMode, Sampler, VariationalContainer, VariationalLayer, conv_geometry
@@ -46,12 +46,12 @@ class _GumbelSpikeSlab(torch.autograd.Function):
         ctx: Any, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
     ) -> Tensor:
         ctx.tau = tau
-        ctx.compiled = backend() is Backend.COMPILED
+        ctx.compiled = use_compiled(mu.numel())
         if ctx.compiled:
             # Fused kernels on 1-D views; the backward recomputes from the inputs.
             flat = [t.reshape(-1) for t in (mu, rho, alpha, u, eps)]
             ctx.save_for_backward(*flat)
-            out: Tensor = kernels()["gumbel_forward"](*flat).view(mu.shape)
+            out: Tensor = kernels(True)["gumbel_forward"](*flat).view(mu.shape)
             return out
         w, saved = gumbel_forward_saving(mu, rho, alpha, u, eps, tau)
         ctx.save_for_backward(*saved)
@@ -61,7 +61,7 @@ class _GumbelSpikeSlab(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         if ctx.compiled:
             shape = grad.shape
-            grads = kernels()["gumbel_backward"](grad.reshape(-1), *ctx.saved_tensors, ctx.tau)
+            grads = kernels(True)["gumbel_backward"](grad.reshape(-1), *ctx.saved_tensors, ctx.tau)
             g_mu, g_rho, g_alpha = (g.view(shape) for g in grads)
         else:
             g_mu, g_rho, g_alpha = gumbel_backward_saved(grad, ctx.saved_tensors)
@@ -90,7 +90,8 @@ class _FusedGumbelKL(torch.autograd.Function):
     ) -> tuple[Tensor, Tensor]:
         log_1mlam = log1mexp(log_lam)
         var0 = math.exp(2.0 * log_sigma0)
-        theta, kl, *saved = kernels()["fused_forward"](
+        ctx.compiled = use_compiled(mu.numel())
+        theta, kl, *saved = kernels(ctx.compiled)["fused_forward"](
             mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, var0, tau
         )
         ctx.save_for_backward(*saved)
@@ -106,7 +107,7 @@ class _FusedGumbelKL(torch.autograd.Function):
             g_theta = torch.zeros(shape, dtype=saved[1].dtype, device=saved[1].device)
         if g_kl is None:
             g_kl = torch.zeros(shape[:-1], dtype=saved[1].dtype, device=saved[1].device)
-        grads = kernels()["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved)
+        grads = kernels(ctx.compiled)["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved)
         return (*grads, None, None, None, None)
 
 
@@ -204,6 +205,10 @@ def _draw(
 
 
 _SHARED_PARAMS = ("mu", "rho", "alpha")
+
+# The one-loop draw + KL of SpikeSlabMLP runs where the kernels run compiled (a name of its
+# own so that tests can run that path eagerly).
+_fused_path = use_compiled
 
 
 class _SpikeSlabLayer(VariationalLayer):
@@ -647,7 +652,7 @@ class SpikeSlabMLP(VariationalContainer):
         # one prior variance.
         first = layers[0]
         return (
-            backend() is Backend.COMPILED
+            _fused_path(self.mu.numel())
             and first.sampler is Sampler.GUMBEL
             and torch.is_grad_enabled()
             and all(layer.prior_variance == first.prior_variance for layer in layers)
