@@ -94,7 +94,7 @@ class _FusedGumbelKL(torch.autograd.Function):
         theta, kl, *saved = kernels(ctx.compiled)["fused_forward"](
             mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, var0, tau
         )
-        ctx.save_for_backward(*saved)
+        ctx.save_for_backward(theta, *saved)
         return theta, kl
 
     @staticmethod
@@ -102,11 +102,11 @@ class _FusedGumbelKL(torch.autograd.Function):
         ctx: Any, g_theta: Tensor | None, g_kl: Tensor | None
     ) -> tuple[Tensor | None, ...]:
         saved = ctx.saved_tensors
-        shape = saved[1].shape
+        shape = saved[0].shape
         if g_theta is None:
-            g_theta = torch.zeros(shape, dtype=saved[1].dtype, device=saved[1].device)
+            g_theta = torch.zeros(shape, dtype=saved[0].dtype, device=saved[0].device)
         if g_kl is None:
-            g_kl = torch.zeros(shape[:-1], dtype=saved[1].dtype, device=saved[1].device)
+            g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
         grads = kernels(ctx.compiled)["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved)
         return (*grads, None, None, None, None)
 
