@@ -202,3 +202,42 @@ def test_fused_draws_reproduce_from_the_generator(monkeypatch: pytest.MonkeyPatc
         model = _fused_mlp(monkeypatch, None)
         outs.append(model(torch.ones(3, 5, dtype=torch.float64)).detach())
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid", "identity"])
+def test_flat_mlp_gradients(activation: str) -> None:
+    g = torch.Generator().manual_seed(3)
+    shapes = ((4, 3), (2, 4), (1, 2))
+    T = sum(o * (i + 1) for o, i in shapes)
+    theta = torch.randn(T, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda t, a: ss._FlatMLP.apply(t, a, shapes, activation), (theta, x)
+    )
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_flat_mlp_path_equals_the_layer_by_layer_path(activation: str) -> None:
+    def run(hooked: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model = SpikeSlabMLP(
+            6,
+            (5, 4),
+            2,
+            activation=activation,
+            generator=torch.Generator().manual_seed(0),
+            dtype=torch.float64,
+            log_prior_inclusion=-3.0,
+        )
+        set_generator(model, torch.Generator().manual_seed(1))
+        if hooked:  # a forward hook makes the network run its modules one by one
+            model.layers()[1].register_forward_hook(lambda m, i, o: None)
+        x = torch.randn(7, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        out = model(x)
+        (out.square().sum() + model.kl_divergence()).backward()
+        return out.detach(), [p.grad.clone() for p in (model.mu, model.rho, model.alpha)]  # type: ignore[union-attr]
+
+    out_a, grads_a = run(False)
+    out_b, grads_b = run(True)
+    torch.testing.assert_close(out_a, out_b, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -111,6 +111,93 @@ class _FusedGumbelKL(torch.autograd.Function):
         return (*grads, None, None, None, None)
 
 
+def _global_pre_hooks() -> bool:
+    return bool(nn.modules.module._global_forward_pre_hooks)
+
+
+_ACT_GRADS = ("relu", "tanh", "sigmoid", "logistic", "identity")
+
+
+def _activate(h: Tensor, name: str) -> Tensor:
+    if name == "relu":
+        return torch.relu(h)
+    if name == "tanh":
+        return torch.tanh(h)
+    if name in ("sigmoid", "logistic"):
+        return torch.sigmoid(h)
+    return h
+
+
+def _activation_grad(g: Tensor, out: Tensor, name: str) -> Tensor:
+    """``g * act'(pre)`` from the activation's output ``out``."""
+    if name == "relu":
+        return g * (out > 0)
+    if name == "tanh":
+        return g * (1.0 - out * out)
+    if name in ("sigmoid", "logistic"):
+        return g * (out * (1.0 - out))
+    return g
+
+
+class _FlatMLP(torch.autograd.Function):
+    """A whole fully connected network on flat weights ``theta``: its gradient is written
+    straight into one flat buffer.
+
+    Layer ``i`` reads ``theta[start_i:end_i]`` as an ``(out, in + 1)`` matrix (bias in the
+    last column) without copying (BLAS takes the row stride ``in + 1``); the backward
+    writes each layer's weight gradient into its rows of the flat gradient with
+    ``mm(out=...)``. Through ``split`` and per-layer views, autograd would instead zero-fill
+    a padded copy of every weight gradient and concatenate them (three extra passes over
+    the parameters: 3 of 21 ms per MNIST step, measured).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        theta: Tensor,
+        x: Tensor,
+        shapes: tuple[tuple[int, int], ...],
+        activation: str,
+    ) -> Tensor:
+        hs = [x]
+        start = 0
+        for i, (n_out, n_in) in enumerate(shapes):
+            wb = theta[start : start + n_out * (n_in + 1)].view(n_out, n_in + 1)
+            start += n_out * (n_in + 1)
+            h = torch.addmm(wb[:, n_in], hs[-1], wb[:, :n_in].t())
+            hs.append(_activate(h, activation) if i < len(shapes) - 1 else h)
+        ctx.shapes = shapes
+        ctx.activation = activation
+        ctx.save_for_backward(theta, *hs[:-1])
+        return hs[-1]
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        theta, *hs = ctx.saved_tensors
+        shapes = ctx.shapes
+        grad = torch.empty_like(theta)
+        ends = []
+        end = 0
+        for n_out, n_in in shapes:
+            end += n_out * (n_in + 1)
+            ends.append(end)
+        g_x = None
+        for i in range(len(shapes) - 1, -1, -1):
+            n_out, n_in = shapes[i]
+            start = ends[i] - n_out * (n_in + 1)
+            wb = theta[start : ends[i]].view(n_out, n_in + 1)
+            gwb = grad[start : ends[i]].view(n_out, n_in + 1)
+            torch.mm(g.t(), hs[i], out=gwb[:, :n_in])
+            torch.sum(g, 0, out=gwb[:, n_in])
+            if i > 0 or ctx.needs_input_grad[1]:
+                g = g @ wb[:, :n_in]
+                if i > 0:
+                    g = _activation_grad(g, hs[i], ctx.activation)
+                else:
+                    g_x = g
+        return grad, g_x, None, None
+
+
 def gumbel_spike_slab(
     mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, temperature: float
 ) -> Tensor:
@@ -631,6 +718,10 @@ class SpikeSlabMLP(VariationalContainer):
                 first.temperature,
                 first.generator,
             )
+        if self._flat_mlp_ok(x, layers):
+            shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
+            out_flat: Tensor = _FlatMLP.apply(flat, x, shapes, self.activation)
+            return out_flat
         widths = [layer.n_params() for layer in layers]
         try:
             for layer, chunk in zip(layers, flat.split(widths, dim=-1), strict=True):
@@ -640,6 +731,21 @@ class SpikeSlabMLP(VariationalContainer):
             for layer in layers:
                 layer._frozen = None
         return out
+
+    def _flat_mlp_ok(self, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
+        # One matrix input, every layer with a bias, a known activation, and no hooks that
+        # running the modules one by one would have called.
+        return (
+            x.dim() == 2
+            and layers[0].n_replicates is None
+            and self.activation in _ACT_GRADS
+            and all(layer.has_bias for layer in layers)
+            and not any(
+                m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                for m in self.net.modules()
+            )
+            and not (nn.modules.module._global_forward_hooks or _global_pre_hooks())
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         # A cached KL holds an autograd graph (not copyable, not worth pickling).
