@@ -72,22 +72,33 @@ def _params(shape: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
     return [t.requires_grad_() for t in (mu, rho, alpha)]
 
 
+@pytest.mark.parametrize("noise", ["counter", "given"])
 @pytest.mark.parametrize("replicated", [False, True])
-def test_fused_draw_and_kl_match_autograd_of_the_reference(replicated: bool) -> None:
+def test_fused_draw_and_kl_match_autograd_of_the_reference(replicated: bool, noise: str) -> None:
     shape = (3, 400) if replicated else (1200,)
     mu, rho, alpha = _params(shape)
     log_lam = torch.tensor([-3.0, -8.0, -0.5], dtype=torch.float64) if replicated else None
     lam_arg = log_lam.reshape(-1, 1) if log_lam is not None else torch.tensor(-6.0).double()
     seed = torch.tensor([11, 12], dtype=torch.int32)
+    if noise == "counter":  # the compiled kernel's formulas, run eagerly
+        u, eps = counter_noise(mu.detach(), seed)
+        args: tuple[torch.Tensor, ...] = (seed,)
+    else:  # the eager kernel, noise from torch's generator
+        gen = torch.Generator().manual_seed(4)
+        u = torch.rand(shape, generator=gen, dtype=torch.float64)
+        eps = torch.randn(shape, generator=gen, dtype=torch.float64)
+        args = (u, eps)
     tau, var0 = 0.5, 2.0
-    theta, kl = ss._FusedGumbelKL.apply(mu, rho, alpha, lam_arg, seed, tau, 0.5 * math.log(var0))
+    log_1mlam = torch.log(-torch.expm1(lam_arg))
+    theta, kl = ss._FusedGumbelKL.apply(
+        mu, rho, alpha, lam_arg, log_1mlam, args, tau, 0.5 * math.log(var0), False
+    )
     g = torch.Generator().manual_seed(5)
     g_theta = torch.randn(shape, generator=g, dtype=torch.float64)
     g_kl = torch.rand(kl.shape, generator=g, dtype=torch.float64)
     grads = torch.autograd.grad((theta * g_theta).sum() + (kl * g_kl).sum(), (mu, rho, alpha))
 
     # Reference: Algorithm 1's straight-through gate through autograd, the same noise.
-    u, eps = counter_noise(mu.detach(), seed)
     eta = alpha + torch.logit(u)
     hard = (u > torch.sigmoid(-alpha)).double()  # the event alpha + logit(u) > 0
     soft = torch.sigmoid(eta / tau)
@@ -241,3 +252,20 @@ def test_flat_mlp_path_equals_the_layer_by_layer_path(activation: str) -> None:
     torch.testing.assert_close(out_a, out_b, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_a, grads_b, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_a_new_prior_inclusion_reaches_the_next_step() -> None:
+    model = SpikeSlabMLP(
+        4,
+        (3,),
+        1,
+        generator=torch.Generator().manual_seed(0),
+        dtype=torch.float64,
+        log_prior_inclusion=-2.0,
+    )
+    x = torch.randn(5, 4, dtype=torch.float64)
+    for log_lam in (-2.0, -9.0, -2.0):
+        model.set_log_prior_inclusion(log_lam)
+        model(x)
+        want = spike_slab_kl(model.mu, model.rho, model.alpha, log_lam, 2.0)
+        torch.testing.assert_close(model.kl_divergence(), want, rtol=1e-12, atol=1e-12)

@@ -69,12 +69,13 @@ class _GumbelSpikeSlab(torch.autograd.Function):
 
 
 class _FusedGumbelKL(torch.autograd.Function):
-    """Gumbel straight-through draw and exact KL of flat parameters in one fused loop.
+    """Gumbel straight-through draw and exact KL of flat parameters in one fused pass.
 
     Forward returns ``(theta, kl)``; the backward takes both incoming gradients and returns
-    ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more loop from
-    elementwise factors the forward saved. The noise is counter-based
-    (:func:`svbnn._kernels.counter_noise`) from a two-word ``seed``.
+    ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more pass from
+    elementwise factors the forward saved. Noise: either ``u, eps`` (drawn from torch's
+    generator, eager kernels) or a two-word ``seed`` for the counter-based noise of the
+    compiled kernel (:func:`svbnn._kernels.counter_noise`).
     """
 
     @staticmethod
@@ -84,16 +85,21 @@ class _FusedGumbelKL(torch.autograd.Function):
         rho: Tensor,
         alpha: Tensor,
         log_lam: Tensor,
-        seed: Tensor,
+        log_1mlam: Tensor,
+        noise: tuple[Tensor, ...],
         tau: float,
         log_sigma0: float,
+        compiled: bool,
     ) -> tuple[Tensor, Tensor]:
-        log_1mlam = log1mexp(log_lam)
         var0 = math.exp(2.0 * log_sigma0)
-        ctx.compiled = use_compiled(mu.numel())
-        theta, kl, *saved = kernels(ctx.compiled)["fused_forward"](
-            mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, var0, tau
-        )
+        consts = (log_lam, log_1mlam, log_sigma0, var0, tau)
+        if len(noise) == 1:
+            out = kernels(compiled)["fused_forward"](mu, rho, alpha, noise[0], *consts)
+        else:
+            compiled = False
+            out = kernels(False)["fused_forward_given_noise"](mu, rho, alpha, *noise, *consts)
+        ctx.compiled = compiled
+        theta, kl, *saved = out
         ctx.save_for_backward(theta, *saved)
         return theta, kl
 
@@ -108,7 +114,7 @@ class _FusedGumbelKL(torch.autograd.Function):
         if g_kl is None:
             g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
         grads = kernels(ctx.compiled)["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved)
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None, None)
 
 
 def _global_pre_hooks() -> bool:
@@ -293,8 +299,8 @@ def _draw(
 
 _SHARED_PARAMS = ("mu", "rho", "alpha")
 
-# The one-loop draw + KL of SpikeSlabMLP runs where the kernels run compiled (a name of its
-# own so that tests can run that path eagerly).
+# SpikeSlabMLP's draw + KL uses the counter-based noise and the compiled kernel where the
+# kernels run compiled (a name of its own so that tests can run that path eagerly).
 _fused_path = use_compiled
 
 
@@ -645,6 +651,8 @@ class SpikeSlabMLP(VariationalContainer):
             if i < len(sizes) - 2:
                 mods.append(activation_module(activation))
         self.net = nn.Sequential(*mods)
+        self._kl_cache: tuple[Tensor, tuple[Any, ...]] | None = None
+        self._log_lam_cache: tuple[tuple[Any, ...], Tensor, Tensor] | None = None
 
     def layers(self) -> list[SpikeSlabLinear]:
         """The spike-and-slab layers, input to output."""
@@ -691,23 +699,40 @@ class SpikeSlabMLP(VariationalContainer):
         first = layers[0]
         self._kl_cache = None
         if self._fused_kl_ok(layers):
-            # Compiled training step: draw and KL in one loop; kl_divergence() picks the KL
-            # up (as long as the parameters are unchanged), so its gradient joins the draw's.
-            seed = torch.randint(
-                -(2**31), 2**31 - 1, (2,), generator=first.generator, dtype=torch.int32
-            ).to(self.mu.device)
-            log_lam = self.log_prior_inclusion
-            log_lam = log_lam.reshape(-1, 1) if log_lam.dim() > 0 else log_lam
+            # Training step: draw and KL in one fused pass; kl_divergence() picks the KL up
+            # (as long as the parameters are unchanged), so its gradient joins the draw's.
+            gen = first.generator
+            compiled = use_compiled(self.mu.numel())
+            if _fused_path(self.mu.numel()):
+                noise: tuple[Tensor, ...] = (
+                    torch.randint(-(2**31), 2**31 - 1, (2,), generator=gen, dtype=torch.int32).to(
+                        self.mu.device
+                    ),
+                )
+            else:  # torch's generator, in the order of the unfused draw (u, then eps)
+                dt, dev = self.mu.dtype, self.mu.device
+                u = torch.rand(self.mu.shape, generator=gen, dtype=dt, device=dev)
+                noise = (u, torch.randn(self.mu.shape, generator=gen, dtype=dt, device=dev))
+            key = self._kl_key()
+            if self._log_lam_cache is None or self._log_lam_cache[0] != key[-2:]:
+                # log(lambda) as (R, 1) or (), and log(1 - lambda): recomputed only when
+                # the prior changes.
+                lam = self.log_prior_inclusion
+                lam = lam.reshape(-1, 1) if lam.dim() > 0 else lam
+                self._log_lam_cache = (key[-2:], lam, log1mexp(lam))
+            _, log_lam, log_1mlam = self._log_lam_cache
             flat, kl = _FusedGumbelKL.apply(
                 self.mu,
                 self.rho,
                 self.alpha,
                 log_lam,
-                seed,
+                log_1mlam,
+                noise,
                 float(first.temperature),
                 0.5 * math.log(first.prior_variance),
+                compiled,
             )
-            self._kl_cache = (kl, self._kl_key())
+            self._kl_cache = (kl, key)
         else:
             flat = _draw(
                 self.mu,
@@ -742,7 +767,7 @@ class SpikeSlabMLP(VariationalContainer):
             and all(layer.has_bias for layer in layers)
             and not any(
                 m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-                for m in self.net.modules()
+                for m in (self.net, *self.net)
             )
             and not (nn.modules.module._global_forward_hooks or _global_pre_hooks())
         )
@@ -751,15 +776,15 @@ class SpikeSlabMLP(VariationalContainer):
         # A cached KL holds an autograd graph (not copyable, not worth pickling).
         state = dict(self.__dict__)
         state["_kl_cache"] = None
+        state["_log_lam_cache"] = None
         return state
 
     def _fused_kl_ok(self, layers: list[SpikeSlabLinear]) -> bool:
-        # The one-loop draw + KL: compiled kernels, Gumbel sampler, training (grad enabled),
-        # one prior variance.
+        # The one-pass draw + KL: Gumbel sampler, training (grad enabled), one prior
+        # variance.
         first = layers[0]
         return (
-            _fused_path(self.mu.numel())
-            and first.sampler is Sampler.GUMBEL
+            first.sampler is Sampler.GUMBEL
             and torch.is_grad_enabled()
             and all(layer.prior_variance == first.prior_variance for layer in layers)
         )
@@ -767,8 +792,18 @@ class SpikeSlabMLP(VariationalContainer):
     def _kl_key(self) -> tuple[Any, ...]:
         # Identity and version of everything the KL depends on: a cached KL is valid only
         # while none of them changed (an optimiser step bumps the parameters' versions).
-        ts = (self.mu, self.rho, self.alpha, self.log_prior_inclusion)
-        return (*((id(t), t._version) for t in ts), self.layers()[0].prior_variance)
+        lam = self.log_prior_inclusion
+        # (The caches hold the tensors they were computed from, so an id is never reused
+        # while a cache refers to it.)
+        return (
+            self.mu._version,
+            self.rho._version,
+            self.alpha._version,
+            id(self.mu),
+            self.net[0].prior_variance,
+            id(lam),
+            lam._version,
+        )
 
     def kl_divergence(self) -> Tensor:
         """KL of all layers: one fused call on the flat parameters when ``fused``.
@@ -777,7 +812,7 @@ class SpikeSlabMLP(VariationalContainer):
         computed in the same loop as the draw is returned once, if the parameters have not
         changed since.
         """
-        cache, self._kl_cache = getattr(self, "_kl_cache", None), None
+        cache, self._kl_cache = self._kl_cache, None
         if cache is not None and cache[1] == self._kl_key() and torch.is_grad_enabled():
             kl: Tensor = cache[0]
             return kl
