@@ -336,11 +336,11 @@ def fused_backward(
     """Gradients of ``<g_theta, theta> + <g_kl, kl>`` w.r.t. ``mu, rho, alpha`` in one loop
     from the draw and the factors :func:`fused_forward` returned; ``g_kl`` broadcasts
     (``()`` or ``(R, 1)``)."""
-    g_gate = torch.where(theta != 0, g_theta, torch.zeros_like(g_theta))
+    g_gate = torch.where(theta != 0, g_theta, 0.0)
     return (
-        g_gate + g_kl * kl_mu,
-        g_gate * r_fac + g_kl * kl_rho,
-        g_theta * a_fac + g_kl * kl_alpha,
+        torch.addcmul(g_gate, g_kl, kl_mu),
+        torch.addcmul(g_gate * r_fac, g_kl, kl_rho),
+        torch.addcmul(g_theta * a_fac, g_kl, kl_alpha),
     )
 
 

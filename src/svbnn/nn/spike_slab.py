@@ -137,7 +137,7 @@ def _activate(h: Tensor, name: str) -> Tensor:
 def _activation_grad(g: Tensor, out: Tensor, name: str) -> Tensor:
     """``g * act'(pre)`` from the activation's output ``out``."""
     if name == "relu":
-        return g * (out > 0)
+        return torch.ops.aten.threshold_backward(g, out, 0.0)
     if name == "tanh":
         return g * (1.0 - out * out)
     if name in ("sigmoid", "logistic"):
@@ -166,20 +166,23 @@ class _FlatMLP(torch.autograd.Function):
         activation: str,
     ) -> Tensor:
         hs = [x]
+        weights = []
         start = 0
         for i, (n_out, n_in) in enumerate(shapes):
             wb = theta[start : start + n_out * (n_in + 1)].view(n_out, n_in + 1)
             start += n_out * (n_in + 1)
-            h = torch.addmm(wb[:, n_in], hs[-1], wb[:, :n_in].t())
+            weights.append(wb[:, :n_in])
+            h = torch.addmm(wb[:, n_in], hs[-1], weights[-1].t())
             hs.append(_activate(h, activation) if i < len(shapes) - 1 else h)
         ctx.shapes = shapes
         ctx.activation = activation
+        ctx.weights = weights  # views of theta, which nothing modifies in place
         ctx.save_for_backward(theta, *hs[:-1])
         return hs[-1]
 
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
-        theta, *hs = ctx.saved_tensors
+        theta, *hs = ctx.saved_tensors  # theta: its version is checked, not read
         shapes = ctx.shapes
         grad = torch.empty_like(theta)
         ends = []
@@ -190,13 +193,11 @@ class _FlatMLP(torch.autograd.Function):
         g_x = None
         for i in range(len(shapes) - 1, -1, -1):
             n_out, n_in = shapes[i]
-            start = ends[i] - n_out * (n_in + 1)
-            wb = theta[start : ends[i]].view(n_out, n_in + 1)
-            gwb = grad[start : ends[i]].view(n_out, n_in + 1)
+            gwb = grad[ends[i] - n_out * (n_in + 1) : ends[i]].view(n_out, n_in + 1)
             torch.mm(g.t(), hs[i], out=gwb[:, :n_in])
             torch.sum(g, 0, out=gwb[:, n_in])
             if i > 0 or ctx.needs_input_grad[1]:
-                g = g @ wb[:, :n_in]
+                g = g @ ctx.weights[i]
                 if i > 0:
                     g = _activation_grad(g, hs[i], ctx.activation)
                 else:
