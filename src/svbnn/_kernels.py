@@ -368,18 +368,20 @@ def fused_forward_given_noise(
     theta = slab_w * (eta > 0)
     soft = torch.sigmoid(eta / tau)
     a_fac = slab_w * (soft - soft * soft) / tau
-    # slab KL: log(sigma0 / sigma) + (sigma^2 + mu^2) / (2 sigma0^2) - 1/2
-    slab = torch.addcmul(mu * mu, sigma, sigma) / (2.0 * var0) - _log_sigma(rho, sigma)
-    slab = slab + (log_sigma0 - 0.5)
-    # Bernoulli part: phi log(phi/lambda) + (1 - phi) log((1 - phi)/(1 - lambda))
-    #   = -H(phi) + phi (log(1 - lambda) - log(lambda)) - log(1 - lambda),
-    # with the entropy H(phi) = BCE(alpha, phi), one fused (and stable) operation.
+    # slab KL = log(sigma0 / sigma) + (sigma^2 + mu^2) / (2 sigma0^2) - 1/2; its constant
+    # log(sigma0) - 1/2 joins -logit(lambda) in a scalar c.
     logit_lam = log_lam - log_1mlam
+    c = (log_sigma0 - 0.5) - logit_lam
+    slab_c = torch.addcmul(mu * mu, sigma, sigma) / (2.0 * var0) - _log_sigma(rho, sigma) + c
+    # Bernoulli part: phi log(phi/lambda) + (1 - phi) log((1 - phi)/(1 - lambda))
+    #   = -H(phi) - phi logit(lambda) - log(1 - lambda),
+    # with the entropy H(phi) = BCE(alpha, phi), one fused (and stable) operation.
     entropy = F.binary_cross_entropy_with_logits(alpha, phi, reduction="none")
-    kl = (phi * (slab - logit_lam) - entropy).sum(-1) - log_1mlam.squeeze(-1) * mu.shape[-1]
-    kl_mu = phi * mu / var0
-    kl_rho = phi * (sigma / var0 - 1.0 / sigma) * d_sigma
-    kl_alpha = (phi - phi * phi) * (slab + (alpha - logit_lam))
+    kl = (phi * slab_c - entropy).sum(-1) - log_1mlam.squeeze(-1) * mu.shape[-1]
+    phi_v = phi / var0
+    kl_mu = phi_v * mu
+    kl_rho = (phi_v * sigma - phi / sigma) * d_sigma
+    kl_alpha = (phi - phi * phi) * (slab_c + alpha)
     return theta, kl, a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
 
 
