@@ -1089,35 +1089,44 @@ def _profile_misses(report: Report, nets: dict[str, NetSpec], args: argparse.Nam
 def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]:
     """Where an SVBNN training step spends its time, piece by piece (DESIGN section 6).
 
-    Pieces, each timed on its own (interleaved): the two random draws per parameter; the
-    weight sampling forward + backward; the exact KL forward + backward; forward + backward
-    of the same network with plain weights (the matrix products, i.e. a dense step without
-    its optimiser); the Adam step over the variational parameters; the full step.
+    Pieces of the step ``SpikeSlabMLP`` runs, each timed on its own (interleaved): the
+    noise (``rand`` + ``randn``; the compiled kernel hashes its noise inside instead); the
+    draw of all weights with the exact KL, forward + backward, as the one fused function the
+    step uses; the network forward + backward on those flat weights; the same network with
+    plain ``nn.Linear`` weights (a dense step without its optimiser); the Adam step over the
+    variational parameters; the full step.
     """
-    from svbnn.nn.base import kl_divergence
-    from svbnn.selection import spike_slab_layers
+    from svbnn.nn.spike_slab import _FlatMLP
 
     step, model = build_step(net, SVBNN, seed=6)
     step()  # creates the gradients and the Adam state
-    layers = spike_slab_layers(model)
+    assert isinstance(model, SpikeSlabMLP)
+    layers = model.layers()
     gen = torch.Generator().manual_seed(7)
     dense = _dense_model(net)
     x, y = _batch(net, gen)
 
     def draws() -> None:
-        for layer in layers:
-            torch.rand(layer.mu.shape, generator=gen)
-            torch.randn(layer.mu.shape, generator=gen)
+        torch.rand(model.mu.shape, generator=gen)
+        torch.randn(model.mu.shape, generator=gen)
 
-    grads = [torch.ones_like(layer.mu) for layer in layers]
+    ones = torch.ones_like(model.mu)
 
-    def sampling() -> None:
+    def draw_kl() -> None:
         model.zero_grad(set_to_none=True)
-        torch.autograd.backward([layer.sample_flat() for layer in layers], grads)
+        theta, kl = model._draw_with_kl(layers[0])
+        torch.autograd.backward([theta, kl], [ones, torch.ones_like(kl)])
 
-    def kl() -> None:
-        model.zero_grad(set_to_none=True)
-        kl_divergence(model).backward()
+    shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
+    theta = (model.mu.detach() * 1.0).requires_grad_()
+
+    def flat_net() -> None:
+        theta.grad = None
+        out = _FlatMLP.apply(theta, x, shapes, model.activation)
+        loss = (
+            F.mse_loss(out.squeeze(-1), y) if net.task == "regression" else F.cross_entropy(out, y)
+        )
+        loss.backward()
 
     def matmuls() -> None:
         dense.zero_grad(set_to_none=True)
@@ -1128,16 +1137,16 @@ def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]
         loss.backward()
 
     # A separate Adam over the same parameters: it always finds gradients, because
-    # ``sampling`` and ``kl`` (run before it in every round) leave them in place.
+    # ``draw_kl`` (run before it in every round) leaves them in place.
     adam_opt = make_optimizer(model.parameters(), "adam", net.lr)
     adam_opt.step()
 
     fns = {
-        "rand + randn draws": draws,
-        "weight sampling, fwd + bwd (draws included)": sampling,
-        "exact KL, fwd + bwd": kl,
-        "network fwd + bwd with plain weights": matmuls,
-        "Adam step": adam_opt.step,
+        "rand + randn noise (eager kernels only)": draws,
+        "draw + exact KL, fwd + bwd (one fused function)": draw_kl,
+        "network fwd + bwd on the flat weights": flat_net,
+        "same network, plain nn.Linear weights (dense, no optimiser)": matmuls,
+        "Adam step (3 x T parameters)": adam_opt.step,
         "full SVBNN step": step,
     }
     return time_interleaved(fns, args.repeats, args.min_block_ms / 1e3, args.warmup)

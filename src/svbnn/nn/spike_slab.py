@@ -702,38 +702,8 @@ class SpikeSlabMLP(VariationalContainer):
         if self._fused_kl_ok(layers):
             # Training step: draw and KL in one fused pass; kl_divergence() picks the KL up
             # (as long as the parameters are unchanged), so its gradient joins the draw's.
-            gen = first.generator
-            compiled = use_compiled(self.mu.numel())
-            if _fused_path(self.mu.numel()):
-                noise: tuple[Tensor, ...] = (
-                    torch.randint(-(2**31), 2**31 - 1, (2,), generator=gen, dtype=torch.int32).to(
-                        self.mu.device
-                    ),
-                )
-            else:  # torch's generator, in the order of the unfused draw (u, then eps)
-                dt, dev = self.mu.dtype, self.mu.device
-                u = torch.rand(self.mu.shape, generator=gen, dtype=dt, device=dev)
-                noise = (u, torch.randn(self.mu.shape, generator=gen, dtype=dt, device=dev))
-            key = self._kl_key()
-            if self._log_lam_cache is None or self._log_lam_cache[0] != key[-2:]:
-                # log(lambda) as (R, 1) or (), and log(1 - lambda): recomputed only when
-                # the prior changes.
-                lam = self.log_prior_inclusion
-                lam = lam.reshape(-1, 1) if lam.dim() > 0 else lam
-                self._log_lam_cache = (key[-2:], lam, log1mexp(lam))
-            _, log_lam, log_1mlam = self._log_lam_cache
-            flat, kl = _FusedGumbelKL.apply(
-                self.mu,
-                self.rho,
-                self.alpha,
-                log_lam,
-                log_1mlam,
-                noise,
-                float(first.temperature),
-                0.5 * math.log(first.prior_variance),
-                compiled,
-            )
-            self._kl_cache = (kl, key)
+            flat, kl = self._draw_with_kl(first)
+            self._kl_cache = (kl, self._kl_key())
         else:
             flat = _draw(
                 self.mu,
@@ -757,6 +727,42 @@ class SpikeSlabMLP(VariationalContainer):
             for layer in layers:
                 layer._frozen = None
         return out
+
+    def _draw_with_kl(self, first: SpikeSlabLinear) -> tuple[Tensor, Tensor]:
+        """One training draw of all weights and the exact KL, as one fused function:
+        ``(theta, kl)``, flat ``(T,)`` or ``(R, T)`` and ``()`` or ``(R,)``."""
+        gen = first.generator
+        compiled = use_compiled(self.mu.numel())
+        if _fused_path(self.mu.numel()):
+            noise: tuple[Tensor, ...] = (
+                torch.randint(-(2**31), 2**31 - 1, (2,), generator=gen, dtype=torch.int32).to(
+                    self.mu.device
+                ),
+            )
+        else:  # torch's generator, in the order of the unfused draw (u, then eps)
+            dt, dev = self.mu.dtype, self.mu.device
+            u = torch.rand(self.mu.shape, generator=gen, dtype=dt, device=dev)
+            noise = (u, torch.randn(self.mu.shape, generator=gen, dtype=dt, device=dev))
+        key = self._kl_key()
+        if self._log_lam_cache is None or self._log_lam_cache[0] != key[-2:]:
+            # log(lambda) as (R, 1) or (), and log(1 - lambda): recomputed only when
+            # the prior changes.
+            lam = self.log_prior_inclusion
+            lam = lam.reshape(-1, 1) if lam.dim() > 0 else lam
+            self._log_lam_cache = (key[-2:], lam, log1mexp(lam))
+        _, log_lam, log_1mlam = self._log_lam_cache
+        flat, kl = _FusedGumbelKL.apply(
+            self.mu,
+            self.rho,
+            self.alpha,
+            log_lam,
+            log_1mlam,
+            noise,
+            float(first.temperature),
+            0.5 * math.log(first.prior_variance),
+            compiled,
+        )
+        return flat, kl
 
     def _flat_mlp_ok(self, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
         # One matrix input, every layer with a bias, a known activation, and no hooks that
