@@ -11,10 +11,11 @@ seed reproduces a run within one backend.
 Eager, every operation is a separate pass, so the forward saves its intermediates for the
 backward. Compiled, the per-layer kernels recompute the intermediates from the saved inputs
 (``mu, rho, alpha, u, eps``) in the backward's fused loop and see 1-D views (one compiled
-graph serves every layer shape). A :class:`~svbnn.nn.SpikeSlabMLP` training step uses
-:func:`fused_forward`/:func:`fused_backward` instead: one loop draws every weight of the
-network with counter-based noise and computes the KL and the elementwise factors of both
-gradients, one more loop applies them.
+graph serves every layer shape). A :class:`~svbnn.nn.SpikeSlabMLP` training step instead
+draws every weight of the network and computes the KL and the elementwise factors of both
+gradients in one function, :func:`fused_forward` (compiled, counter-based noise) or
+:func:`fused_forward_given_noise` (eager, torch's generator), and applies them in
+:func:`fused_backward`.
 """
 
 from __future__ import annotations
