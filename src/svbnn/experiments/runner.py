@@ -225,11 +225,12 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
         if not merged:
             merged = dict(settings)
         else:
-            # Per-method records (e.g. "runs" of the real-data artifacts) are united.
+            # Per-method records ("runs" of the real-data artifacts) are united; everything
+            # else (settings, environment, problem) is the first part's.
             for k, v in settings.items():
                 if k not in merged:
                     merged[k] = v
-                elif isinstance(v, dict) and isinstance(merged[k], dict) and k != "config":
+                elif k == "runs" and isinstance(v, dict) and isinstance(merged[k], dict):
                     merged[k] = {**merged[k], **v}
     order = {m: i for i, m in enumerate(METHOD_NAMES)}
     merged["config"] = {
