@@ -40,6 +40,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from svbnn.experiments.mnist import paper_cnn
 from svbnn.nn.base import set_generator
 from svbnn.nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
@@ -139,43 +141,28 @@ def bayesian_torch_available() -> tuple[bool, str]:
         return False, f"{type(exc).__name__}: {exc}"
 
 
-def _dense_model(net: NetSpec) -> nn.Module:
-    if net.kind == "cnn":
-        return nn.Sequential(
-            nn.Conv2d(1, 32, 5, padding=2),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=2),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(4096, net.hidden[0]),
-            nn.ReLU(),
-            nn.Linear(net.hidden[0], 10),
-        )
+def _mlp(net: NetSpec, lin: Callable[[int, int], nn.Module]) -> list[nn.Module]:
+    """The fully connected network of ``net`` from a layer factory, ReLU between layers."""
     sizes = [net.in_features, *net.hidden, net.out_features]
     mods: list[nn.Module] = []
     for i in range(len(sizes) - 1):
-        mods.append(nn.Linear(sizes[i], sizes[i + 1]))
+        mods.append(lin(sizes[i], sizes[i + 1]))
         if i < len(sizes) - 2:
             mods.append(nn.ReLU())
-    return nn.Sequential(*mods)
+    return mods
+
+
+def _dense_model(net: NetSpec) -> nn.Module:
+    if net.kind == "cnn":
+        return paper_cnn(nn.Conv2d, nn.Linear, net.hidden[0])
+    return nn.Sequential(*_mlp(net, nn.Linear))
 
 
 def _svbnn_model(net: NetSpec, gen: torch.Generator, n_replicates: int | None = None) -> nn.Module:
     kw: dict[str, Any] = {"log_prior_inclusion": net.log_lambda(), "generator": gen}
     if net.kind == "cnn":
-        model: nn.Module = nn.Sequential(
-            SpikeSlabConv2d(1, 32, 5, padding=2, **kw),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            SpikeSlabConv2d(32, 64, 3, padding=2, **kw),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            SpikeSlabLinear(4096, net.hidden[0], **kw),
-            nn.ReLU(),
-            SpikeSlabLinear(net.hidden[0], 10, **kw),
+        model: nn.Module = paper_cnn(
+            partial(SpikeSlabConv2d, **kw), partial(SpikeSlabLinear, **kw), net.hidden[0]
         )
     else:
         model = SpikeSlabMLP(
@@ -209,27 +196,9 @@ def _bayesian_torch_model(net: NetSpec) -> nn.Module:
     from bayesian_torch.layers import Conv2dReparameterization, LinearReparameterization
 
     if net.kind == "cnn":
-        return _BayesianTorchNet(
-            [
-                Conv2dReparameterization(1, 32, 5, padding=2),
-                nn.ReLU(),
-                nn.MaxPool2d(2),
-                Conv2dReparameterization(32, 64, 3, padding=2),
-                nn.ReLU(),
-                nn.MaxPool2d(2),
-                nn.Flatten(),
-                LinearReparameterization(4096, net.hidden[0]),
-                nn.ReLU(),
-                LinearReparameterization(net.hidden[0], 10),
-            ]
-        )
-    sizes = [net.in_features, *net.hidden, net.out_features]
-    mods: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        mods.append(LinearReparameterization(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            mods.append(nn.ReLU())
-    return _BayesianTorchNet(mods)
+        cnn = paper_cnn(Conv2dReparameterization, LinearReparameterization, net.hidden[0])
+        return _BayesianTorchNet(list(cnn))
+    return _BayesianTorchNet(_mlp(net, LinearReparameterization))
 
 
 def _batch(net: NetSpec, gen: torch.Generator) -> tuple[Tensor, Tensor]:

@@ -82,11 +82,17 @@ from torch import Tensor, nn
 from ..baselines import kept_features, kept_fraction
 from ..nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP, activation_module
 from ..nn.gaussian import VariationalMLP
-from ..objectives import GaussianLikelihood
 from ..prediction import sample_outputs
 from ..pruning import Scope, agp_sparsity
-from ..training import make_optimizer, train
-from .methods import INIT_MU_RANGE, FitSpec, FittedReplicates, Method, _Squeeze, register_method
+from ..training import make_optimizer
+from .methods import (
+    INIT_MU_RANGE,
+    FitSpec,
+    FittedReplicates,
+    Method,
+    register_method,
+    train_regression,
+)
 
 __all__ = [
     "BASELINE_DEFAULTS",
@@ -196,20 +202,7 @@ class _VariationalBaseline(Method):
         R, _, p = X.shape
         _check_spec(spec, p)
         model = self.build(p, spec, R, generator)
-        train(
-            _Squeeze(model),
-            X.to(spec.torch_dtype),
-            y.to(spec.torch_dtype),
-            GaussianLikelihood(spec.noise_std),
-            epochs=spec.epochs,
-            batch_size=spec.batch_size,
-            lr=spec.lr,
-            optimizer=spec.optimizer,
-            n_mc=spec.n_mc,
-            generator=generator,
-            verbose=spec.progress,
-            track_sparsity=False,
-        )
+        train_regression(model, X, y, spec, generator)
         return VariationalFitted(model)
 
 

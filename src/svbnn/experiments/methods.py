@@ -247,6 +247,27 @@ def check_methods(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(names)
 
 
+def train_regression(
+    model: torch.nn.Module, X: Tensor, y: Tensor, spec: FitSpec, generator: torch.Generator
+) -> None:
+    """Train a replicated single-output network on ``X`` ``(R, n, p)``, ``y`` ``(R, n)`` with
+    the Gaussian likelihood and the optimiser settings of ``spec`` (every Bayesian method)."""
+    train(
+        _Squeeze(model),
+        X.to(spec.torch_dtype),
+        y.to(spec.torch_dtype),
+        GaussianLikelihood(spec.noise_std),
+        epochs=spec.epochs,
+        batch_size=spec.batch_size,
+        lr=spec.lr,
+        optimizer=spec.optimizer,
+        n_mc=spec.n_mc,
+        generator=generator,
+        verbose=spec.progress,
+        track_sparsity=False,
+    )
+
+
 class _Squeeze(torch.nn.Module):
     """Single-output regression net: ``(R, m, p) -> (R, m)``."""
 
@@ -334,18 +355,5 @@ class SVBNNMethod(Method):
             model.set_log_prior_inclusion(
                 torch.tensor(spec.log_prior_inclusion, dtype=spec.torch_dtype)
             )
-        train(
-            _Squeeze(model),
-            X.to(spec.torch_dtype),
-            y.to(spec.torch_dtype),
-            GaussianLikelihood(spec.noise_std),
-            epochs=spec.epochs,
-            batch_size=spec.batch_size,
-            lr=spec.lr,
-            optimizer=spec.optimizer,
-            n_mc=spec.n_mc,
-            generator=generator,
-            verbose=spec.progress,
-            track_sparsity=False,
-        )
+        train_regression(model, X, y, spec, generator)
         return SVBNNFitted(model)

@@ -88,6 +88,7 @@ __all__ = [
     "fit_classifier",
     "kept_fraction",
     "overlay_images",
+    "paper_cnn",
 ]
 
 MLP_METHODS = ("svbnn", "vbnn", "vd", "agp")
@@ -184,13 +185,16 @@ class ClassifierSpec:
     progress: bool = False
 
 
-def _cnn(
+def paper_cnn(
     conv: Callable[..., nn.Module],
     lin: Callable[..., nn.Module],
     fc_hidden: int,
-    flip: bool,
+    flip: bool = False,
     side: int = 28,
 ) -> nn.Sequential:
+    """The supplement's 2-Conv-2-FC network built from ``conv`` and ``lin`` layer factories
+    (``conv(in, out, k, padding=p)``, ``lin(in, out)``): logits ``(m, 10)`` for
+    ``(m, 1, side, side)`` images, random horizontal flips first when ``flip``."""
     f = cnn_feature_size(side)
     mods: list[nn.Module] = [RandomHorizontalFlip()] if flip else []
     mods += [
@@ -249,7 +253,7 @@ def build_classifier(
                 "prior_variance": spec.prior_variance,
                 "generator": generator,
             }
-            model = _cnn(
+            model = paper_cnn(
                 partial(SpikeSlabConv2d, **kw),
                 partial(SpikeSlabLinear, **kw),
                 fc,
@@ -263,14 +267,14 @@ def build_classifier(
             info["log_lambda"] = log_lam
         elif m == "vbnn":
             kw = {"prior_variance": spec.prior_variance, "generator": generator}
-            model = _cnn(
+            model = paper_cnn(
                 partial(GaussianConv2d, **kw),
                 partial(GaussianLinear, **kw),
                 fc,
                 spec.flip,
             )
         elif m == "vd":
-            model = _cnn(
+            model = paper_cnn(
                 partial(VariationalDropoutConv2d, generator=generator),
                 partial(VariationalDropoutLinear, generator=generator),
                 fc,

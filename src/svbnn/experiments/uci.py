@@ -45,6 +45,7 @@ from ..priors import mlp_log_lambda_opt
 from ..selection import density, sparsity
 from ..training import train
 from .common import RunConfig, derive_seed, read_csv, read_settings, write_csv
+from .methods import _Squeeze
 from .plotting import pyplot
 from .realdata import UCI_PAPER, data_dir_param, parse_floats, parse_names
 from .registry import Timing, register_artifact
@@ -188,16 +189,6 @@ def load_problem(
     ]
     val, _ = _stack(vparts, name, splits)
     return full, val
-
-
-class _Squeeze(torch.nn.Module):
-    def __init__(self, net: torch.nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = self.net(x)
-        return out.squeeze(-1)
 
 
 def fit_replicated(

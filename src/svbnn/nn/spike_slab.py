@@ -117,10 +117,6 @@ class _FusedGumbelKL(torch.autograd.Function):
         return (*grads, None, None, None, None, None, None)
 
 
-def _global_pre_hooks() -> bool:
-    return bool(nn.modules.module._global_forward_pre_hooks)
-
-
 _ACT_GRADS = ("relu", "tanh", "sigmoid", "logistic", "identity")
 
 
@@ -702,8 +698,9 @@ class SpikeSlabMLP(VariationalContainer):
         if self._fused_kl_ok(layers):
             # Training step: draw and KL in one fused pass; kl_divergence() picks the KL up
             # (as long as the parameters are unchanged), so its gradient joins the draw's.
-            flat, kl = self._draw_with_kl(first)
-            self._kl_cache = (kl, self._kl_key())
+            key = self._kl_key()
+            flat, kl = self._draw_with_kl(first, key)
+            self._kl_cache = (kl, key)
         else:
             flat = _draw(
                 self.mu,
@@ -728,9 +725,12 @@ class SpikeSlabMLP(VariationalContainer):
                 layer._frozen = None
         return out
 
-    def _draw_with_kl(self, first: SpikeSlabLinear) -> tuple[Tensor, Tensor]:
+    def _draw_with_kl(
+        self, first: SpikeSlabLinear, key: tuple[Any, ...] | None = None
+    ) -> tuple[Tensor, Tensor]:
         """One training draw of all weights and the exact KL, as one fused function:
-        ``(theta, kl)``, flat ``(T,)`` or ``(R, T)`` and ``()`` or ``(R,)``."""
+        ``(theta, kl)``, flat ``(T,)`` or ``(R, T)`` and ``()`` or ``(R,)``. ``key``: the
+        current :meth:`_kl_key`, if the caller has it."""
         gen = first.generator
         compiled = use_compiled(self.mu.numel())
         if _fused_path(self.mu.numel()):
@@ -743,7 +743,7 @@ class SpikeSlabMLP(VariationalContainer):
             dt, dev = self.mu.dtype, self.mu.device
             u = torch.rand(self.mu.shape, generator=gen, dtype=dt, device=dev)
             noise = (u, torch.randn(self.mu.shape, generator=gen, dtype=dt, device=dev))
-        key = self._kl_key()
+        key = self._kl_key() if key is None else key
         if self._log_lam_cache is None or self._log_lam_cache[0] != key[-2:]:
             # log(lambda) as (R, 1) or (), and log(1 - lambda): recomputed only when
             # the prior changes.
@@ -776,7 +776,8 @@ class SpikeSlabMLP(VariationalContainer):
                 m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
                 for m in (self.net, *self.net)
             )
-            and not (nn.modules.module._global_forward_hooks or _global_pre_hooks())
+            and not nn.modules.module._global_forward_hooks
+            and not nn.modules.module._global_forward_pre_hooks
         )
 
     def __getstate__(self) -> dict[str, Any]:
