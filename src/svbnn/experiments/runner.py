@@ -92,7 +92,7 @@ def resolve_config(
             continue
         merged[k] = v
     # --set keys: the artifact's settings, or options of the methods it runs (those reach
-    # each method as FitSpec.options).
+    # each method as FitSpec.options). check_methods validates the method names once, here.
     options = method_options(check_methods(tuple(merged["methods"])))
     for pk, pv in given.items():
         if pk in _CONFIG_KEYS:
@@ -139,7 +139,6 @@ def _validate(cfg: RunConfig) -> None:
         raise ValueError(f"--init must be torch or authors, got {cfg.init!r}")
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"--dtype must be float32 or float64, got {cfg.dtype!r}")
-    check_methods(cfg.methods)
 
 
 def reproduce(

@@ -117,9 +117,6 @@ class _FusedGumbelKL(torch.autograd.Function):
         return (*grads, None, None, None, None, None, None)
 
 
-_ACT_GRADS = ("relu", "tanh", "sigmoid", "logistic", "identity")
-
-
 def _activate(h: Tensor, name: str) -> Tensor:
     if name == "relu":
         return torch.relu(h)
@@ -770,7 +767,7 @@ class SpikeSlabMLP(VariationalContainer):
         return (
             x.dim() == 2
             and layers[0].n_replicates is None
-            and self.activation in _ACT_GRADS
+            and self.activation in _ACTIVATIONS
             and all(layer.has_bias for layer in layers)
             and not any(
                 m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
