@@ -14,6 +14,7 @@ import pytest
 import torch
 from scipy import stats
 
+import svbnn._kernels as K
 import svbnn.nn.spike_slab as ss
 from svbnn._kernels import counter_noise
 from svbnn.nn import SpikeSlabMLP, set_generator
@@ -132,11 +133,16 @@ def _fused_mlp(monkeypatch: pytest.MonkeyPatch, R: int | None) -> SpikeSlabMLP:
     return model
 
 
-@pytest.mark.parametrize("R", [None, 2])
+@pytest.mark.parametrize(("R", "whole"), [(None, False), (2, False), (None, True)])
 def test_fused_mlp_step_equals_manual_autograd(
-    monkeypatch: pytest.MonkeyPatch, R: int | None
+    monkeypatch: pytest.MonkeyPatch, R: int | None, whole: bool
 ) -> None:
+    # whole=True: the whole-network forward of the "auto" backend for small MLPs
+    # (svbnn._kernels.mlp_draw_forward, run eagerly here), which autograd differentiates.
     model = _fused_mlp(monkeypatch, R)
+    if whole:
+        monkeypatch.setattr(ss, "use_whole_network", lambda numel: True)
+        monkeypatch.setattr(ss, "kernels", lambda compiled=None: K._EAGER)
     g = torch.Generator().manual_seed(2)
     lead = () if R is None else (R,)
     x = torch.randn(*lead, 16, 5, generator=g, dtype=torch.float64)

@@ -48,6 +48,18 @@ def test_compiled_backend_matches_eager(fused: bool, monkeypatch: pytest.MonkeyP
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
+def test_auto_backend_whole_network_matches_eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "auto" runs a small MLP's training forward as one compiled graph
+    # (mlp_draw_forward); the same formulas run eagerly when forced on.
+    loss_c, grads_c = _grads("auto", True)
+    monkeypatch.setattr(ss, "use_whole_network", lambda numel: True)
+    loss_e, grads_e = _grads("eager", True)
+    torch.testing.assert_close(loss_c, loss_e, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_c, grads_e, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_backend_switch() -> None:
     assert K.backend() is K.Backend.EAGER
     assert not K.use_compiled(10**9)
@@ -56,8 +68,10 @@ def test_backend_switch() -> None:
     try:
         K.set_backend("auto")
         assert not K.use_compiled(K.AUTO_MIN_NUMEL - 1)
+        assert K.use_whole_network(K.AUTO_MIN_NUMEL - 1)
         assert K.use_compiled(K.AUTO_MIN_NUMEL)
+        assert not K.use_whole_network(K.AUTO_MIN_NUMEL)
         K.set_backend("compiled")
-        assert K.use_compiled(1)
+        assert K.use_compiled(1) and not K.use_whole_network(1)
     finally:
         K.set_backend("eager")

@@ -19,7 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._kernels import gumbel_backward_saved, gumbel_forward_saving, kernels, use_compiled
+from .._kernels import (
+    activate,
+    gumbel_backward_saved,
+    gumbel_forward_saving,
+    kernels,
+    use_compiled,
+    use_whole_network,
+)
 from ..objectives import spike_slab_kl
 from ..priors import log1mexp, resolve_log_inclusion
 from .base import ForwardMode, Sampler, VariationalContainer, VariationalLayer, conv_geometry
@@ -117,16 +124,6 @@ class _FusedGumbelKL(torch.autograd.Function):
         return (*grads, None, None, None, None, None, None)
 
 
-def _activate(h: Tensor, name: str) -> Tensor:
-    if name == "relu":
-        return torch.relu(h)
-    if name == "tanh":
-        return torch.tanh(h)
-    if name in ("sigmoid", "logistic"):
-        return torch.sigmoid(h)
-    return h
-
-
 def _activation_grad(g: Tensor, out: Tensor, name: str) -> Tensor:
     """``g * act'(pre)`` from the activation's output ``out``."""
     if name == "relu":
@@ -166,7 +163,7 @@ class _FlatMLP(torch.autograd.Function):
             start += n_out * (n_in + 1)
             weights.append(wb[:, :n_in])
             h = torch.addmm(wb[:, n_in], hs[-1], weights[-1].t())
-            hs.append(_activate(h, activation) if i < len(shapes) - 1 else h)
+            hs.append(activate(h, activation) if i < len(shapes) - 1 else h)
         ctx.shapes = shapes
         ctx.activation = activation
         ctx.weights = weights  # views of theta, which nothing modifies in place
@@ -692,6 +689,31 @@ class SpikeSlabMLP(VariationalContainer):
             return self._run(x)
         first = layers[0]
         self._kl_cache = None
+        if (
+            use_whole_network(self.mu.numel())
+            and self._fused_kl_ok(layers)
+            and self._flat_mlp_ok(x, layers)
+        ):
+            # Small network, training step: draw, KL and layers as one compiled graph.
+            key = self._kl_key()
+            log_lam, log_1mlam = self._log_lams(key)
+            shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
+            out, kl = kernels(True)["mlp_draw_forward"](
+                x,
+                self.mu,
+                self.rho,
+                self.alpha,
+                self._counter_seed(first),
+                log_lam,
+                log_1mlam,
+                shapes,
+                self.activation,
+                0.5 * math.log(first.prior_variance),
+                float(first.prior_variance),
+                float(first.temperature),
+            )
+            self._kl_cache = (kl, key)
+            return out
         if self._fused_kl_ok(layers):
             # Training step: draw and KL in one fused pass; kl_divergence() picks the KL up
             # (as long as the parameters are unchanged), so its gradient joins the draw's.
@@ -731,23 +753,12 @@ class SpikeSlabMLP(VariationalContainer):
         gen = first.generator
         compiled = use_compiled(self.mu.numel())
         if _fused_path(self.mu.numel()):
-            noise: tuple[Tensor, ...] = (
-                torch.randint(-(2**31), 2**31 - 1, (2,), generator=gen, dtype=torch.int32).to(
-                    self.mu.device
-                ),
-            )
+            noise: tuple[Tensor, ...] = (self._counter_seed(first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
             dt, dev = self.mu.dtype, self.mu.device
             u = torch.rand(self.mu.shape, generator=gen, dtype=dt, device=dev)
             noise = (u, torch.randn(self.mu.shape, generator=gen, dtype=dt, device=dev))
-        key = self._kl_key() if key is None else key
-        if self._log_lam_cache is None or self._log_lam_cache[0] != key[-2:]:
-            # log(lambda) as (R, 1) or (), and log(1 - lambda): recomputed only when
-            # the prior changes.
-            lam = self.log_prior_inclusion
-            lam = lam.reshape(-1, 1) if lam.dim() > 0 else lam
-            self._log_lam_cache = (key[-2:], lam, log1mexp(lam))
-        _, log_lam, log_1mlam = self._log_lam_cache
+        log_lam, log_1mlam = self._log_lams(self._kl_key() if key is None else key)
         flat, kl = _FusedGumbelKL.apply(
             self.mu,
             self.rho,
@@ -760,6 +771,22 @@ class SpikeSlabMLP(VariationalContainer):
             compiled,
         )
         return flat, kl
+
+    def _counter_seed(self, first: SpikeSlabLinear) -> Tensor:
+        """The two seed words of one counter-based draw, from the layers' generator."""
+        seed = torch.randint(
+            -(2**31), 2**31 - 1, (2,), generator=first.generator, dtype=torch.int32
+        )
+        return seed.to(self.mu.device)
+
+    def _log_lams(self, key: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
+        """``log(lambda)`` as ``(R, 1)`` or ``()``, and ``log(1 - lambda)``: recomputed only
+        when the prior changes (``key``: the current :meth:`_kl_key`)."""
+        if self._log_lam_cache is None or self._log_lam_cache[0] != key[-2:]:
+            lam = self.log_prior_inclusion
+            lam = lam.reshape(-1, 1) if lam.dim() > 0 else lam
+            self._log_lam_cache = (key[-2:], lam, log1mexp(lam))
+        return self._log_lam_cache[1], self._log_lam_cache[2]
 
     def _flat_mlp_ok(self, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
         # One matrix input, every layer with a bias, a known activation, and no hooks that
@@ -797,15 +824,19 @@ class SpikeSlabMLP(VariationalContainer):
     def _kl_key(self) -> tuple[Any, ...]:
         # Identity and version of everything the KL depends on: a cached KL is valid only
         # while none of them changed (an optimiser step bumps the parameters' versions).
-        lam = self.log_prior_inclusion
         # (The caches hold the tensors they were computed from, so an id is never reused
-        # while a cache refers to it.)
+        # while a cache refers to it.) Read through the module dictionaries: this runs twice
+        # a step, and nn.Module's attribute lookup is most of its cost on small networks.
+        params = self._parameters
+        mu = params["mu"]
+        lam = self._buffers["log_prior_inclusion"]
+        assert mu is not None and lam is not None
         return (
-            self.mu._version,
-            self.rho._version,
-            self.alpha._version,
-            id(self.mu),
-            self.net[0].prior_variance,
+            mu._version,
+            params["rho"]._version,  # type: ignore[union-attr]
+            params["alpha"]._version,  # type: ignore[union-attr]
+            id(mu),
+            next(iter(self.net._modules.values())).prior_variance,
             id(lam),
             lam._version,
         )
