@@ -111,13 +111,14 @@ def negative_elbo(
     loss, nll, kl : Tensor
         Scalars, or ``(R,)`` for a replicated model; ``loss = nll + kl``, all per datum.
     """
-    nll = -likelihood.log_prob(model(x), y).mean(dim=-1)
+    nll = likelihood.log_prob(model(x), y).mean(dim=-1).neg()
     for _ in range(n_mc - 1):
         nll = nll - likelihood.log_prob(model(x), y).mean(dim=-1)
     if n_mc > 1:
         nll = nll / n_mc
-    kl = kl_divergence(model) / n_train
-    return nll + kl, nll.detach(), kl.detach()
+    kl = kl_divergence(model)
+    # nll + kl / n as one operation (small networks pay per operation).
+    return torch.add(nll, kl, alpha=1.0 / n_train), nll.detach(), kl.detach() / n_train
 
 
 def _to_list(t: Tensor) -> Any:
