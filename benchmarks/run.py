@@ -522,6 +522,7 @@ class Report:
     markdown: list[str] = field(default_factory=list)
     profiles: dict[str, str] = field(default_factory=dict)
     breakdown: dict[str, dict[str, Timing]] = field(default_factory=dict)
+    rep_breakdown: dict[str, Timing] = field(default_factory=dict)
 
 
 def _fmt(t: Timing | None, scale: float = 1e3, digits: int = 3) -> str:
@@ -951,6 +952,21 @@ def main(argv: Sequence[str] | None = None) -> Report:
     if not args.no_profile:
         print("profiling ...", file=sys.stderr)
         _profile_misses(report, all_nets, args)
+        report.rep_breakdown = replicate_breakdown(all_nets["sim2"], args)
+        for piece, t in report.rep_breakdown.items():
+            report.rows.append(
+                Row(
+                    "breakdown",
+                    f"rep{N_REPLICATES}",
+                    SVBNN,
+                    piece,
+                    "ms",
+                    t.median * 1e3,
+                    t.q1 * 1e3,
+                    t.q3 * 1e3,
+                    len(t.per_round),
+                )
+            )
         for net in nets:
             if net.kind == "mlp":
                 report.breakdown[net.key] = phase_breakdown(net, args)
@@ -1117,6 +1133,35 @@ def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]
         "same network, plain nn.Linear weights (dense, no optimiser)": matmuls,
         "Adam step (3 x T parameters)": adam_opt.step,
         "full SVBNN step": step,
+    }
+    return time_interleaved(fns, args.repeats, args.min_block_ms / 1e3, args.warmup)
+
+
+def replicate_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]:
+    """Pieces of the batched Simulation II step (R replicates), timed on their own: the
+    minibatch gather (R x m x p floats from R data sets, which together exceed the cache),
+    the first layer's two products on it (forward ``W X^T``, backward ``G X``; the
+    feature-major layout the replicated network runs), and the full step."""
+    R, n, m, p = N_REPLICATES, net.n_train, net.batch, net.in_features
+    h = net.hidden[0]
+    gen = torch.Generator().manual_seed(8)
+    X = torch.randn(R * n, p, generator=gen)
+    flat_idx = (
+        torch.argsort(torch.rand(R, n, generator=gen), dim=1)[:, :m]
+        + n * torch.arange(R).unsqueeze(1)
+    ).reshape(-1)
+    xb = X.index_select(0, flat_idx).view(R, m, p)
+    w = torch.randn(R, h, p, generator=gen)
+    b = torch.randn(R, h, 1, generator=gen)
+    g = torch.randn(R, h, m, generator=gen)
+    step, _ = build_replicate_step(net, R, seed=9)
+    fns = {
+        f"minibatch gather ({R} x {m} x {p} floats)": lambda: X.index_select(0, flat_idx),
+        "first layer: forward + weight-gradient products": lambda: (
+            torch.baddbmm(b, w, xb.transpose(1, 2)),
+            torch.bmm(g, xb),
+        ),
+        "full batched step": step,
     }
     return time_interleaved(fns, args.repeats, args.min_block_ms / 1e3, args.warmup)
 
@@ -1304,6 +1349,17 @@ def _markdown(
             ["piece"] + [next(n.label for n in nets if n.key == k) for k in keys],
             [[p] + [_fmt(report.breakdown[k][p]) for k in keys] for p in pieces],
         )
+        md.append("")
+        md.append(
+            "With `--kernels auto` the step of a network under 65,536 parameters runs its draw, "
+            "KL and layers as one compiled graph (`svbnn._kernels.mlp_draw_forward`); the "
+            "pieces above are the eager kernels of the other path."
+        )
+    if report.rep_breakdown:
+        md.append("")
+        md.append(f"## Where the time goes: the batched step of {N_REPLICATES} replicates, ms")
+        md.append("")
+        md += _table(["piece", "ms"], [[k, _fmt(t)] for k, t in report.rep_breakdown.items()])
     for key, prof in report.profiles.items():
         md.append("")
         md.append(f"## torch.profiler: {key} (a target missed; sorted by self CPU time)")
