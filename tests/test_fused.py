@@ -142,7 +142,7 @@ def test_fused_mlp_step_equals_manual_autograd(
     model = _fused_mlp(monkeypatch, R)
     if whole:
         monkeypatch.setattr(ss, "use_whole_network", lambda numel: True)
-        monkeypatch.setattr(ss, "kernels", lambda compiled=None: K._EAGER)
+        monkeypatch.setattr(ss, "whole_network_kernel", lambda *_: K.mlp_draw_forward)
     g = torch.Generator().manual_seed(2)
     lead = () if R is None else (R,)
     x = torch.randn(*lead, 16, 5, generator=g, dtype=torch.float64)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import types
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "set_backend",
     "use_compiled",
     "use_whole_network",
+    "whole_network_kernel",
 ]
 
 logger = logging.getLogger(__name__)
@@ -475,7 +477,6 @@ _EAGER: dict[str, Callable[..., Any]] = {
     "fused_forward": fused_forward,
     "fused_forward_given_noise": fused_forward_given_noise,
     "fused_backward": fused_backward,
-    "mlp_draw_forward": mlp_draw_forward,
 }
 _COMPILED: dict[str, Callable[..., Any]] = {}
 _backend = Backend(os.environ.get("SVBNN_KERNELS", Backend.EAGER.value))
@@ -519,11 +520,31 @@ def kernels(compiled: bool | None = None) -> dict[str, Callable[..., Any]]:
         return _EAGER
     if not _COMPILED:
         logger.info("compiling spike-and-slab kernels with torch.compile")
+        # One symbolic-shape graph per kernel serves every layer and network size.
         for name, fn in _EAGER.items():
-            # The per-parameter kernels serve every layer and network size with one
-            # symbolic-shape graph; the whole-network graph is specialised to its shapes
-            # (fewer guards and index computations per call), with a second, symbolic one
-            # after a new batch size (a last, smaller minibatch).
-            dynamic = None if name == "mlp_draw_forward" else True
-            _COMPILED[name] = torch.compile(fn, dynamic=dynamic)
+            _COMPILED[name] = torch.compile(fn, dynamic=True)
     return _COMPILED
+
+
+_WHOLE_NETWORK: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+
+def whole_network_kernel(
+    shapes: tuple[tuple[int, int], ...], activation: str
+) -> Callable[..., Any]:
+    """:func:`mlp_draw_forward` compiled for one architecture.
+
+    Each architecture gets its own copy of the function's code object, hence its own
+    torch.compile cache: its graph is specialised to the layer sizes (measured, UCI network:
+    0.63 against 0.72 ms a training step for one symbolic-shape graph shared by all
+    sizes), and only a change of batch size (a last, smaller minibatch) adds a second graph,
+    symbolic in the batch dimension. A shared cache would turn symbolic in every size at
+    the second architecture and stop compiling at torch's recompilation limit.
+    """
+    key = (shapes, activation)
+    fn = _WHOLE_NETWORK.get(key)
+    if fn is None:
+        src = mlp_draw_forward
+        copy = types.FunctionType(src.__code__.replace(), src.__globals__, src.__name__)
+        fn = _WHOLE_NETWORK[key] = torch.compile(copy)
+    return fn

@@ -26,6 +26,7 @@ from .._kernels import (
     kernels,
     use_compiled,
     use_whole_network,
+    whole_network_kernel,
 )
 from ..objectives import spike_slab_kl
 from ..priors import log1mexp, resolve_log_inclusion
@@ -698,7 +699,7 @@ class SpikeSlabMLP(VariationalContainer):
             key = self._kl_key()
             log_lam, log_1mlam = self._log_lams(key)
             shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
-            out, kl = kernels(True)["mlp_draw_forward"](
+            out, kl = whole_network_kernel(shapes, self.activation)(
                 x,
                 self.mu,
                 self.rho,
