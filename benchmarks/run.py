@@ -953,42 +953,34 @@ def main(argv: Sequence[str] | None = None) -> Report:
         print("profiling ...", file=sys.stderr)
         _profile_misses(report, all_nets, args)
         report.rep_breakdown = replicate_breakdown(all_nets["sim2"], args)
-        for piece, t in report.rep_breakdown.items():
-            report.rows.append(
-                Row(
-                    "breakdown",
-                    f"rep{N_REPLICATES}",
-                    SVBNN,
-                    piece,
-                    "ms",
-                    t.median * 1e3,
-                    t.q1 * 1e3,
-                    t.q3 * 1e3,
-                    len(t.per_round),
-                )
-            )
+        _breakdown_rows(report, f"rep{N_REPLICATES}", report.rep_breakdown)
         for net in nets:
             if net.kind == "mlp":
                 report.breakdown[net.key] = phase_breakdown(net, args)
-                for piece, t in report.breakdown[net.key].items():
-                    report.rows.append(
-                        Row(
-                            "breakdown",
-                            net.key,
-                            SVBNN,
-                            piece,
-                            "ms",
-                            t.median * 1e3,
-                            t.q1 * 1e3,
-                            t.q3 * 1e3,
-                            len(t.per_round),
-                        )
-                    )
+                _breakdown_rows(report, net.key, report.breakdown[net.key])
     report.meta["wall_s"] = round(time.perf_counter() - started, 1)
     _markdown(report, nets, impls, train, reps, inf, mem, bt_ok, args)
     _write(report, Path(args.out))
     print("\n".join(report.markdown))
     return report
+
+
+def _breakdown_rows(report: Report, what: str, pieces: dict[str, Timing]) -> None:
+    """The CSV/JSON rows of one "where the time goes" table."""
+    for piece, t in pieces.items():
+        report.rows.append(
+            Row(
+                "breakdown",
+                what,
+                SVBNN,
+                piece,
+                "ms",
+                t.median * 1e3,
+                t.q1 * 1e3,
+                t.q3 * 1e3,
+                len(t.per_round),
+            )
+        )
 
 
 def _targets(
