@@ -73,8 +73,11 @@ AUTO_MIN_NUMEL = 1 << 16
 
 
 def _log_sigma(rho: Tensor, sigma: Tensor) -> Tensor:
-    # log(softplus(rho)); softplus(rho) = exp(rho)(1 + O(exp(rho))) below -20.
-    return torch.where(rho < -20.0, rho, torch.log(sigma))
+    # log(softplus(rho)); softplus(rho) = exp(rho)(1 + O(exp(rho))) below -20. The other
+    # branch's log stays finite (sigma underflows to 0 far below -20), so that autograd
+    # through this where (mlp_draw_forward) does not multiply a zero by an infinity.
+    tiny = rho < -20.0
+    return torch.where(tiny, rho, torch.log(torch.where(tiny, 1.0, sigma)))
 
 
 def gumbel_forward(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor) -> Tensor:
@@ -129,7 +132,7 @@ def kl_forward(
     phi = torch.sigmoid(alpha)
     log_phi = F.logsigmoid(alpha)
     log_1mphi = F.logsigmoid(-alpha)
-    slab = log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
+    slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
     return phi * (log_phi - log_lam) + (1.0 - phi) * (log_1mphi - log_1mlam) + phi * slab
 
 
@@ -158,7 +161,7 @@ def kl_forward_saving(
     """Eager KL summed over the last dimension, plus what :func:`kl_backward_saved` needs."""
     sigma = F.softplus(rho)
     phi = torch.sigmoid(alpha)
-    slab = log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
+    slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
     kl = (
         phi * (F.logsigmoid(alpha) - log_lam)
         + (1.0 - phi) * (F.logsigmoid(-alpha) - log_1mlam)
@@ -189,7 +192,7 @@ def kl_backward(
     """Analytic gradient of the elementwise KL times ``grad`` (broadcastable)."""
     sigma = F.softplus(rho)
     phi = torch.sigmoid(alpha)
-    slab = log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
+    slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
     g_phi = grad * phi
     # d/dalpha: phi (1 - phi) [logit(phi) - logit(lambda) + slab]
     g_alpha = g_phi * (1.0 - phi) * (alpha - log_lam + log_1mlam + slab)
@@ -447,17 +450,7 @@ def mlp_draw_forward(
     soft = torch.sigmoid((alpha + (torch.log(u) - torch.log1p(-u))) / tau)
     hard = (u > torch.sigmoid(-alpha)).to(mu.dtype)
     theta = (hard + (soft - soft.detach())) * slab_w
-    phi = torch.sigmoid(alpha)
-    # log(sigma), with the where's other branch kept finite (its gradient is multiplied by
-    # zero, and 0 * inf would be NaN).
-    tiny = rho < -20.0
-    log_sigma = torch.where(tiny, rho, torch.log(torch.where(tiny, 1.0, sigma)))
-    slab = log_sigma0 - log_sigma + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
-    kl = (
-        phi * (F.logsigmoid(alpha) - log_lam)
-        + (1.0 - phi) * (F.logsigmoid(-alpha) - log_1mlam)
-        + phi * slab
-    ).sum()
+    kl = kl_sum_forward(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0)
     h = x
     start = 0
     for i, (n_out, n_in) in enumerate(shapes):
