@@ -7,18 +7,25 @@ test of tests/test_kernels.py.
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-import svbnn._kernels as K
 import svbnn.nn.spike_slab as ss
 from svbnn._kernels import counter_noise
 from svbnn.nn import SpikeSlabMLP, set_generator
-from svbnn.objectives import GaussianLikelihood, spike_slab_kl, spike_slab_kl_reference
+from svbnn.objectives import (
+    CategoricalLikelihood,
+    GaussianLikelihood,
+    spike_slab_kl,
+    spike_slab_kl_reference,
+)
 from svbnn.training import negative_elbo
 
 N = 200_000
@@ -133,16 +140,37 @@ def _fused_mlp(monkeypatch: pytest.MonkeyPatch, R: int | None) -> SpikeSlabMLP:
     return model
 
 
-@pytest.mark.parametrize(("R", "whole"), [(None, False), (2, False), (None, True)])
+def _eager_whole_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Force the "auto" backend's whole-network graphs on, run eagerly; returns the list
+    the names of the graphs run are appended to."""
+    calls: list[str] = []
+
+    def kernel(fn: Callable[..., Any], *static: Any) -> Callable[..., Any]:
+        calls.append(fn.__name__)
+        return lambda *tensors: fn(*tensors, *static)
+
+    monkeypatch.setattr(ss, "use_whole_network", lambda numel: True)
+    monkeypatch.setattr(ss, "whole_network_kernel", kernel)
+    return calls
+
+
+class _OtherGaussian(GaussianLikelihood):
+    """A likelihood the whole-step graph does not know: the forward alone runs as a graph."""
+
+
+@pytest.mark.parametrize(
+    ("R", "whole"),
+    [(None, None), (2, None), (None, "mlp_draw_forward"), (None, "mlp_negative_elbo")],
+)
 def test_fused_mlp_step_equals_manual_autograd(
-    monkeypatch: pytest.MonkeyPatch, R: int | None, whole: bool
+    monkeypatch: pytest.MonkeyPatch, R: int | None, whole: str | None
 ) -> None:
-    # whole=True: the whole-network forward of the "auto" backend for small MLPs
-    # (svbnn._kernels.mlp_draw_forward, run eagerly here), which autograd differentiates.
+    # whole: the whole-network graphs of the "auto" backend for small MLPs, run eagerly
+    # here and differentiated by autograd: the training forward (mlp_draw_forward, with a
+    # likelihood it does not know) or the whole negative ELBO (mlp_negative_elbo).
     model = _fused_mlp(monkeypatch, R)
-    if whole:
-        monkeypatch.setattr(ss, "use_whole_network", lambda numel: True)
-        monkeypatch.setattr(ss, "whole_network_kernel", lambda *_: K.mlp_draw_forward)
+    calls = _eager_whole_network(monkeypatch) if whole else []
+    likelihood = _OtherGaussian() if whole == "mlp_draw_forward" else GaussianLikelihood()
     g = torch.Generator().manual_seed(2)
     lead = () if R is None else (R,)
     x = torch.randn(*lead, 16, 5, generator=g, dtype=torch.float64)
@@ -151,7 +179,8 @@ def test_fused_mlp_step_equals_manual_autograd(
     assert gen is not None
     replay = torch.Generator().manual_seed(0)
     replay.set_state(gen.get_state())
-    loss, _, kl = negative_elbo(model, GaussianLikelihood(), x, y, n_train=100)
+    loss, _, kl = negative_elbo(model, likelihood, x, y, n_train=100)
+    assert calls == ([whole] if whole else [])
     loss.sum().backward()
     grads = [p.grad.clone() for p in (model.mu, model.rho, model.alpha)]  # type: ignore[union-attr]
 
@@ -183,6 +212,41 @@ def test_fused_mlp_step_equals_manual_autograd(
     for a, b in zip(grads, (mu.grad, rho.grad, alpha.grad), strict=True):
         assert b is not None
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "categorical"])
+def test_whole_step_graph_equals_the_general_path(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # negative_elbo's one-graph path (mlp_negative_elbo, eagerly) against the general one
+    # (model forward, then the likelihood) from the same generator state: same draw, so
+    # the same loss, nll, kl and gradients up to rounding.
+    out = 1 if kind == "gaussian" else 3
+    model = SpikeSlabMLP(
+        5, (4,), out, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    set_generator(model, torch.Generator().manual_seed(1))
+    twin = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(16, 5, generator=g, dtype=torch.float64)
+    if kind == "gaussian":
+        lik: torch.nn.Module = GaussianLikelihood(0.7)
+        y = torch.randn(16, generator=g, dtype=torch.float64)
+    else:
+        lik = CategoricalLikelihood()
+        y = torch.randint(0, 3, (16,), generator=g)
+    calls = _eager_whole_network(monkeypatch)
+    fast = negative_elbo(model, lik, x, y, n_train=50)
+    assert calls == ["mlp_negative_elbo"]
+    monkeypatch.setattr(ss.SpikeSlabMLP, "_whole_network_elbo", lambda *_: None)
+    general = negative_elbo(twin, lik, x, y, n_train=50)
+    assert calls == ["mlp_negative_elbo", "mlp_draw_forward"]
+    for a, b in zip(fast, general, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    fast[0].backward()
+    general[0].backward()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
 
 def test_cached_kl_is_used_once_and_only_while_parameters_are_unchanged(

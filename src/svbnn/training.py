@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .nn.base import kl_divergence, set_generator, variational_layers
+from .nn.spike_slab import SpikeSlabMLP
 from .selection import sparsity, spike_slab_layers
 
 __all__ = ["History", "Optimizer", "make_optimizer", "negative_elbo", "train"]
@@ -111,6 +112,11 @@ def negative_elbo(
     loss, nll, kl : Tensor
         Scalars, or ``(R,)`` for a replicated model; ``loss = nll + kl``, all per datum.
     """
+    if n_mc == 1 and isinstance(model, SpikeSlabMLP) and isinstance(likelihood, nn.Module):
+        # A small network under the auto backend: the whole step as one compiled graph.
+        fast = model._whole_network_elbo(likelihood, x, y, n_train)
+        if fast is not None:
+            return fast
     nll = likelihood.log_prob(model(x), y).mean(dim=-1).neg()
     for _ in range(n_mc - 1):
         nll = nll - likelihood.log_prob(model(x), y).mean(dim=-1)

@@ -24,11 +24,13 @@ from .._kernels import (
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
+    mlp_draw_forward,
+    mlp_negative_elbo,
     use_compiled,
     use_whole_network,
     whole_network_kernel,
 )
-from ..objectives import spike_slab_kl
+from ..objectives import CategoricalLikelihood, GaussianLikelihood, spike_slab_kl
 from ..priors import log1mexp, resolve_log_inclusion
 from .base import ForwardMode, Sampler, VariationalContainer, VariationalLayer, conv_geometry
 
@@ -645,6 +647,7 @@ class SpikeSlabMLP(VariationalContainer):
         self.net = nn.Sequential(*mods)
         self._kl_cache: tuple[Tensor, tuple[Any, ...]] | None = None
         self._log_lam_cache: tuple[tuple[Any, ...], Tensor, Tensor] | None = None
+        self._scales_cache: tuple[tuple[Any, ...], Tensor] | None = None
 
     def layers(self) -> list[SpikeSlabLinear]:
         """The spike-and-slab layers, input to output."""
@@ -690,29 +693,11 @@ class SpikeSlabMLP(VariationalContainer):
             return self._run(x)
         first = layers[0]
         self._kl_cache = None
-        if (
-            use_whole_network(self.mu.numel())
-            and self._fused_kl_ok(layers)
-            and self._flat_mlp_ok(x, layers)
-        ):
+        if self._whole_network_ok(x, layers):
             # Small network, training step: draw, KL and layers as one compiled graph.
             key = self._kl_key()
-            log_lam, log_1mlam = self._log_lams(key)
-            shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
-            out, kl = whole_network_kernel(shapes, self.activation)(
-                x,
-                self.mu,
-                self.rho,
-                self.alpha,
-                self._counter_seed(first),
-                log_lam,
-                log_1mlam,
-                shapes,
-                self.activation,
-                0.5 * math.log(first.prior_variance),
-                float(first.prior_variance),
-                float(first.temperature),
-            )
+            tensors, static = self._whole_network_inputs(first, layers, key)
+            out, kl = whole_network_kernel(mlp_draw_forward, *static)(x, *tensors)
             self._kl_cache = (kl, key)
             return out
         if self._fused_kl_ok(layers):
@@ -744,6 +729,69 @@ class SpikeSlabMLP(VariationalContainer):
             for layer in layers:
                 layer._frozen = None
         return out
+
+    def _whole_network_ok(self, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
+        return (
+            use_whole_network(self.mu.numel())
+            and self._fused_kl_ok(layers)
+            and self._flat_mlp_ok(x, layers)
+        )
+
+    def _whole_network_inputs(
+        self, first: SpikeSlabLinear, layers: list[SpikeSlabLinear], key: tuple[Any, ...]
+    ) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
+        """The tensors ``(mu, rho, alpha, seed, log_lam, log_1mlam)`` and the static
+        arguments ``(shapes, activation, log_sigma0, var0, tau)`` of
+        :func:`~svbnn._kernels.mlp_draw_forward`; draws the seed."""
+        log_lam, log_1mlam = self._log_lams(key)
+        seed = self._counter_seed(first)
+        shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
+        static = (
+            shapes,
+            self.activation,
+            0.5 * math.log(first.prior_variance),
+            float(first.prior_variance),
+            float(first.temperature),
+        )
+        return (self.mu, self.rho, self.alpha, seed, log_lam, log_1mlam), static
+
+    def _whole_network_elbo(
+        self, likelihood: nn.Module, x: Tensor, y: Tensor, n_train: int
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """:func:`svbnn.training.negative_elbo` (one draw) as one compiled graph with the
+        likelihood, where the ``auto`` backend runs this network's training forward as one
+        graph: ``(loss, nll, kl / n)``. ``None`` where that does not apply (then the caller
+        runs the general path, which gives the same values)."""
+        if type(likelihood) is GaussianLikelihood and self.out_features == 1:
+            noise = likelihood.noise_std
+            if not isinstance(noise, float):
+                return None
+            kind, var = "gaussian", noise * noise
+        elif type(likelihood) is CategoricalLikelihood:
+            kind, var = "categorical", 1.0
+        else:
+            return None
+        layers = self.layers()
+        if not (
+            y.dim() == 1
+            and x.dim() == 2
+            and y.shape[0] == x.shape[0]
+            and self._fused_draw_ok(layers)
+            and self._whole_network_ok(x, layers)
+        ):
+            return None
+        self._kl_cache = None
+        tensors, static = self._whole_network_inputs(layers[0], layers, self._kl_key())
+        mu = self.mu
+        scales_key = (n_train, var, mu.dtype, mu.device)
+        cache = getattr(self, "_scales_cache", None)  # absent in modules pickled before it
+        if cache is None or cache[0] != scales_key:
+            scales = torch.tensor([1.0 / n_train, var], dtype=mu.dtype, device=mu.device)
+            cache = self._scales_cache = (scales_key, scales)
+        shapes, activation, *prior = static
+        kernel = whole_network_kernel(mlp_negative_elbo, shapes, activation, kind, *prior)
+        loss, nll, kl = kernel(x, y, *tensors, cache[1])
+        return loss, nll, kl
 
     def _draw_with_kl(
         self, first: SpikeSlabLinear, key: tuple[Any, ...] | None = None
