@@ -227,12 +227,15 @@ def _hash32(x: Tensor) -> Tensor:
 
 
 def _unit(h: Tensor, h2: Tensor | None, dtype: torch.dtype) -> Tensor:
-    """A uniform on (0, 1), never 0 or 1: 24 random bits (float32), 53 (float64, ``h2``)."""
+    """A uniform on (0, 1), never 0 or 1: the midpoints ``(k + 1/2) 2^-b`` of ``b = 23``
+    random bits (float32), 52 (float64, ``h2``). One bit fewer than the mantissa holds, so
+    that ``k + 1/2`` is exact: with 24 bits, ``k + 1/2`` rounds to even above ``2^23`` and
+    the largest ``k`` gives exactly 1."""
     if h2 is None:
-        return (((h >> 8) & 0xFFFFFF).to(dtype) + 0.5) * 2.0**-24
-    hi = ((h >> 5) & 0x7FFFFFF).to(dtype)  # 27 bits
+        return (((h >> 9) & 0x7FFFFF).to(dtype) + 0.5) * 2.0**-23
+    hi = ((h >> 6) & 0x3FFFFFF).to(dtype)  # 26 bits
     lo = ((h2 >> 6) & 0x3FFFFFF).to(dtype)  # 26 bits
-    return (hi * 2.0**26 + lo + 0.5) * 2.0**-53
+    return (hi * 2.0**26 + lo + 0.5) * 2.0**-52
 
 
 def counter_noise(like: Tensor, seed: Tensor) -> tuple[Tensor, Tensor]:
@@ -240,11 +243,12 @@ def counter_noise(like: Tensor, seed: Tensor) -> tuple[Tensor, Tensor]:
 
     Element ``i`` (in flat order) gets its bits from hashes of ``(i, seed)``; ``eps`` is
     Box-Muller's ``sqrt(-2 log v1) cos(2 pi v2)``. ``float32``: three hashes, i.e. 64 bits
-    after the seed mixing: 24 for ``u``, 24 for the radius ``v1`` (as ``torch.rand``: the
-    largest ``|eps|`` is 5.8) and 16 for the angle ``v2``. Each hash costs about 1 ms of the
-    fused loop on the 669,706 parameters of the MNIST network (measured: five hashes 7.3 ms,
-    four 6.2 ms), so the angle, which needs no tail resolution, shares the two words.
-    ``float64``: five hashes, 53-bit ``u`` and ``v1``, 24-bit ``v2``. (Pairing elements to
+    after the seed mixing, of which 23 go to ``u``, 23 to the radius ``v1`` (the largest
+    ``|eps|`` is 5.8, as with ``torch.rand``'s 24 bits) and 16 to the angle ``v2``. Each
+    hash costs about 1 ms of the fused loop on the 669,706 parameters of the MNIST network
+    (measured: five hashes 7.3 ms, four 6.2 ms), so the angle, which needs no tail
+    resolution, shares the two words.
+    ``float64``: five hashes, 52-bit ``u`` and ``v1``, 23-bit ``v2``. (Pairing elements to
     share one Box-Muller draw, ``r cos t`` and ``r sin t``, measured slower compiled: the
     concatenation splits the fused loop.)
 
@@ -340,9 +344,16 @@ def fused_forward(
     slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
     # log(1 - phi) = log sigmoid(-alpha) = -softplus(alpha)
     kl = phi * (log_phi - log_lam) + (1.0 - phi) * (-sp_alpha - log_1mlam) + phi * slab
-    # Straight-through: d theta / d alpha through the relaxed gate sigmoid(eta / tau).
-    soft = torch.sigmoid((alpha + torch.log(u / (1.0 - u))) / tau)
-    a_fac = slab_w * soft * (1.0 - soft) / tau
+    # Straight-through: d theta / d alpha through the relaxed gate s = sigmoid(eta / tau),
+    # s (1 - s) / tau. With z = exp(eta) = phi u / ((1 - phi)(1 - u)) and q = z^(1/tau),
+    # s (1 - s) = q / (1 + q)^2, which is unchanged by q -> 1/q: from r = min(z, 1/z) it
+    # needs no logarithm or exponential when 1/tau is 1 or 2 (the paper's tau = 0.5), and
+    # cannot overflow.
+    z = (phi * u) / (one_m_phi * (1.0 - u))
+    r = torch.minimum(z, 1.0 / z)
+    k = 1.0 / tau
+    q = r * r if k == 2.0 else r if k == 1.0 else r**k
+    a_fac = slab_w * (q / (1.0 + q) ** 2) / tau
     # KL derivatives; d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab].
     kl_mu = phi * mu / var0
     kl_rho = phi * (sigma / var0 - 1.0 / sigma) * d_sigma
