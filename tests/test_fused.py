@@ -17,6 +17,7 @@ import pytest
 import torch
 from scipy import stats
 
+import svbnn._kernels as K
 import svbnn.nn.spike_slab as ss
 from svbnn._kernels import counter_noise
 from svbnn.nn import SpikeSlabMLP, set_generator
@@ -29,6 +30,18 @@ from svbnn.objectives import (
 from svbnn.training import negative_elbo
 
 N = 200_000
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_counter_uniforms_are_exact_midpoints_inside_the_unit_interval(
+    dtype: torch.dtype,
+) -> None:
+    # The extreme hash words (all bits 0, all bits 1) give the first and last midpoint
+    # exactly: (k + 1/2) 2^-b with b = 23 (float32) or 52 (float64), never 0 or 1.
+    b = 23 if dtype == torch.float32 else 52
+    words = torch.tensor([0, -1], dtype=torch.int32)
+    u = K._unit(words, None if dtype == torch.float32 else words, dtype)
+    assert u.tolist() == [0.5 * 2.0**-b, 1.0 - 0.5 * 2.0**-b]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
