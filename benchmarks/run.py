@@ -1344,8 +1344,9 @@ def _markdown(
         md.append("")
         md.append(
             "With `--kernels auto` the step of a network under 65,536 parameters runs its draw, "
-            "KL and layers as one compiled graph (`svbnn._kernels.mlp_draw_forward`); the "
-            "pieces above are the eager kernels of the other path."
+            "KL, layers and likelihood as one compiled graph "
+            "(`svbnn._kernels.mlp_negative_elbo`); the pieces above are the eager kernels of "
+            "the other path."
         )
     if report.rep_breakdown:
         md.append("")

@@ -93,9 +93,14 @@ def _params(shape: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:
     return [t.requires_grad_() for t in (mu, rho, alpha)]
 
 
+@pytest.mark.parametrize("tau", [0.5, 1.0, 0.3])
 @pytest.mark.parametrize("noise", ["counter", "given"])
 @pytest.mark.parametrize("replicated", [False, True])
-def test_fused_draw_and_kl_match_autograd_of_the_reference(replicated: bool, noise: str) -> None:
+def test_fused_draw_and_kl_match_autograd_of_the_reference(
+    replicated: bool, noise: str, tau: float
+) -> None:
+    # tau: the relaxed gate's derivative has a division-only form for 1/tau = 2 (the
+    # paper's 0.5) and 1, and a general one.
     shape = (3, 400) if replicated else (1200,)
     mu, rho, alpha = _params(shape)
     log_lam = torch.tensor([-3.0, -8.0, -0.5], dtype=torch.float64) if replicated else None
@@ -109,7 +114,7 @@ def test_fused_draw_and_kl_match_autograd_of_the_reference(replicated: bool, noi
         u = torch.rand(shape, generator=gen, dtype=torch.float64)
         eps = torch.randn(shape, generator=gen, dtype=torch.float64)
         args = (u, eps)
-    tau, var0 = 0.5, 2.0
+    var0 = 2.0
     log_1mlam = torch.log(-torch.expm1(lam_arg))
     theta, kl = ss._FusedGumbelKL.apply(
         mu, rho, alpha, lam_arg, log_1mlam, args, tau, 0.5 * math.log(var0), False
@@ -134,6 +139,22 @@ def test_fused_draw_and_kl_match_autograd_of_the_reference(replicated: bool, noi
     phi = torch.sigmoid(alpha.detach())
     se = float(torch.sqrt((phi * (1 - phi)).sum())) / phi.numel()
     assert abs(float((theta != 0).double().mean() - phi.mean())) < 5 * se + 1e-12
+
+
+@pytest.mark.parametrize("tau", [0.5, 1.0, 0.3])
+def test_fused_forward_is_finite_at_extreme_parameters(tau: float) -> None:
+    # float32, inclusion logits and slab scales far out in both tails: every output and
+    # gradient factor stays finite (the gate derivative's a/b form cannot overflow).
+    grid = torch.tensor([-200.0, -90.0, -30.0, -1.0, 0.0, 1.0, 30.0, 90.0, 200.0])
+    alpha = grid.repeat_interleave(len(grid)).repeat(50)
+    rho = grid.repeat(len(grid)).repeat(50)
+    mu = torch.linspace(-3, 3, alpha.numel())
+    out = K.fused_forward(
+        mu, rho, alpha, torch.tensor([5, 6], dtype=torch.int32),
+        torch.tensor(-5.0), torch.log(-torch.expm1(torch.tensor(-5.0))), 0.0, 1.0, tau,
+    )  # fmt: skip
+    for t in out:
+        assert bool(torch.isfinite(t).all())
 
 
 def _fused_mlp(monkeypatch: pytest.MonkeyPatch, R: int | None) -> SpikeSlabMLP:

@@ -303,8 +303,18 @@ def _softplus_parts(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return softplus, log_sigmoid, torch.where(positive, r, er), torch.where(positive, er, r)
 
 
+def _dsigma_over_sigma(rho: Tensor, sigma: Tensor, d_sigma: Tensor) -> Tensor:
+    # sigmoid(rho) / softplus(rho); below -20 its series 1 - exp(rho) / 2 (error < 1e-17,
+    # exp(rho) = d_sigma to 2e-9 relative), so that a sigma underflowing to 0 (float32:
+    # rho < -87) gives the limit 1 instead of 0 * inf.
+    tiny = rho < -20.0
+    return torch.where(tiny, 1.0 - 0.5 * d_sigma, d_sigma / torch.where(tiny, 1.0, sigma))
+
+
 def _slab_kl(mu: Tensor, rho: Tensor, sigma: Tensor, log_sigma0: float, var0: float) -> Tensor:
-    return log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) / (2.0 * var0) - 0.5
+    # Times the reciprocal: compiled, a division by a runtime scalar is a vector division
+    # per element, several times a multiplication's cost.
+    return log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) * (0.5 / var0) - 0.5
 
 
 def counter_index(like: Tensor) -> Tensor:
@@ -345,18 +355,27 @@ def fused_forward(
     # log(1 - phi) = log sigmoid(-alpha) = -softplus(alpha)
     kl = phi * (log_phi - log_lam) + (1.0 - phi) * (-sp_alpha - log_1mlam) + phi * slab
     # Straight-through: d theta / d alpha through the relaxed gate s = sigmoid(eta / tau),
-    # s (1 - s) / tau. With z = exp(eta) = phi u / ((1 - phi)(1 - u)) and q = z^(1/tau),
-    # s (1 - s) = q / (1 + q)^2, which is unchanged by q -> 1/q: from r = min(z, 1/z) it
-    # needs no logarithm or exponential when 1/tau is 1 or 2 (the paper's tau = 0.5), and
-    # cannot overflow.
-    z = (phi * u) / (one_m_phi * (1.0 - u))
-    r = torch.minimum(z, 1.0 / z)
+    # s (1 - s) / tau. With exp(eta) = a / b, a = phi u and b = (1 - phi)(1 - u), and
+    # k = 1 / tau: s (1 - s) = a^k b^k / (a^k + b^k)^2, one division and no log or exp for
+    # k = 1 or 2 (the paper's tau = 0.5). a, b <= 1 and one of them is >= 2^-25 (phi or
+    # 1 - phi is >= 1/2, u and 1 - u >= 2^-24), so nothing overflows or becomes 0/0.
+    # Other k: the same from r = min(a, b) / max(a, b), q = r^k, as q / (1 + q)^2.
+    a = phi * u
+    b = one_m_phi * (1.0 - u)
     k = 1.0 / tau
-    q = r * r if k == 2.0 else r if k == 1.0 else r**k
-    a_fac = slab_w * (q / (1.0 + q) ** 2) / tau
+    if k == 2.0:
+        ab = (a * b) / (a * a + b * b)
+        s1ms = ab * ab
+    elif k == 1.0:
+        s1ms = (a * b) / ((a + b) * (a + b))
+    else:
+        q = (torch.minimum(a, b) / torch.maximum(a, b)) ** k
+        s1ms = q / ((1.0 + q) * (1.0 + q))
+    a_fac = slab_w * s1ms * k
     # KL derivatives; d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab].
-    kl_mu = phi * mu / var0
-    kl_rho = phi * (sigma / var0 - 1.0 / sigma) * d_sigma
+    phi_v = phi * (1.0 / var0)
+    kl_mu = phi_v * mu
+    kl_rho = phi_v * sigma * d_sigma - phi * _dsigma_over_sigma(rho, sigma, d_sigma)
     kl_alpha = phi * (1.0 - phi) * (alpha - log_lam + log_1mlam + slab)
     return theta, kl.sum(-1), a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
 
