@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from svbnn._kernels import AUTO_MIN_NUMEL
 from svbnn.experiments.mnist import paper_cnn
 from svbnn.nn.base import set_generator
 from svbnn.nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP
@@ -1343,8 +1344,8 @@ def _markdown(
         )
         md.append("")
         md.append(
-            "With `--kernels auto` the step of a network under 65,536 parameters runs its draw, "
-            "KL, layers and likelihood as one compiled graph "
+            f"With `--kernels auto` the step of a network under {AUTO_MIN_NUMEL:,} parameters "
+            "runs its draw, KL, layers and likelihood as one compiled graph "
             "(`svbnn._kernels.mlp_negative_elbo`); the pieces above are the eager kernels of "
             "the other path."
         )

@@ -72,9 +72,12 @@ class Backend(str, Enum):
     AUTO = "auto"
 
 
-AUTO_MIN_NUMEL = 1 << 16
-"""Size from which the ``auto`` backend compiles (measured: the UCI and Simulation II networks,
-501 and 1,527 parameters, step faster eagerly; the MNIST network, 669,706, compiled)."""
+AUTO_MIN_NUMEL = 12_288
+"""Size from which the ``auto`` backend compiles the per-parameter kernels, and below which
+a :class:`~svbnn.nn.SpikeSlabMLP`'s step is one whole-network graph. Measured (1 thread,
+Gaussian MLPs, batch 256, ms a training step, whole-network graph / compiled kernels /
+eager kernels): 5,151 parameters 0.72 / 0.90 / -; 7,921: 0.91 / 1.02 / -; 12,181: 1.14 /
+1.12 / -; 15,201: 1.29 / 1.22 / 1.44; 20,301: 1.58 / 1.36 / 1.66; 80,601: 4.61 / 2.81 / -."""
 
 
 def _log_sigma(rho: Tensor, sigma: Tensor) -> Tensor:
