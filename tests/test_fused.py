@@ -283,6 +283,26 @@ def test_whole_step_graph_equals_the_general_path(
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("case", ["tensor_noise", "two_outputs", "two_draws"])
+def test_whole_step_graph_steps_aside_where_it_does_not_apply(
+    monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    # A per-replicate noise tensor, a Gaussian with several outputs, K > 1 draws: the
+    # general path (with the forward graph) runs, and gives the per-datum ELBO as before.
+    out = 2 if case == "two_outputs" else 1
+    model = SpikeSlabMLP(5, (4,), out, generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 5, generator=g)
+    y = torch.randn(8, out, generator=g) if out > 1 else torch.randn(8, generator=g)
+    lik = GaussianLikelihood(torch.ones(1, 1) if case == "tensor_noise" else 1.0)
+    calls = _eager_whole_network(monkeypatch)
+    loss, nll, kl = negative_elbo(
+        model, lik, x, y, n_train=20, n_mc=2 if case == "two_draws" else 1
+    )
+    assert "mlp_negative_elbo" not in calls and calls[0] == "mlp_draw_forward"
+    assert torch.isfinite(loss).all() and torch.allclose(loss.detach(), nll + kl)
+
+
 def test_cached_kl_is_used_once_and_only_while_parameters_are_unchanged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
