@@ -176,7 +176,7 @@ def _fused_mlp(monkeypatch: pytest.MonkeyPatch, R: int | None) -> SpikeSlabMLP:
 
 def _eager_whole_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Force the "auto" backend's whole-network graphs on, run eagerly; returns the list
-    the names of the graphs run are appended to."""
+    that collects the names of the graphs run."""
     calls: list[str] = []
 
     def kernel(fn: Callable[..., Any], *static: Any) -> Callable[..., Any]:
