@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from svbnn._kernels import AUTO_MIN_NUMEL
+from svbnn._kernels import AUTO_MIN_NUMEL, backend, set_backend
 from svbnn.experiments.mnist import paper_cnn
 from svbnn.nn.base import set_generator
 from svbnn.nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP
@@ -846,29 +846,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _kernels_backend() -> str:
-    """The svbnn elementwise-kernel backend in use ("eager" for libraries without one)."""
-    try:
-        from svbnn import _kernels
-    except ImportError:
-        return "eager"
-    return str(_kernels.backend().value)
-
-
-def _set_kernels(name: str) -> None:
-    try:
-        from svbnn import _kernels
-    except ImportError as exc:
-        raise SystemExit("this svbnn has no selectable kernel backend") from exc
-    _kernels.set_backend(name)
-
-
 def main(argv: Sequence[str] | None = None) -> Report:
     """Run the benchmark; returns the report (also written to ``--out``)."""
     args = _parse(argv)
     torch.set_num_threads(args.threads)
     if args.kernels is not None:
-        _set_kernels(args.kernels)
+        set_backend(args.kernels)
     if args.memory_child:
         memory_child(
             args.memory_child, args.threads, args.cnn_hidden, args.cnn_batch, args.memory_steps
@@ -895,7 +878,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
             "machine": f"{platform.machine()}, {os.cpu_count()} logical CPUs",
             "processor": platform.processor() or platform.machine(),
             "bayesian_torch": bt_info if bt_ok else f"not importable ({bt_info})",
-            "svbnn_kernels": _kernels_backend(),
+            "svbnn_kernels": backend().value,
             "quick": args.quick,
             "repeats": args.repeats,
             "cnn_repeats": args.cnn_repeats,

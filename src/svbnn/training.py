@@ -112,7 +112,7 @@ def negative_elbo(
     loss, nll, kl : Tensor
         Scalars, or ``(R,)`` for a replicated model; ``loss = nll + kl``, all per datum.
     """
-    if n_mc == 1 and isinstance(model, SpikeSlabMLP) and isinstance(likelihood, nn.Module):
+    if n_mc == 1 and isinstance(model, SpikeSlabMLP):
         # A small network under the auto backend: the whole step as one compiled graph.
         fast = model._whole_network_elbo(likelihood, x, y, n_train)
         if fast is not None:

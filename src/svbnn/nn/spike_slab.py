@@ -756,12 +756,15 @@ class SpikeSlabMLP(VariationalContainer):
         return (self.mu, self.rho, self.alpha, seed, log_lam, log_1mlam), static
 
     def _whole_network_elbo(
-        self, likelihood: nn.Module, x: Tensor, y: Tensor, n_train: int
+        self, likelihood: object, x: Tensor, y: Tensor, n_train: int
     ) -> tuple[Tensor, Tensor, Tensor] | None:
         """:func:`svbnn.training.negative_elbo` (one draw) as one compiled graph with the
         likelihood, where the ``auto`` backend runs this network's training forward as one
         graph: ``(loss, nll, kl / n)``. ``None`` where that does not apply (then the caller
         runs the general path, which gives the same values)."""
+        mu = self._parameters.get("mu")
+        if mu is None or not use_whole_network(mu.numel()):
+            return None  # every step off the auto backend or of a large net: decide first
         if type(likelihood) is GaussianLikelihood and self.out_features == 1:
             noise = likelihood.noise_std
             if not isinstance(noise, float):
@@ -782,7 +785,6 @@ class SpikeSlabMLP(VariationalContainer):
             return None
         self._kl_cache = None
         tensors, static = self._whole_network_inputs(layers[0], layers, self._kl_key())
-        mu = self.mu
         scales_key = (n_train, var, mu.dtype, mu.device)
         cache = getattr(self, "_scales_cache", None)  # absent in modules pickled before it
         if cache is None or cache[0] != scales_key:
@@ -790,8 +792,8 @@ class SpikeSlabMLP(VariationalContainer):
             cache = self._scales_cache = (scales_key, scales)
         shapes, activation, *prior = static
         kernel = whole_network_kernel(mlp_negative_elbo, shapes, activation, kind, *prior)
-        loss, nll, kl = kernel(x, y, *tensors, cache[1])
-        return loss, nll, kl
+        elbo: tuple[Tensor, Tensor, Tensor] = kernel(x, y, *tensors, cache[1])
+        return elbo
 
     def _draw_with_kl(
         self, first: SpikeSlabLinear, key: tuple[Any, ...] | None = None
