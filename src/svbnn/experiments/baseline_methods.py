@@ -84,7 +84,7 @@ from ..nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP, activation_mo
 from ..nn.gaussian import VariationalMLP
 from ..prediction import sample_outputs
 from ..pruning import Scope, agp_sparsity
-from ..training import make_optimizer
+from ..training import make_optimizer, replicate_orders
 from .methods import (
     INIT_MU_RANGE,
     FitSpec,
@@ -486,7 +486,7 @@ def _train_plain(
     step = 0
     model.train()
     for epoch in range(spec.epochs):
-        order = torch.argsort(torch.rand(R, n, generator=generator), dim=1)
+        order = replicate_orders(R, n, generator)
         total = torch.zeros(model.n_replicates, dtype=X.dtype)
         for b in range(n_batches):
             flat = (order[:, b * m : (b + 1) * m] + offsets).reshape(-1)
