@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from svbnn import KernelBackend, get_kernel_backend
 from svbnn.cli import main
 from svbnn.data import dense_teacher
 from svbnn.experiments import ARTIFACTS, artifact_names, estimate, get_artifact, resolve_config
@@ -218,6 +219,19 @@ def test_same_seed_same_results(tmp_path: Path) -> None:
     assert [r["data_seed"] for r in ra] != [r["data_seed"] for r in rc]
     # replications draw different data
     assert ra[0]["data_seed"] != ra[1]["data_seed"]
+
+
+def test_kernels_option_applies_to_the_run_only(tmp_path: Path) -> None:
+    # table2 --quick trains a replicated network: 'auto' runs it with the eager kernels (no
+    # compiling in the test suite), and settings.json records the backend the seed needs.
+    assert get_kernel_backend() is KernelBackend.EAGER
+    saved = os.environ.get("SVBNN_KERNELS")
+    argv = ["reproduce", "table2", "--quick", "--reps", "1", "--no-progress"]
+    assert main([*argv, "--kernels", "auto", "--out", str(tmp_path)]) == 0
+    settings = json.loads((tmp_path / "settings.json").read_text())
+    assert settings["environment"]["svbnn_kernels"] == "auto"
+    assert get_kernel_backend() is KernelBackend.EAGER
+    assert os.environ.get("SVBNN_KERNELS") == saved
 
 
 def test_demo_runs_and_prints_paper_values(capsys: pytest.CaptureFixture[str]) -> None:

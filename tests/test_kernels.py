@@ -1,8 +1,13 @@
 """The compiled kernel backend computes what the eager one computes."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
+import svbnn
 import svbnn._kernels as K
 import svbnn.nn.spike_slab as ss
 from svbnn.nn import SpikeSlabMLP, set_generator
@@ -86,3 +91,29 @@ def test_backend_switch() -> None:
         assert K.use_compiled(1) and not K.use_whole_network(1)
     finally:
         K.set_backend("eager")
+
+
+def test_public_backend_api_sets_returns_and_restores() -> None:
+    assert svbnn.get_kernel_backend() is svbnn.KernelBackend.EAGER
+    with pytest.raises(ValueError, match="unknown kernel backend 'fast'; choose from eager"):
+        svbnn.set_kernel_backend("fast")
+    assert svbnn.get_kernel_backend() is svbnn.KernelBackend.EAGER
+    try:
+        assert svbnn.set_kernel_backend("auto") is svbnn.KernelBackend.EAGER
+        assert svbnn.set_kernel_backend(svbnn.KernelBackend.COMPILED) is svbnn.KernelBackend.AUTO
+    finally:
+        svbnn.set_kernel_backend("eager")
+    with pytest.raises(RuntimeError, match="inside"):
+        with svbnn.kernel_backend("auto") as inside:
+            assert inside is svbnn.KernelBackend.AUTO is svbnn.get_kernel_backend()
+            raise RuntimeError("inside")
+    assert svbnn.get_kernel_backend() is svbnn.KernelBackend.EAGER
+
+
+def test_bad_environment_backend_is_a_clear_import_error() -> None:
+    env = {**os.environ, "SVBNN_KERNELS": "fast"}
+    res = subprocess.run(
+        [sys.executable, "-c", "import svbnn"], env=env, capture_output=True, text=True
+    )
+    assert res.returncode != 0
+    assert "unknown SVBNN_KERNELS 'fast'; choose from eager, compiled, auto" in res.stderr

@@ -6,6 +6,10 @@ Inference for Sparse Deep Learning with Theoretical Guarantee".
 
 import logging
 
+from ._kernels import Backend as KernelBackend
+from ._kernels import backend as get_kernel_backend
+from ._kernels import backend_scope as kernel_backend
+from ._kernels import set_backend as set_kernel_backend
 from .baselines import (
     HSBNNClassifier,
     HSBNNRegressor,
@@ -29,6 +33,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 __all__ = [
     "HSBNNClassifier",
     "HSBNNRegressor",
+    "KernelBackend",
     "VBNNClassifier",
     "VBNNRegressor",
     "VDClassifier",
@@ -37,7 +42,10 @@ __all__ = [
     "SVBNNRegressor",
     "SpikeSlabPrior",
     "__version__",
+    "get_kernel_backend",
+    "kernel_backend",
     "lambda_opt",
     "log_lambda_opt",
     "mlp_log_lambda_opt",
+    "set_kernel_backend",
 ]

@@ -20,11 +20,12 @@ gradients in one function, :func:`fused_forward` (compiled, counter-based noise)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "Backend",
     "activate",
     "backend",
+    "backend_scope",
     "counter_index",
     "counter_noise",
     "kernels",
@@ -551,23 +553,48 @@ _EAGER: dict[str, Callable[..., Any]] = {
     "fused_backward": fused_backward,
 }
 _COMPILED: dict[str, Callable[..., Any]] = {}
-_backend = Backend(os.environ.get("SVBNN_KERNELS", Backend.EAGER.value))
 
 
-def set_backend(name: Backend | str) -> None:
+def _parse_backend(name: Backend | str, source: str = "kernel backend") -> Backend:
+    try:
+        return Backend(name)
+    except ValueError:
+        choices = ", ".join(b.value for b in Backend)
+        raise ValueError(f"unknown {source} {name!r}; choose from {choices}") from None
+
+
+_backend = _parse_backend(os.environ.get("SVBNN_KERNELS", Backend.EAGER.value), "SVBNN_KERNELS")
+
+
+def set_backend(name: Backend | str) -> Backend:
     """Run the spike-and-slab kernels eagerly (default), compiled with ``torch.compile``,
-    or ``"auto"`` (compiled for large tensors, see :class:`Backend`).
+    or ``"auto"`` (compiled for large tensors, see :class:`Backend`), from now on, in this
+    process. Returns the backend that was in use. The initial one is ``SVBNN_KERNELS``'s
+    (read at import, so worker processes inherit it) or ``eager``.
 
     Compiling needs a C/C++ compiler (CPU) or Triton (CUDA); the first call of each kernel
-    compiles it (seconds to a minute), later calls reuse it.
+    compiles it (seconds to a minute), later calls reuse it. A seed reproduces a run
+    within one backend (the compiled kernels draw their noise differently).
     """
     global _backend
-    _backend = Backend(name)
+    previous, _backend = _backend, _parse_backend(name)
+    return previous
 
 
 def backend() -> Backend:
     """The backend in use."""
     return _backend
+
+
+@contextlib.contextmanager
+def backend_scope(name: Backend | str) -> Iterator[Backend]:
+    """``with backend_scope("auto"): ...`` runs the block with that backend and restores
+    the previous one after it (also on error). Yields the backend set."""
+    previous = set_backend(name)
+    try:
+        yield _backend
+    finally:
+        set_backend(previous)
 
 
 def use_compiled(numel: int) -> bool:

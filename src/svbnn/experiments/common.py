@@ -30,7 +30,7 @@ import torch
 from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
-from .. import __version__
+from .. import __version__, get_kernel_backend
 from ..data import sim2_function, sparse_teacher_function
 from ..data.simulations import dense_teacher
 from ..priors import mlp_log_lambda_opt
@@ -506,6 +506,7 @@ def environment_info() -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "svbnn_kernels": get_kernel_backend().value,
         "git": _git_commit(),
         "command": " ".join(sys.argv),
     }
