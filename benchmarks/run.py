@@ -1095,14 +1095,29 @@ def _profile_misses(report: Report, nets: dict[str, NetSpec], args: argparse.Nam
         )
 
 
+def _forward_traffic(mu: Tensor, rho: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
+    """The least a draw + KL forward reads and writes: 3 arrays in, the weights and a sum out."""
+    theta = mu + rho + alpha
+    return theta, theta.sum(-1)
+
+
+def _backward_traffic(*arrays: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The least its backward reads and writes: the incoming gradient and the 3 parameter
+    arrays in, 3 gradients out."""
+    g, mu, rho, alpha = arrays
+    return g + mu, g + rho, g + alpha
+
+
 def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]:
     """Where an SVBNN training step spends its time, piece by piece (DESIGN section 6).
 
     Pieces of the step ``SpikeSlabMLP`` runs, each timed on its own (interleaved): the
     noise (``rand`` + ``randn``; the compiled kernel hashes its noise inside instead); the
     draw of all weights with the exact KL, forward + backward, as the one fused function the
-    step uses; the network forward + backward on those flat weights; the same network with
-    plain ``nn.Linear`` weights (a dense step without its optimiser); the Adam step over the
+    step uses, and the memory floor of any such function (the arrays it must read and
+    write, no arithmetic); the network forward + backward on those flat weights; the same
+    network with plain ``nn.Linear`` weights (a dense step without its optimiser); the Adam
+    step over the
     variational parameters; the full step.
     """
     from svbnn.nn.spike_slab import _FlatMLP
@@ -1150,9 +1165,23 @@ def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]
     adam_opt = make_optimizer(model.parameters(), "adam", net.lr)
     adam_opt.step()
 
+    # Memory floor: compiled loops that read and write only what any draw + KL function must
+    # (forward: mu, rho, alpha in, the weights out; backward: the weights' gradient and the
+    # parameters in, their 3 gradients out), with one addition per output instead of the
+    # noise and the transcendentals. The fused kernels move more than this: they save 5
+    # factors for the backward instead of recomputing the noise and transcendentals.
+    params = (model.mu.detach(), model.rho.detach(), model.alpha.detach())
+    grad_theta = torch.randn(model.mu.shape, generator=gen)
+    fwd_floor = torch.compile(_forward_traffic, dynamic=False)
+    bwd_floor = torch.compile(_backward_traffic, dynamic=False)
+
     fns = {
         "rand + randn noise (eager kernels only)": draws,
         "draw + exact KL, fwd + bwd (one fused function)": draw_kl,
+        "memory floor of that function (3 arrays in, 1 out; 4 in, 3 out)": lambda: (
+            fwd_floor(*params),
+            bwd_floor(grad_theta, *params),
+        ),
         "network fwd + bwd on the flat weights": flat_net,
         "same network, plain nn.Linear weights (dense, no optimiser)": matmuls,
         "Adam step (3 x T parameters)": adam_opt.step,
