@@ -660,52 +660,37 @@ def run_replicates(report: Report, net: NetSpec, args: argparse.Namespace) -> di
     )
     b = _per_step(t["batched"], steps)
     s = _per_step(t["sequential"], steps * N_REPLICATES)
-    for impl, timing in ((f"batched R={N_REPLICATES}", b), ("sequential, per replicate", s)):
+    rows = [
+        (f"batched R={N_REPLICATES}", "time_per_step", "ms", [v * 1e3 for v in b.per_round]),
+        ("sequential, per replicate", "time_per_step", "ms", [v * 1e3 for v in s.per_round]),
+        (
+            f"batched R={N_REPLICATES}",
+            "throughput",
+            "replicate-steps/s",
+            [N_REPLICATES / v for v in b.per_round],
+        ),
+        (
+            f"sequential {N_REPLICATES}x1",
+            "throughput",
+            "replicate-steps/s",
+            [1.0 / v for v in s.per_round],
+        ),
+        ("batched/sequential", "throughput_ratio", "ratio", _rep_ratios(b, s)),
+    ]
+    for impl, metric, unit, values in rows:
         report.rows.append(
             Row(
                 "replicates",
                 net.key,
                 impl,
-                "time_per_step",
-                "ms",
-                timing.median * 1e3,
-                timing.q1 * 1e3,
-                timing.q3 * 1e3,
-                len(timing.per_round),
+                metric,
+                unit,
+                statistics.median(values),
+                float(np.percentile(values, 25)),
+                float(np.percentile(values, 75)),
+                len(values),
             )
         )
-    for impl, per_rep_step in (
-        (f"batched R={N_REPLICATES}", [v / N_REPLICATES for v in b.per_round]),
-        (f"sequential {N_REPLICATES}x1", s.per_round),
-    ):
-        thr = [1.0 / v for v in per_rep_step]
-        report.rows.append(
-            Row(
-                "replicates",
-                net.key,
-                impl,
-                "throughput",
-                "replicate-steps/s",
-                statistics.median(thr),
-                float(np.percentile(thr, 25)),
-                float(np.percentile(thr, 75)),
-                len(thr),
-            )
-        )
-    ratio = _rep_ratios(b, s)
-    report.rows.append(
-        Row(
-            "replicates",
-            net.key,
-            "batched/sequential",
-            "throughput_ratio",
-            "ratio",
-            statistics.median(ratio),
-            float(np.percentile(ratio, 25)),
-            float(np.percentile(ratio, 75)),
-            len(ratio),
-        )
-    )
     return {"batched": b, "single": s}
 
 
