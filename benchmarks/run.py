@@ -1401,8 +1401,12 @@ def _markdown(
         md.append(
             f"With `--kernels auto` the step of a network under {AUTO_MIN_NUMEL:,} parameters "
             "runs its draw, KL, layers and likelihood as one compiled graph "
-            "(`svbnn._kernels.mlp_negative_elbo`); the pieces above are the eager kernels of "
-            "the other path."
+            "(`svbnn._kernels.mlp_negative_elbo`); for those networks the pieces above are "
+            "the eager kernels of the other path. Larger networks (MNIST) run the pieces as "
+            "timed: the draw + KL function compiled. The memory floor row is what any draw + "
+            "KL function must move (read the 3 parameter arrays and write the weights; read "
+            "them and the weights' gradient and write 3 gradients), in compiled loops that do "
+            "one addition per output."
         )
     if report.rep_breakdown:
         md.append("")
