@@ -10,7 +10,7 @@ import torch
 from svbnn.nn import SpikeSlabMLP, kl_divergence, set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.prediction import predictive_mean
-from svbnn.training import negative_elbo, replicate_orders, train
+from svbnn.training import Minibatches, negative_elbo, replicate_orders, train
 
 D = torch.float64
 
@@ -184,6 +184,45 @@ def test_replicated_training_runs() -> None:
     )
     assert len(hist.loss[-1]) == R and len(hist.sparsity[-1]) == R
     assert all(last < first for last, first in zip(hist.loss[-1], hist.loss[0], strict=True))
+
+
+@pytest.mark.parametrize("R", [None, 3])
+def test_minibatches_cover_every_row_once_an_epoch(R: int | None) -> None:
+    n, p = 10, 2
+    lead = () if R is None else (R,)
+    # Row i of replicate r holds (r, i) in X and r n + i in y, to check the pairing.
+    rep = torch.arange(R or 1, dtype=D).view(-1, 1, 1).expand(R or 1, n, 1)
+    row = torch.arange(n, dtype=D).view(1, n, 1).expand(R or 1, n, 1)
+    X = torch.cat([rep, row], dim=-1).reshape(*lead, n, p)
+    y = (rep * n + row).reshape(*lead, n)
+    batches = Minibatches(X, y, 4, torch.Generator().manual_seed(0), replicated=R is not None)
+    assert (batches.n, batches.batch_size, batches.n_batches) == (n, 4, 3)
+    orders = []
+    for _ in range(2):
+        seen = []
+        for xb, yb in batches.epoch():
+            assert xb.shape[:-2] == lead and xb.shape[-1] == p and yb.shape == xb.shape[:-1]
+            torch.testing.assert_close(yb, xb[..., 0] * n + xb[..., 1], rtol=0, atol=0)
+            seen.append(xb[..., 1].clone())
+        assert [s.shape[-1] for s in seen] == [4, 4, 2]
+        order = torch.cat(seen, dim=-1)
+        assert torch.equal(order.sort(dim=-1).values, torch.arange(n, dtype=D).expand_as(order))
+        orders.append(order)
+    assert not torch.equal(orders[0], orders[1])  # a new order every epoch
+
+
+def test_minibatches_reject_bad_data() -> None:
+    gen = torch.Generator()
+    with pytest.raises(ValueError, match="disagree on the number of samples"):
+        Minibatches(torch.zeros(5, 2), torch.zeros(4), 2, gen)
+    with pytest.raises(ValueError, match="disagree on the number of samples"):
+        Minibatches(torch.zeros(3, 5, 2), torch.zeros(2, 5), 2, gen, replicated=True)
+    with pytest.raises(ValueError, match="replicated data need"):
+        Minibatches(torch.zeros(5, 2), torch.zeros(5), 2, gen, replicated=True)
+    with pytest.raises(ValueError, match="no training data"):
+        Minibatches(torch.zeros(0, 2), torch.zeros(0), 2, gen)
+    with pytest.raises(ValueError, match="batch_size"):
+        Minibatches(torch.zeros(5, 2), torch.zeros(5), 0, gen)
 
 
 @pytest.mark.parametrize("R", [None, 3])

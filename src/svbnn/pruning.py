@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from .nn.spike_slab import activation_module
-from .training import make_optimizer
+from .training import Minibatches, make_optimizer
 
 __all__ = [
     "AGPPruner",
@@ -531,21 +531,18 @@ def train_pruned(
         generator.seed()
     has_masks = any(hasattr(m, _MASK) for m in prunable_layers(model))
     opt = make_optimizer([p for p in model.parameters() if p.requires_grad], optimizer, lr)
-    m = min(batch_size, n)
-    n_batches = math.ceil(n / m)
+    batches = Minibatches(X, y, batch_size, generator)
     step = start_step
     losses: list[float] = []
     model.train()
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator, device=X.device)
         total = 0.0
-        for b in range(n_batches):
-            idx = order[b * m : (b + 1) * m]
-            out = model(X[idx])
+        for xb, yb in batches.epoch():
+            out = model(xb)
             if task is Task.REGRESSION:
-                loss = F.mse_loss(out.reshape(-1), y[idx].reshape(-1).to(out.dtype))
+                loss = F.mse_loss(out.reshape(-1), yb.reshape(-1).to(out.dtype))
             else:
-                loss = F.cross_entropy(out, y[idx].long())
+                loss = F.cross_entropy(out, yb.long())
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -555,7 +552,7 @@ def train_pruned(
                 apply_masks(model)
             step += 1
             total += float(loss.detach())
-        losses.append(total / n_batches)
+        losses.append(total / batches.n_batches)
         if not math.isfinite(losses[-1]):
             raise FloatingPointError(f"the training loss became {losses[-1]}")
     return losses

@@ -84,7 +84,7 @@ from ..nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP, activation_mo
 from ..nn.gaussian import VariationalMLP
 from ..prediction import sample_outputs
 from ..pruning import Scope, agp_sparsity
-from ..training import make_optimizer, replicate_orders
+from ..training import Minibatches, make_optimizer
 from .methods import (
     INIT_MU_RANGE,
     FitSpec,
@@ -475,24 +475,16 @@ def _train_plain(
     order and batches for every grid value ``g``). ``on_step(t)`` runs after optimiser step
     ``t`` (0-based); without it the masks are applied.
     """
-    R, n = int(X.shape[0]), int(X.shape[1])
+    R = int(X.shape[0])
     if model.n_replicates != tile * R:
         raise ValueError(f"model has {model.n_replicates} replicates, expected {tile} x {R}")
     opt = make_optimizer(list(model.parameters()), spec.optimizer, spec.lr)
-    m = min(spec.batch_size, n)
-    n_batches = math.ceil(n / m)
-    X_rows, y_rows = X.reshape(R * n, -1), y.reshape(R * n)
-    offsets = (torch.arange(R) * n).unsqueeze(1)
+    batches = Minibatches(X, y, spec.batch_size, generator, replicated=True)
     step = 0
     model.train()
     for epoch in range(spec.epochs):
-        order = replicate_orders(R, n, generator)
         total = torch.zeros(model.n_replicates, dtype=X.dtype)
-        for b in range(n_batches):
-            flat = (order[:, b * m : (b + 1) * m] + offsets).reshape(-1)
-            mb = flat.numel() // R
-            xb = X_rows.index_select(0, flat).view(R, mb, -1)
-            yb = y_rows.index_select(0, flat).view(R, mb)
+        for xb, yb in batches.epoch():
             if tile > 1:
                 xb, yb = xb.repeat(tile, 1, 1), yb.repeat(tile, 1)
             loss = (model(xb).squeeze(-1) - yb).pow(2).mean(dim=1)
