@@ -1329,13 +1329,11 @@ def _markdown(
             ["network"] + [IMPL_LABELS[i] for i in all_impls],
             [[net.label] + [cell(f"{net.key}:{i}") for i in all_impls] for net in nets]
             + [
-                [
-                    f"Sim II replications: batched R={N_REPLICATES} | single replicate",
-                    "",
-                    cell(f"rep{N_REPLICATES}:{SVBNN}") + " | " + cell(f"rep1:{SVBNN}"),
-                    "",
-                    "",
-                ]
+                [label, "", cell(f"{config}:{SVBNN}"), "", ""]
+                for label, config in (
+                    (f"Sim II replications: {N_REPLICATES} batched", f"rep{N_REPLICATES}"),
+                    ("Sim II replications: one replicate", "rep1"),
+                )
             ],
         )
         md.append("")
