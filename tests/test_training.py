@@ -217,8 +217,10 @@ def test_minibatches_reject_bad_data() -> None:
         Minibatches(torch.zeros(5, 2), torch.zeros(4), 2, gen)
     with pytest.raises(ValueError, match="disagree on the number of samples"):
         Minibatches(torch.zeros(3, 5, 2), torch.zeros(2, 5), 2, gen, replicated=True)
-    with pytest.raises(ValueError, match="replicated data need"):
+    with pytest.raises(ValueError, match=r"replicated data need X \(R, n, ...\)"):
         Minibatches(torch.zeros(5, 2), torch.zeros(5), 2, gen, replicated=True)
+    with pytest.raises(ValueError, match=r"^data need X \(n, ...\)"):
+        Minibatches(torch.zeros(()), torch.zeros(5), 2, gen)
     with pytest.raises(ValueError, match="no training data"):
         Minibatches(torch.zeros(0, 2), torch.zeros(0), 2, gen)
     with pytest.raises(ValueError, match="batch_size"):

@@ -202,9 +202,10 @@ class Minibatches:
     ) -> None:
         sample_dim = 1 if replicated else 0
         if X.dim() <= sample_dim or y.dim() <= sample_dim:
+            want = "(R, n, ...)" if replicated else "(n, ...)"
             raise ValueError(
-                f"replicated data need X (R, n, ...) and y (R, n, ...), got {tuple(X.shape)} "
-                f"and {tuple(y.shape)}"
+                f"{'replicated ' if replicated else ''}data need X {want} and y {want}, got "
+                f"{tuple(X.shape)} and {tuple(y.shape)}"
             )
         if X.shape[: sample_dim + 1] != y.shape[: sample_dim + 1]:
             raise ValueError(f"X and y disagree on the number of samples: {X.shape} vs {y.shape}")
