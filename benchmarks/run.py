@@ -290,10 +290,11 @@ def build_step(net: NetSpec, impl: str, seed: int = 0) -> tuple[Callable[[], Non
 def build_replicate_step(
     net: NetSpec, n_replicates: int | None, seed: int = 0
 ) -> tuple[Callable[[], None], nn.Module]:
-    """One step of ``svbnn.training.train``'s inner loop on the Simulation II network.
+    """One training step on the Simulation II network, on fixed minibatch rows (the peak
+    memory section's step; the timings use :func:`build_replicate_training`).
 
     With ``n_replicates = R`` the data are ``(R, n, p)`` and each replicate gets its own
-    minibatch rows (gathered inside the step, as ``train`` does); otherwise ``(n, p)``.
+    minibatch rows, gathered inside the step; otherwise ``(n, p)``.
     """
     gen = torch.Generator().manual_seed(seed)
     model = _svbnn_model(net, gen, n_replicates)
