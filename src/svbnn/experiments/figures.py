@@ -73,7 +73,7 @@ def _choose(rows: list[dict[str, Any]]) -> int:
     options=("init", "dtype", "covariates"),
     plan=_plan_selected,
     group="figure",
-    timing=Timing(quick_s=5.0, full_s=116),
+    timing=Timing(quick_s=5.0, full_s=100),
 )
 def fig_selected_network(cfg: RunConfig) -> dict[str, Any]:
     chunks = _plan_selected(cfg)

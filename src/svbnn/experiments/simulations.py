@@ -460,7 +460,7 @@ _QUICK_SIM1 = {"reps": 2, "epochs": 20, **QUICK_TRAIN}
     quick=_QUICK_SIM1,
     options=_SIM_OPTIONS,
     plan=plan_table1_dense,
-    timing=Timing(quick_s=3.8, full_s=220),
+    timing=Timing(quick_s=3.8, full_s=160),
 )
 def table1_dense(cfg: RunConfig) -> dict[str, Any]:
     return _run_table1(cfg, "dense")
@@ -474,7 +474,7 @@ def table1_dense(cfg: RunConfig) -> dict[str, Any]:
     quick=_QUICK_SIM1,
     options=_SIM_OPTIONS,
     plan=plan_table1_sparse,
-    timing=Timing(quick_s=3.9, full_s=177),
+    timing=Timing(quick_s=3.9, full_s=158),
 )
 def table1_sparse(cfg: RunConfig) -> dict[str, Any]:
     return _run_table1(cfg, "sparse")
@@ -532,7 +532,7 @@ def report_table2(out: Path) -> None:
     quick={"reps": 2, "epochs": 15, **QUICK_TRAIN},
     options=(*_SIM_OPTIONS, "covariates"),
     plan=plan_table2,
-    timing=Timing(quick_s=3.9, full_s=575),
+    timing=Timing(quick_s=3.9, full_s=448),
 )
 def table2(cfg: RunConfig) -> dict[str, Any]:
     chunks = plan_table2(cfg)
@@ -571,7 +571,7 @@ def plan_coverage(cfg: RunConfig) -> list[Chunk]:
     quick={"reps": 2, "epochs": 15, **QUICK_TRAIN},
     options=_SIM_OPTIONS,
     plan=plan_coverage,
-    timing=Timing(quick_s=4.1, full_s=615),
+    timing=Timing(quick_s=4.1, full_s=414),
 )
 def coverage(cfg: RunConfig) -> dict[str, Any]:
     chunks = plan_coverage(cfg)

@@ -222,7 +222,7 @@ def _plan_sim2(cfg: RunConfig) -> list[Chunk]:
     options=_OPTS,
     plan=_plan_sparse,
     group="figure",
-    timing=Timing(quick_s=4.6, full_s=1619),
+    timing=Timing(quick_s=4.6, full_s=1211),
 )
 def fig_lambda_sparse_teacher(cfg: RunConfig) -> dict[str, Any]:
     return _run(cfg, "sparse-teacher")
@@ -237,7 +237,7 @@ def fig_lambda_sparse_teacher(cfg: RunConfig) -> dict[str, Any]:
     options=_OPTS,
     plan=_plan_dense,
     group="figure",
-    timing=Timing(quick_s=4.8, full_s=2406),
+    timing=Timing(quick_s=4.8, full_s=1481),
 )
 def fig_lambda_dense_teacher(cfg: RunConfig) -> dict[str, Any]:
     return _run(cfg, "dense-teacher")
@@ -252,7 +252,7 @@ def fig_lambda_dense_teacher(cfg: RunConfig) -> dict[str, Any]:
     options=(*_OPTS, "covariates"),
     plan=_plan_sim2,
     group="figure",
-    timing=Timing(quick_s=5.2, full_s=6856),
+    timing=Timing(quick_s=5.2, full_s=5293),
 )
 def fig_lambda_sim2(cfg: RunConfig) -> dict[str, Any]:
     return _run(cfg, "sim2")
