@@ -224,7 +224,6 @@ class Minibatches:
         self._X = X.reshape(R * self.n, *X.shape[sample_dim + 1 :])
         self._y = y.reshape(R * self.n, *y.shape[sample_dim + 1 :])
         self._x_shape, self._y_shape = X.shape[sample_dim + 1 :], y.shape[sample_dim + 1 :]
-        self._offsets = (torch.arange(R, device=X.device) * self.n).unsqueeze(1)
         self._buffer = (
             None if X.requires_grad else self._X.new_empty((R * self.batch_size, *self._x_shape))
         )
@@ -237,7 +236,7 @@ class Minibatches:
             order = torch.randperm(self.n, generator=self.generator, device=device)
         else:
             order = replicate_orders(self.replicates, self.n, self.generator, device)
-            order = order + self._offsets
+            order += self.n * torch.arange(self.replicates, device=device).unsqueeze(1)
         m = self.batch_size
         for b in range(self.n_batches):
             rows = order[..., b * m : (b + 1) * m]
