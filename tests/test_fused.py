@@ -249,8 +249,9 @@ def test_fused_mlp_step_equals_manual_autograd(
 
 
 @pytest.mark.parametrize("kind", ["gaussian", "categorical"])
+@pytest.mark.parametrize("kl_weight", [1.0, 0.25])
 def test_whole_step_graph_equals_the_general_path(
-    monkeypatch: pytest.MonkeyPatch, kind: str
+    monkeypatch: pytest.MonkeyPatch, kind: str, kl_weight: float
 ) -> None:
     # negative_elbo's one-graph path (mlp_negative_elbo, eagerly) against the general one
     # (model forward, then the likelihood) from the same generator state: same draw, so
@@ -270,11 +271,13 @@ def test_whole_step_graph_equals_the_general_path(
         lik = CategoricalLikelihood()
         y = torch.randint(0, 3, (16,), generator=g)
     calls = _eager_whole_network(monkeypatch)
-    fast = negative_elbo(model, lik, x, y, n_train=50)
+    fast = negative_elbo(model, lik, x, y, n_train=50, kl_weight=kl_weight)
     assert calls == ["mlp_negative_elbo"]
     monkeypatch.setattr(ss.SpikeSlabMLP, "_whole_network_elbo", lambda *_: None)
-    general = negative_elbo(twin, lik, x, y, n_train=50)
+    general = negative_elbo(twin, lik, x, y, n_train=50, kl_weight=kl_weight)
     assert calls == ["mlp_negative_elbo", "mlp_draw_forward"]
+    # loss = nll + w KL / n, with the unweighted KL / n reported.
+    torch.testing.assert_close(general[0], general[1] + kl_weight * general[2], rtol=1e-12, atol=0)
     for a, b in zip(fast, general, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     fast[0].backward()

@@ -21,6 +21,7 @@ import torch
 
 import svbnn.experiments.mnist as mnist_mod
 import svbnn.experiments.uci  # noqa: F401  (registers the uci artifact)
+from svbnn.checkpoint import load_checkpoint
 from svbnn.cli import main
 from svbnn.data import real
 from svbnn.experiments import get_artifact, resolve_config
@@ -193,9 +194,9 @@ def test_mnist_quick_all_methods(data_root: Path, tmp_path: Path) -> None:
     text = (out / "report.md").read_text()
     assert "5.06" in text and "2.28" in text  # the paper's final sparsities
 
-    # mnist-uq reuses these checkpoints (the sibling folder <out>/../mnist).
+    # mnist-uq reuses these checkpoints when the folder is named.
     uq = tmp_path / "mnist-uq"
-    _run("mnist-uq", uq, "--quick")
+    _run("mnist-uq", uq, "--quick", "--set", f"source={tmp_path / 'mnist'}")
     settings = json.loads((uq / "settings.json").read_text())
     assert {m: v["origin"] for m, v in settings["models"].items()} == {
         "svbnn": "reused",
@@ -219,12 +220,31 @@ def _check_uq(folder: Path) -> None:
 
 
 def test_mnist_uq_trains_without_checkpoint(data_root: Path, tmp_path: Path) -> None:
+    """Without --set source, nothing is loaded, not even a sibling mnist run's checkpoints."""
+    _run("mnist", tmp_path / "mnist", "--quick", "--methods", "svbnn,agp")
     out = tmp_path / "uq"
-    _run("mnist-uq", out, "--quick", "--set", f"source={tmp_path / 'nothing'}")
+    _run("mnist-uq", out, "--quick")
     settings = json.loads((out / "settings.json").read_text())
     assert {v["origin"] for v in settings["models"].values()} == {"trained here"}
     assert (out / "checkpoints" / "svbnn.pt").is_file() and (out / "training.csv").is_file()
     _check_uq(out)
+    # A named folder without an mnist run is an error, not a silent retraining.
+    missing = tmp_path / "nothing"
+    assert (
+        main(
+            [
+                "reproduce",
+                "mnist-uq",
+                "--out",
+                str(tmp_path / "uq2"),
+                "--quick",
+                "--no-progress",
+                "--set",
+                f"source={missing}",
+            ]
+        )
+        == 2
+    )
 
 
 def test_mnist_resume_continues_bit_for_bit(data_root: Path, tmp_path: Path) -> None:
@@ -242,8 +262,8 @@ def test_mnist_resume_continues_bit_for_bit(data_root: Path, tmp_path: Path) -> 
             assert a[col] == b[col], col
     settings = json.loads((tmp_path / "twice" / "settings.json").read_text())
     assert settings["runs"]["svbnn"]["resumed_from"] == 1
-    a = torch.load(tmp_path / "once" / "checkpoints" / "svbnn.pt", weights_only=False)
-    b = torch.load(tmp_path / "twice" / "checkpoints" / "svbnn.pt", weights_only=False)
+    a = load_checkpoint(tmp_path / "once" / "checkpoints" / "svbnn.pt")
+    b = load_checkpoint(tmp_path / "twice" / "checkpoints" / "svbnn.pt")
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
 
@@ -261,7 +281,7 @@ def test_agp_resume_and_stale_rows(data_root: Path, tmp_path: Path) -> None:
     assert all(float(r["test_acc"]) >= 0 for r in rows)
     settings = json.loads((out / "settings.json").read_text())
     assert settings["runs"]["agp"]["resumed_from"] == 1
-    state = torch.load(out / "checkpoints" / "agp.pt", weights_only=False)
+    state = load_checkpoint(out / "checkpoints" / "agp.pt")
     assert state["epoch"] == 3
 
 

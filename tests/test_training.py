@@ -130,6 +130,24 @@ def test_nan_loss_names_the_epoch() -> None:
         )
 
 
+def test_kl_weight_scales_the_kl_term_only() -> None:
+    X, y = _data()
+    lik = GaussianLikelihood(0.5)
+    model = _model()
+    out = []
+    for w in (1.0, 0.1):
+        set_generator(model, torch.Generator().manual_seed(3))
+        out.append(negative_elbo(model, lik, X[:8], y[:8], n_train=64, kl_weight=w))
+    (l1, n1, k1), (l2, n2, k2) = out
+    assert torch.equal(n1, n2) and torch.equal(k1, k2)  # same draw, same unweighted terms
+    torch.testing.assert_close(l2, n2 + 0.1 * k2, rtol=1e-14, atol=0)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="kl_weight"):
+            negative_elbo(model, lik, X[:8], y[:8], n_train=64, kl_weight=bad)
+        with pytest.raises(ValueError, match="kl_weight"):
+            train(model, X, y, lik, epochs=1, batch_size=8, lr=1e-3, kl_weight=bad)
+
+
 def test_bad_arguments() -> None:
     X, y = _data()
     with pytest.raises(ValueError, match="disagree"):

@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..checkpoint import load_checkpoint, save_checkpoint
 from ..data import load_mnist
 from ..data.real import FASHION_MNIST_CLASSES, MNIST_MEAN, MNIST_STD
 from ..nn import (
@@ -69,7 +70,6 @@ from .plotting import pyplot
 from .realdata import (
     MNIST_PAPER_SPARSITY,
     EpochBook,
-    atomic_torch_save,
     check_real_methods,
     checkpoint_epoch,
     data_dir_param,
@@ -150,6 +150,8 @@ class ClassifierSpec:
     optimizer : {"rmsprop", "adam"}
     prior_variance : float
         ``sigma_0^2`` of SVBNN and VBNN.
+    kl_weight : float
+        SVBNN's weight ``w`` of ``KL / n`` in the objective (1: the exact negative ELBO).
     eval_draws : int
         Posterior draws for the per-epoch test accuracy.
     flip : bool
@@ -175,6 +177,7 @@ class ClassifierSpec:
     lr: float
     optimizer: str
     prior_variance: float = 2.0
+    kl_weight: float = 1.0
     eval_draws: int = 10
     flip: bool = False
     agp_density: float = 0.05
@@ -385,7 +388,7 @@ def _fit_agp(
     opt = make_optimizer(opt_params, spec.optimizer, spec.lr)
     state: dict[str, Any] | None = None
     if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+        state = load_checkpoint(ckpt)
         # The schedule of the original run is kept, so a resumed run prunes as it would have.
         schedule = dict(state["schedule"])
     pruner = AGPPruner(
@@ -426,7 +429,7 @@ def _fit_agp(
         if not math.isfinite(mean_loss):
             raise FloatingPointError(f"AGP's training loss became {mean_loss} at epoch {epoch + 1}")
         on_epoch(epoch + 1, model, {"train_loss": mean_loss})
-        atomic_torch_save(
+        save_checkpoint(
             {
                 "model": model.state_dict(),
                 "optimizer": opt.state_dict(),
@@ -537,6 +540,7 @@ def fit_classifier(
             resume=True,
             callbacks=[callback],
             track_sparsity=False,
+            kl_weight=spec.kl_weight if method == "svbnn" else 1.0,
         )
         _set_flip_generator(model, None)
     return {
@@ -565,7 +569,7 @@ def load_trained(folder: Path, method: str) -> tuple[nn.Module, dict[str, Any]] 
         optimizer="rmsprop",
     )
     model, _ = build_classifier(spec, int(meta["n_train"]), torch.Generator().manual_seed(0))
-    state = torch.load(ckpt, weights_only=False, map_location="cpu")
+    state = load_checkpoint(ckpt)
     if method == "agp":
         ensure_masks(model)
     model.load_state_dict(state["model"])
@@ -614,6 +618,7 @@ def _spec(cfg: RunConfig, method: str, arch: str) -> ClassifierSpec:
         lr=lr,
         optimizer=str(P["optimizer"]),
         prior_variance=float(P.get("prior_variance", 2.0)),
+        kl_weight=float(P.get("kl_weight", 1.0)),
         eval_draws=int(P["eval_draws"]),
         flip=bool(P.get("flip", False)),
         agp_density=float(P.get("agp_density", 0.05)),
@@ -658,7 +663,18 @@ def _run_comparison(
                 f"{cfg.artifact}: {METHOD_LABELS.get(method, method)}, {spec.epochs} epochs, "
                 f"lr {spec.lr:g}, T = {info['n_params']}"
             )
+        old = meta["methods"].get(method, {})
+        if (ckpt_dir / f"{method}.pt").exists() and (
+            old.get("lr", spec.lr) != spec.lr
+            or (method == "svbnn" and old.get("kl_weight", 1.0) != spec.kl_weight)
+        ):
+            raise ValueError(
+                f"--out {cfg.out}: the {method} checkpoint there was trained with other settings "
+                f"({old}); resume with them or use another --out"
+            )
         meta["methods"][method] = {"lr": spec.lr, "epochs_planned": spec.epochs}
+        if method == "svbnn":
+            meta["methods"][method]["kl_weight"] = spec.kl_weight
         meta_path.write_text(json.dumps(meta, indent=2) + "\n")
         fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book)
         runs[method] = {**info, **fit, "lr": spec.lr, "seed": spec.seed}
@@ -675,6 +691,7 @@ MNIST_DEFAULTS: dict[str, Any] = {
     "lr_svbnn": 5e-3,
     "lr_baselines": 3e-3,
     "prior_variance": 2.0,
+    "kl_weight": 1.0,
     "eval_draws": 10,
     "agp_density": 0.05,
     "agp_end_fraction": 0.5,
@@ -956,8 +973,9 @@ UQ_DEFAULTS: dict[str, Any] = {
     "uq_draws": 100,
     "occurrence": 0,
 }
-"""``source``: folder of a finished ``mnist`` run whose checkpoints are reused (default: the
-sibling folder ``<out>/../mnist``); without one, SVBNN and AGP are trained here."""
+"""``source``: folder of a finished ``mnist`` run whose checkpoints are reused, named
+explicitly (``--set source=results/mnist``); without it, SVBNN and AGP are trained here.
+Nothing is loaded from a folder the user did not name."""
 
 
 @register_artifact(
@@ -972,14 +990,20 @@ sibling folder ``<out>/../mnist``); without one, SVBNN and AGP are trained here.
 )
 def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
     P = cfg.params
-    source = Path(P["source"]) if P.get("source") else cfg.out.parent / "mnist"
+    source = Path(P["source"]) if P.get("source") else None
+    if source is not None and not (source / "checkpoints" / "meta.json").exists():
+        raise ValueError(f"--set source={source}: no mnist run there (no checkpoints/meta.json)")
     raw = load_mnist(data_dir_param(P))
     origins: dict[str, Any] = {}
     models: dict[str, nn.Module] = {}
     data: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
     book: EpochBook | None = None
     for method in ("svbnn", "agp"):
-        found = load_trained(source, method) if source.resolve() != cfg.out.resolve() else None
+        found = (
+            load_trained(source, method)
+            if source is not None and source.resolve() != cfg.out.resolve()
+            else None
+        )
         if found is not None:
             models[method], origins[method] = found
             origins[method]["origin"] = "reused"
@@ -1046,7 +1070,7 @@ def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
         overlay=overlays,
     )
     return {
-        "source": str(source),
+        "source": str(source) if source is not None else "",
         "models": origins,
         "pairs": [list(p) for p in UQ_PAIRS],
         "indices": [list(t) for t in idx],

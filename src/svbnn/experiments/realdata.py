@@ -17,14 +17,11 @@ Published values (supplement of Bai, Song & Cheng, NeurIPS 2020):
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import torch
-
+from ..checkpoint import load_checkpoint
 from .common import read_csv, write_csv
 from .paper_values import Value
 
@@ -32,7 +29,6 @@ __all__ = [
     "MNIST_PAPER_SPARSITY",
     "UCI_PAPER",
     "EpochBook",
-    "atomic_torch_save",
     "check_real_methods",
     "checkpoint_epoch",
     "data_dir_param",
@@ -140,25 +136,11 @@ def check_real_methods(
     return tuple(dict.fromkeys(methods))
 
 
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file, then rename: an interrupted save leaves the old file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def checkpoint_epoch(path: Path) -> int:
     """Epoch stored in a training checkpoint (0 when there is none)."""
     if not path.exists():
         return 0
-    state = torch.load(path, weights_only=False, map_location="cpu")
-    return int(state["epoch"])
+    return int(load_checkpoint(path)["epoch"])
 
 
 class EpochBook:

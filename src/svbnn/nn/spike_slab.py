@@ -756,7 +756,7 @@ class SpikeSlabMLP(VariationalContainer):
         return (self.mu, self.rho, self.alpha, seed, log_lam, log_1mlam), static
 
     def _whole_network_elbo(
-        self, likelihood: object, x: Tensor, y: Tensor, n_train: int
+        self, likelihood: object, x: Tensor, y: Tensor, n_train: float
     ) -> tuple[Tensor, Tensor, Tensor] | None:
         """:func:`svbnn.training.negative_elbo` (one draw) as one compiled graph with the
         likelihood, where the ``auto`` backend runs this network's training forward as one
