@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from .nn.spike_slab import activation_module
-from .training import Minibatches, make_optimizer
+from .training import loss_objective, train
 
 __all__ = [
     "AGPPruner",
@@ -519,40 +519,35 @@ def train_pruned(
         Mean training loss per epoch.
     """
     task = Task(task)
-    n = int(X.shape[0])
-    if n == 0 or y.shape[0] != n:
+    if int(X.shape[0]) == 0 or y.shape[0] != X.shape[0]:
         raise ValueError(
             f"X and y must hold the same, positive number of rows: {X.shape}, {y.shape}"
         )
-    if epochs < 0 or batch_size < 1:
-        raise ValueError("epochs must be >= 0 and batch_size >= 1")
-    if generator is None:
-        generator = torch.Generator(device=X.device)
-        generator.seed()
     has_masks = any(hasattr(m, _MASK) for m in prunable_layers(model))
-    opt = make_optimizer([p for p in model.parameters() if p.requires_grad], optimizer, lr)
-    batches = Minibatches(X, y, batch_size, generator)
-    step = start_step
-    losses: list[float] = []
-    model.train()
-    for _ in range(epochs):
-        total = 0.0
-        for xb, yb in batches.epoch():
-            out = model(xb)
-            if task is Task.REGRESSION:
-                loss = F.mse_loss(out.reshape(-1), yb.reshape(-1).to(out.dtype))
-            else:
-                loss = F.cross_entropy(out, yb.long())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            if pruner is not None:
-                pruner.step(step)
-            elif has_masks:
-                apply_masks(model)
-            step += 1
-            total += float(loss.detach())
-        losses.append(total / batches.n_batches)
-        if not math.isfinite(losses[-1]):
-            raise FloatingPointError(f"the training loss became {losses[-1]}")
-    return losses
+
+    def loss_fn(out: Tensor, target: Tensor) -> Tensor:
+        if task is Task.REGRESSION:
+            return F.mse_loss(out.reshape(-1), target.reshape(-1).to(out.dtype))
+        return F.cross_entropy(out, target.long())
+
+    def on_step(t: int) -> None:
+        if pruner is not None:
+            pruner.step(start_step + t)
+        elif has_masks:
+            apply_masks(model)
+
+    history = train(
+        model,
+        X,
+        y,
+        objective=loss_objective(loss_fn),
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        optimizer=optimizer,
+        generator=generator,
+        on_step=on_step,
+        replicated=False,
+        track_sparsity=False,
+    )
+    return [float(v) for v in history.loss]

@@ -35,6 +35,9 @@ __all__ = [
     "Optimizer",
     "make_optimizer",
     "negative_elbo",
+    "Objective",
+    "elbo_objective",
+    "loss_objective",
     "Minibatches",
     "replicate_orders",
     "train",
@@ -144,6 +147,34 @@ def negative_elbo(
     kl = kl_divergence(model)
     # nll + w kl / n as one operation (small networks pay per operation).
     return torch.add(nll, kl, alpha=kl_weight / n_train), nll.detach(), kl.detach() / n_train
+
+
+Objective = Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
+"""``objective(model, x, y) -> (loss, nll, kl)`` on one minibatch: scalars, or ``(R,)`` for
+R replicates; ``loss`` is differentiated (its sum over replicates), the other two are
+recorded in :class:`History`."""
+
+
+def elbo_objective(
+    likelihood: LikelihoodLike, n_train: int, n_mc: int = 1, kl_weight: float = 1.0
+) -> Objective:
+    """The per-datum negative ELBO (:func:`negative_elbo`) as an :data:`Objective`."""
+
+    def objective(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return negative_elbo(model, likelihood, x, y, n_train, n_mc, kl_weight)
+
+    return objective
+
+
+def loss_objective(loss_fn: Callable[[Tensor, Tensor], Tensor]) -> Objective:
+    """A plain loss ``loss_fn(model(x), y)`` as an :data:`Objective` (no KL; for pruned and
+    other non-Bayesian networks). ``loss_fn`` returns a scalar, or ``(R,)`` per replicate."""
+
+    def objective(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        loss = loss_fn(model(x), y)
+        return loss, loss.detach(), torch.zeros_like(loss, requires_grad=False)
+
+    return objective
 
 
 def _to_list(t: Tensor) -> Any:
@@ -260,8 +291,9 @@ def train(
     model: nn.Module,
     X: Tensor,
     y: Tensor,
-    likelihood: LikelihoodLike,
+    likelihood: LikelihoodLike | None = None,
     *,
+    objective: Objective | None = None,
     epochs: int,
     batch_size: int,
     lr: float,
@@ -272,11 +304,17 @@ def train(
     checkpoint_path: str | os.PathLike[str] | None = None,
     checkpoint_every: int = 0,
     resume: bool = False,
-    callbacks: Sequence[Callable[[int, nn.Module, History], None]] = (),
+    callbacks: Sequence[Callable[[int, nn.Module, History], bool | None]] = (),
     track_sparsity: bool = True,
     kl_weight: float = 1.0,
+    on_step: Callable[[int], None] | None = None,
+    replicated: bool | None = None,
+    checkpoint_extra: Callable[[], dict[str, Any]] | None = None,
 ) -> History:
-    """Fit a variational model by minimising the per-datum negative ELBO.
+    """Fit a model by minimising the per-datum negative ELBO (or another objective).
+
+    The one training loop of svbnn: every method (SVBNN, the Bayesian baselines, pruned
+    networks) and every artifact trains through it.
 
     Parameters
     ----------
@@ -286,8 +324,12 @@ def train(
         ``(n, ...)`` inputs, or ``(R, n, ...)`` for a replicated model.
     y : Tensor
         ``(n,)`` or ``(R, n)`` targets.
-    likelihood : nn.Module
-        E.g. :class:`svbnn.objectives.GaussianLikelihood`.
+    likelihood : nn.Module, optional
+        E.g. :class:`svbnn.objectives.GaussianLikelihood`: the objective is then the
+        per-datum negative ELBO (:func:`elbo_objective`).
+    objective : callable, optional
+        Instead of ``likelihood``: ``objective(model, x, y) -> (loss, nll, kl)`` (e.g.
+        :func:`loss_objective` for a plain network). Exactly one of the two is given.
     epochs, batch_size, lr : int, int, float
         Passes over the data, minibatch size ``m`` and learning rate.
     optimizer : {"adam", "rmsprop", "sgd"}
@@ -306,13 +348,24 @@ def train(
         If ``checkpoint_path`` exists, continue from it. The continued run is bit-for-bit
         the run that was never interrupted.
     callbacks : sequence of callables
-        Called as ``cb(epoch, model, history)`` after every epoch.
+        Called as ``cb(epoch, model, history)`` after every epoch; a callback that returns
+        ``True`` stops training after that epoch (early stopping; the checkpoint, if any, is
+        written first).
     track_sparsity : bool
         Record ``sum(phi)/T`` every epoch (models with spike-and-slab layers only; the list
         stays empty for other models).
     kl_weight : float
         ``w`` in the objective ``nll + w KL / n`` (:func:`negative_elbo`); 1, the default, is
         the exact negative ELBO.
+    on_step : callable, optional
+        Called as ``on_step(t)`` after optimiser step ``t`` (0-based, counted from the start
+        of the run, so a resumed run continues the count): pruning schedules and masks.
+    replicated : bool, optional
+        Data are ``(R, n, ...)`` for a model of R replicates. ``None`` infers it from the
+        variational layers' ``n_replicates``.
+    checkpoint_extra : callable, optional
+        ``checkpoint_extra()`` returns more state (numbers, tensors) saved in the checkpoint
+        under ``"extra"`` (read it back with :func:`svbnn.checkpoint.load_checkpoint`).
 
     Returns
     -------
@@ -323,7 +376,10 @@ def train(
     FloatingPointError
         When the loss becomes NaN or infinite; the message names the epoch.
     """
-    replicated = any(layer.n_replicates is not None for layer in variational_layers(model))
+    if (likelihood is None) == (objective is None):
+        raise ValueError("give exactly one of likelihood and objective")
+    if replicated is None:
+        replicated = any(layer.n_replicates is not None for layer in variational_layers(model))
     if epochs < 0 or batch_size < 1 or n_mc < 1:
         raise ValueError("epochs must be >= 0, batch_size and n_mc >= 1")
     if not (kl_weight > 0 and math.isfinite(kl_weight)):
@@ -333,6 +389,9 @@ def train(
         generator.seed()
     batches = Minibatches(X, y, batch_size, generator, replicated)
     n = batches.n
+    if objective is None:
+        assert likelihood is not None
+        objective = elbo_objective(likelihood, n, n_mc, kl_weight)
     set_generator(model, generator)
     track_sparsity = track_sparsity and bool(spike_slab_layers(model))
     params = [p for p in model.parameters() if p.requires_grad]
@@ -365,6 +424,7 @@ def train(
                 "generator": generator.get_state(),
                 "history": history.as_dict(),
                 "epoch": epoch,
+                "extra": checkpoint_extra() if checkpoint_extra is not None else {},
             },
             ckpt,
         )
@@ -372,13 +432,19 @@ def train(
     n_batches = batches.n_batches
     model.train()
     bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
+    step = start * n_batches
+    stop = False
+    last = start
     for epoch in bar:
         tot_loss = tot_nll = tot_kl = torch.zeros((), device=X.device)
         for xb, yb in batches.epoch():
-            loss, nll, kl = negative_elbo(model, likelihood, xb, yb, n, n_mc, kl_weight)
+            loss, nll, kl = objective(model, xb, yb)
             opt.zero_grad(set_to_none=True)
             loss.sum().backward()
             opt.step()
+            if on_step is not None:
+                on_step(step)
+            step += 1
             tot_loss = tot_loss + loss.detach()
             tot_nll = tot_nll + nll
             tot_kl = tot_kl + kl
@@ -402,8 +468,12 @@ def train(
         if verbose:
             bar.set_postfix(loss=f"{float(ep_loss.mean()):.4f}", refresh=False)
         for cb in callbacks:
-            cb(epoch + 1, model, history)
+            stop = bool(cb(epoch + 1, model, history)) or stop
+        last = epoch + 1
+        if stop:
+            logger.info("a callback stopped training after epoch %d", last)
+            break
         if checkpoint_every and (epoch + 1) % checkpoint_every == 0:
             save(epoch + 1)
-    save(max(epochs, start))
+    save(max(last, start))
     return history

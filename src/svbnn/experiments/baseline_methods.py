@@ -84,7 +84,7 @@ from ..nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP, activation_mo
 from ..nn.gaussian import VariationalMLP
 from ..prediction import sample_outputs
 from ..pruning import Scope, agp_sparsity
-from ..training import Minibatches, make_optimizer
+from ..training import train
 from .methods import (
     INIT_MU_RANGE,
     FitSpec,
@@ -478,29 +478,27 @@ def _train_plain(
     R = int(X.shape[0])
     if model.n_replicates != tile * R:
         raise ValueError(f"model has {model.n_replicates} replicates, expected {tile} x {R}")
-    opt = make_optimizer(list(model.parameters()), spec.optimizer, spec.lr)
-    batches = Minibatches(X, y, spec.batch_size, generator, replicated=True)
-    step = 0
-    model.train()
-    for epoch in range(spec.epochs):
-        total = torch.zeros(model.n_replicates, dtype=X.dtype)
-        for xb, yb in batches.epoch():
-            if tile > 1:
-                xb, yb = xb.repeat(tile, 1, 1), yb.repeat(tile, 1)
-            loss = (model(xb).squeeze(-1) - yb).pow(2).mean(dim=1)
-            opt.zero_grad(set_to_none=True)
-            loss.sum().backward()
-            opt.step()
-            if on_step is None:
-                model.apply_masks()
-            else:
-                on_step(step)
-            step += 1
-            total += loss.detach()
-        if not bool(torch.isfinite(total).all()):
-            raise FloatingPointError(
-                f"the training loss became non-finite at epoch {epoch + 1}; lower the learning rate"
-            )
+
+    def mse(model: nn.Module, xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if tile > 1:
+            xb, yb = xb.repeat(tile, 1, 1), yb.repeat(tile, 1)
+        loss = (model(xb).squeeze(-1) - yb).pow(2).mean(dim=1)
+        return loss, loss.detach(), torch.zeros_like(loss)
+
+    train(
+        model,
+        X,
+        y,
+        objective=mse,
+        epochs=spec.epochs,
+        batch_size=spec.batch_size,
+        lr=spec.lr,
+        optimizer=spec.optimizer,
+        generator=generator,
+        on_step=on_step if on_step is not None else (lambda _t: model.apply_masks()),
+        replicated=True,
+        track_sparsity=False,
+    )
 
 
 # ------------------------------------------------------------------ pruned fits & grids

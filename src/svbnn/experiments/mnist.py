@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..checkpoint import load_checkpoint, save_checkpoint
+from ..checkpoint import load_checkpoint
 from ..data import load_mnist
 from ..data.real import FASHION_MNIST_CLASSES, MNIST_MEAN, MNIST_STD
 from ..nn import (
@@ -60,10 +60,10 @@ from ..nn import (
 from ..objectives import CategoricalLikelihood
 from ..prediction import sample_outputs
 from ..priors import log_lambda_opt, mlp_log_lambda_opt
-from ..pruning import AGPPruner, apply_masks, ensure_masks, make_mlp, make_optimizer
+from ..pruning import AGPPruner, apply_masks, ensure_masks, make_mlp
 from ..pruning import density as pruned_density
 from ..selection import density, sparsity, spike_slab_layers
-from ..training import History, train
+from ..training import History, loss_objective, train
 from .common import RunConfig, derive_seed, read_csv, read_settings, write_csv
 from .paper_values import METHOD_LABELS
 from .plotting import pyplot
@@ -374,23 +374,18 @@ def _fit_agp(
     y: Tensor,
     ckpt: Path,
     on_epoch: Callable[[int, nn.Module, dict[str, float]], None],
-) -> int:
+) -> None:
     """AGP training (cross-entropy, masks recomputed on Zhu & Gupta's cubic schedule) with a
-    checkpoint after every epoch; returns the epoch it resumed from."""
+    checkpoint after every epoch, resumed from ``ckpt`` when it exists."""
     n = int(X.shape[0])
-    m = min(spec.batch_size, n)
-    n_batches = math.ceil(n / m)
-    gen = torch.Generator().manual_seed(spec.seed)
+    n_batches = math.ceil(n / min(spec.batch_size, n))
     ensure_masks(model)
     schedule = _agp_schedule(spec, n_batches)
-    start, step = 0, 0
-    opt_params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(opt_params, spec.optimizer, spec.lr)
-    state: dict[str, Any] | None = None
+    extra: dict[str, Any] = {}
     if ckpt.exists():
-        state = load_checkpoint(ckpt)
+        extra = dict(load_checkpoint(ckpt).get("extra", {}))
         # The schedule of the original run is kept, so a resumed run prunes as it would have.
-        schedule = dict(state["schedule"])
+        schedule = dict(extra.get("schedule", schedule))
     pruner = AGPPruner(
         model,
         spec.agp_density,
@@ -398,51 +393,36 @@ def _fit_agp(
         n_updates=schedule["n_updates"],
         frequency=schedule["frequency"],
     )
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["generator"])
-        start, step = int(state["epoch"]), int(state["step"])
-        pruner.current_sparsity = float(state["current_sparsity"])
-    model.train()
-    bar = tqdm(
-        range(start, spec.epochs),
-        desc="training agp",
-        disable=not spec.progress,
-        leave=False,
-        initial=start,
-        total=spec.epochs,
+    if "current_sparsity" in extra:
+        pruner.current_sparsity = float(extra["current_sparsity"])
+
+    def callback(epoch: int, model: nn.Module, history: History) -> None:
+        on_epoch(epoch, model, {"train_loss": float(history.loss[-1])})
+
+    train(
+        model,
+        X,
+        y,
+        objective=loss_objective(F.cross_entropy),
+        epochs=spec.epochs,
+        batch_size=spec.batch_size,
+        lr=spec.lr,
+        optimizer=spec.optimizer,
+        generator=torch.Generator().manual_seed(spec.seed),
+        verbose=spec.progress,
+        checkpoint_path=ckpt,
+        checkpoint_every=1,
+        resume=True,
+        callbacks=[callback],
+        track_sparsity=False,
+        on_step=pruner.step,
+        replicated=False,
+        checkpoint_extra=lambda: {
+            "schedule": schedule,
+            "current_sparsity": pruner.current_sparsity,
+        },
     )
-    for epoch in bar:
-        order = torch.randperm(n, generator=gen)
-        total = 0.0
-        for b in range(n_batches):
-            idx = order[b * m : (b + 1) * m]
-            loss = F.cross_entropy(model(X[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            pruner.step(step)
-            step += 1
-            total += float(loss.detach())
-        mean_loss = total / n_batches
-        if not math.isfinite(mean_loss):
-            raise FloatingPointError(f"AGP's training loss became {mean_loss} at epoch {epoch + 1}")
-        on_epoch(epoch + 1, model, {"train_loss": mean_loss})
-        save_checkpoint(
-            {
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "generator": gen.get_state(),
-                "epoch": epoch + 1,
-                "step": step,
-                "schedule": schedule,
-                "current_sparsity": pruner.current_sparsity,
-            },
-            ckpt,
-        )
     apply_masks(model)
-    return start
 
 
 def fit_classifier(
