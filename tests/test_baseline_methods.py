@@ -16,7 +16,7 @@ from torch import nn
 from svbnn.cli import main
 from svbnn.experiments import baseline_methods as bm
 from svbnn.experiments.methods import FitSpec, get_method
-from svbnn.pruning import imp_densities, magnitude_prune
+from svbnn.pruning import agp_schedule, imp_densities, magnitude_prune
 
 BASELINES = ("vbnn", "vd", "hsbnn", "agp", "lot")
 GRID = (0.5, 0.1)
@@ -165,14 +165,14 @@ def test_lot_path_reaches_every_grid_value_at_the_prune_rate() -> None:
 
 def test_agp_schedule_fits_the_run() -> None:
     # Simulation I (B): 10000 epochs of 4 steps.
-    assert bm.agp_schedule(40000, 0.1, 0.6, 100) == (4000, 100, 200)
+    assert agp_schedule(40000, 0.1, 0.6, 100) == (4000, 100, 200)
     for steps in (1, 7, 80, 12345):
-        t0, n, dt = bm.agp_schedule(steps, 0.1, 0.6, 100)
+        t0, n, dt = agp_schedule(steps, 0.1, 0.6, 100)
         assert n >= 1 and dt >= 1
         if steps > 10:
             assert t0 + n * dt <= steps - 1
     with pytest.raises(ValueError, match="agp_begin"):
-        bm.agp_schedule(100, 0.7, 0.6, 10)
+        agp_schedule(100, 0.7, 0.6, 10)
 
 
 def test_density_options_are_validated() -> None:

@@ -20,7 +20,6 @@ from .baselines import (
 )
 from .estimators import SVBNNClassifier, SVBNNRegressor
 from .priors import (
-    SpikeSlabPrior,
     lambda_opt,
     log_lambda_opt,
     mlp_log_lambda_opt,
@@ -40,7 +39,6 @@ __all__ = [
     "VDRegressor",
     "SVBNNClassifier",
     "SVBNNRegressor",
-    "SpikeSlabPrior",
     "__version__",
     "get_kernel_backend",
     "kernel_backend",

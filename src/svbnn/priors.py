@@ -8,13 +8,11 @@ down to -1000 (below float64's range) everywhere.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "SpikeSlabPrior",
     "lambda_opt",
     "log1mexp",
     "log_lambda_opt",
@@ -130,37 +128,6 @@ def resolve_log_inclusion(
     if not (math.isfinite(value) and value < 0.0):
         raise ValueError(f"log prior inclusion must be finite and < 0, got {log_inclusion}")
     return value
-
-
-@dataclass(frozen=True)
-class SpikeSlabPrior:
-    """Spike-and-slab prior ``gamma N(0, variance) + (1 - gamma) delta_0``, ``gamma ~ Bern(lam)``.
-
-    Parameters
-    ----------
-    log_inclusion : float
-        ``log(lambda)``, finite and negative.
-    variance : float
-        Slab variance ``sigma_0^2`` (the paper uses 2).
-    """
-
-    log_inclusion: float
-    variance: float = 2.0
-
-    def __post_init__(self) -> None:
-        resolve_log_inclusion(log_inclusion=self.log_inclusion)
-        if not (math.isfinite(self.variance) and self.variance > 0):
-            raise ValueError(f"prior variance must be positive, got {self.variance}")
-
-    @classmethod
-    def from_inclusion(cls, inclusion: float, variance: float = 2.0) -> SpikeSlabPrior:
-        """Build the prior from lambda itself rather than its log."""
-        return cls(resolve_log_inclusion(inclusion=inclusion), variance)
-
-    @property
-    def inclusion(self) -> float:
-        """``lambda`` (may underflow to 0.0 for very small log-lambda)."""
-        return math.exp(self.log_inclusion)
 
 
 def mlp_log_lambda_opt(

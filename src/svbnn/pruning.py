@@ -42,6 +42,7 @@ __all__ = [
     "LotteryTicketResult",
     "Scope",
     "Task",
+    "agp_schedule",
     "agp_sparsity",
     "apply_masks",
     "density",
@@ -247,6 +248,26 @@ def agp_sparsity(
     k = min((step - begin_step) // frequency, n_updates)
     frac = 1.0 - k / n_updates
     return final_sparsity + (initial_sparsity - final_sparsity) * frac**3
+
+
+def agp_schedule(
+    total_steps: int, begin: float, end: float, n_updates: int
+) -> tuple[int, int, int]:
+    """``(t0, n, dt)`` of the cubic schedule for a run of ``total_steps`` optimiser steps.
+
+    ``t0 = floor(begin * S)``; the last update ``t0 + n dt`` falls at or before
+    ``floor(end * S)`` (and before the last step), with ``n <= n_updates`` reduced only when
+    the run has fewer steps than updates.
+    """
+    if not (0.0 <= begin < end <= 1.0):
+        raise ValueError(f"need 0 <= agp_begin < agp_end <= 1, got {begin}, {end}")
+    if n_updates < 1:
+        raise ValueError(f"agp_updates must be positive, got {n_updates}")
+    t0 = math.floor(begin * total_steps)
+    stop = min(math.floor(end * total_steps), max(total_steps - 1, 0))
+    span = max(stop - t0, 1)
+    n = min(int(n_updates), span)
+    return t0, n, max(span // n, 1)
 
 
 class AGPPruner:

@@ -83,7 +83,7 @@ from ..baselines import kept_features, kept_fraction
 from ..nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP, activation_module
 from ..nn.gaussian import VariationalMLP
 from ..prediction import sample_outputs
-from ..pruning import Scope, agp_sparsity
+from ..pruning import Scope, agp_schedule, agp_sparsity
 from ..training import train
 from .methods import (
     INIT_MU_RANGE,
@@ -105,7 +105,6 @@ __all__ = [
     "VBNNMethod",
     "VDMethod",
     "VariationalFitted",
-    "agp_schedule",
     "lot_path",
     "replicated_magnitude_prune",
 ]
@@ -636,26 +635,6 @@ class GridFitted(FittedReplicates):
 
 
 # --------------------------------------------------------------------- AGP and LOT
-def agp_schedule(
-    total_steps: int, begin: float, end: float, n_updates: int
-) -> tuple[int, int, int]:
-    """``(t0, n, dt)`` of the cubic schedule for a run of ``total_steps`` optimiser steps.
-
-    ``t0 = floor(begin * S)``; the last update ``t0 + n dt`` falls at or before
-    ``floor(end * S)`` (and before the last step), with ``n <= n_updates`` reduced only when
-    the run has fewer steps than updates.
-    """
-    if not (0.0 <= begin < end <= 1.0):
-        raise ValueError(f"need 0 <= agp_begin < agp_end <= 1, got {begin}, {end}")
-    if n_updates < 1:
-        raise ValueError(f"agp_updates must be positive, got {n_updates}")
-    t0 = math.floor(begin * total_steps)
-    stop = min(math.floor(end * total_steps), max(total_steps - 1, 0))
-    span = max(stop - t0, 1)
-    n = min(int(n_updates), span)
-    return t0, n, max(span // n, 1)
-
-
 def lot_path(grid: Sequence[float], prune_rate: float) -> list[float]:
     """Densities of the LOT rounds reaching every grid value on one trajectory.
 

@@ -34,7 +34,6 @@ __all__ = [
     "FitSpec",
     "FittedReplicates",
     "Method",
-    "MethodNotAvailableError",
     "SVBNNFitted",
     "SVBNNMethod",
     "available_methods",
@@ -59,10 +58,6 @@ METHOD_DESCRIPTIONS: dict[str, str] = {
 INIT_MU_RANGE: dict[str, float | None] = {"torch": None, "authors": 0.6}
 """``--init``: ``torch`` draws mu ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (library default);
 ``authors`` draws mu ~ U(-0.6, 0.6) as the authors' Simulation II code does."""
-
-
-class MethodNotAvailableError(ValueError):
-    """A method of the paper that this installation does not implement yet."""
 
 
 @dataclass(frozen=True)
@@ -214,19 +209,11 @@ def get_method(name: str) -> Method:
 
     Raises
     ------
-    MethodNotAvailableError
-        For a method of the paper that is not implemented yet.
     ValueError
         For a name that is not a method of the paper.
     """
     if name in _METHODS:
         return _METHODS[name]()
-    if name in METHOD_NAMES:
-        raise MethodNotAvailableError(
-            f"method {name!r} ({METHOD_DESCRIPTIONS[name]}) is not available yet; "
-            f"implemented: {', '.join(available_methods())}. Baselines plug in with "
-            "svbnn.experiments.methods.register_method."
-        )
     raise ValueError(f"unknown method {name!r}; the paper's methods are {', '.join(METHOD_NAMES)}")
 
 

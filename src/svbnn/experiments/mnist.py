@@ -60,7 +60,7 @@ from ..nn import (
 from ..objectives import CategoricalLikelihood
 from ..prediction import sample_outputs
 from ..priors import log_lambda_opt, mlp_log_lambda_opt
-from ..pruning import AGPPruner, apply_masks, ensure_masks, make_mlp
+from ..pruning import AGPPruner, agp_schedule, apply_masks, ensure_masks, make_mlp
 from ..pruning import density as pruned_density
 from ..selection import density, sparsity, spike_slab_layers
 from ..training import History, loss_objective, train
@@ -361,10 +361,12 @@ def evaluate_classifier(
 
 
 def _agp_schedule(spec: ClassifierSpec, steps_per_epoch: int) -> dict[str, int]:
+    """AGP's steps (:func:`svbnn.pruning.agp_schedule`): from the first step to
+    ``agp_end_fraction`` of the run, a mask update every ``agp_frequency`` steps."""
     total = spec.epochs * steps_per_epoch
-    end = max(1, round(spec.agp_end_fraction * total))
-    freq = max(1, min(spec.agp_frequency, end))
-    return {"begin_step": 0, "frequency": freq, "n_updates": max(1, end // freq)}
+    n_updates = max(1, math.floor(spec.agp_end_fraction * total) // max(1, spec.agp_frequency))
+    t0, n, dt = agp_schedule(total, 0.0, spec.agp_end_fraction, n_updates)
+    return {"begin_step": t0, "frequency": dt, "n_updates": n}
 
 
 def _fit_agp(
