@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from svbnn._kernels import AUTO_MIN_NUMEL, backend, set_backend
-from svbnn.experiments.mnist import paper_cnn
+from svbnn.experiments.classifiers import paper_cnn
 from svbnn.nn.base import set_generator
 from svbnn.nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood

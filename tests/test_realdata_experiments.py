@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 import torch
 
-import svbnn.experiments.mnist as mnist_mod
+import svbnn.experiments.classifiers as mnist_mod
 import svbnn.experiments.uci  # noqa: F401  (registers the uci artifact)
 from svbnn.checkpoint import load_checkpoint
 from svbnn.cli import main
 from svbnn.data import real
 from svbnn.experiments import get_artifact, resolve_config
 from svbnn.experiments.common import write_settings
+from svbnn.experiments.mnist_uq import overlay_images
 from svbnn.experiments.realdata import EpochBook, check_real_methods, parse_floats, parse_names
 
 torch.set_num_threads(1)
@@ -328,11 +329,11 @@ def test_cnn_sizes_and_flip() -> None:
 def test_overlay_images() -> None:
     imgs = np.stack([np.full((28, 28), v, dtype=np.uint8) for v in (10, 20, 30, 40)])
     labels = np.array([2, 3, 7, 2])
-    out, idx = mnist_mod.overlay_images(imgs, labels, ((2, 3), (7, 2)))
+    out, idx = overlay_images(imgs, labels, ((2, 3), (7, 2)))
     assert idx == [(0, 1), (2, 0)]
     np.testing.assert_array_equal(out[:, 0, 0], [15.0, 20.0])
     with pytest.raises(ValueError, match="too few"):
-        mnist_mod.overlay_images(imgs, labels, ((5, 6),))
+        overlay_images(imgs, labels, ((5, 6),))
 
 
 def test_setting_parsers() -> None:
