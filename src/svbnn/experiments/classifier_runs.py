@@ -25,9 +25,6 @@ from tqdm.auto import tqdm
 from ..checkpoint import load_checkpoint
 from ..data import load_mnist
 from ..data.real import MNIST_MEAN, MNIST_STD
-from ..nn import (
-    set_generator,
-)
 from ..objectives import CategoricalLikelihood
 from ..pruning import AGPPruner, agp_schedule, apply_masks, ensure_masks
 from ..training import History, loss_objective, train
@@ -179,9 +176,6 @@ def fit_classifier(
         metrics = evaluate_classifier(
             model, method, X_test, y_test, spec.eval_draws, egen, chunk_size=chunk
         )
-        # sample_outputs re-pointed the layers at the evaluation generator: restore.
-        if method != "agp":
-            set_generator(model, gen)
         sp, de = kept_fraction(model, method)
         row = {
             "method": method,
