@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="few epochs and draws (smoke test)")
     args = parser.parse_args()
-    epochs, draws = (1500, 200) if args.quick else (10000, 600)
+    epochs, draws = (1200, 100) if args.quick else (10000, 600)
 
     d = sparse_teacher(n=500, n_test=1000, random_state=args.seed)
     reg = SVBNNRegressor(

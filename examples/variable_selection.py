@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small problem (smoke test)")
     args = parser.parse_args()
     if args.quick:
-        n, p, epochs, batch, lr = 1000, 50, 2500, 1000, 1e-2
+        n, p, epochs, batch, lr = 1000, 50, 2000, 1000, 1e-2
     else:  # the paper's Simulation II sizes and settings (Table 2)
         n, p, epochs, batch, lr = 3000, 200, 7000, 512, 5e-3
 
