@@ -42,8 +42,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..checkpoint import load_checkpoint
-from ..data import load_mnist
-from ..data.real import FASHION_MNIST_CLASSES, MNIST_MEAN, MNIST_STD
+from ..data import FASHION_MNIST_CLASSES, MNIST_MEAN, MNIST_STD, load_mnist
 from ..nn import (
     GaussianConv2d,
     GaussianLinear,
