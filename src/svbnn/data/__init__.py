@@ -1,7 +1,8 @@
 """Data: the paper's simulations, and loaders for UCI (HL&A splits), MNIST and Fashion-MNIST.
 
 Modules: :mod:`~svbnn.data.simulations` (the synthetic teachers), :mod:`~svbnn.data.mnist`
-(MNIST, Fashion-MNIST), :mod:`~svbnn.data.uci` (the UCI sets, Year, standardisation); the
+(MNIST, Fashion-MNIST), :mod:`~svbnn.data.uci` (the UCI sets and Year),
+:mod:`~svbnn.data.preprocessing` (standardisation, validation split); the
 private ``_registry`` (known files, checksums, sources), ``_store`` (the data folder, download
 and verification) and ``_download`` (hashing and fetching) serve them. Every public name is
 importable from here.
@@ -36,6 +37,7 @@ from .mnist import (
     load_mnist,
     normalize_images,
 )
+from .preprocessing import Standardization, standardize, validation_split
 from .simulations import (
     Covariates,
     SimulatedData,
@@ -50,12 +52,9 @@ from .uci import (
     YEAR_FILENAME,
     YEAR_N_TEST,
     YEAR_N_TRAIN,
-    Standardization,
     UCISplit,
     load_uci,
     load_year,
-    standardize,
-    validation_split,
 )
 
 __all__ = [
