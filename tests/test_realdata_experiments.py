@@ -23,7 +23,7 @@ import svbnn.experiments.classifiers as mnist_mod
 import svbnn.experiments.uci  # noqa: F401  (registers the uci artifact)
 from svbnn.checkpoint import load_checkpoint
 from svbnn.cli import main
-from svbnn.data import real
+from svbnn.data import CHECKSUMS, ENV_DATA_DIR, ENV_DATA_URL, clear_checksum_cache
 from svbnn.experiments import get_artifact, resolve_config
 from svbnn.experiments.common import write_settings
 from svbnn.experiments.mnist_uq import overlay_images
@@ -83,10 +83,10 @@ def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "uci/wine-quality-red/data.txt",
         "uci/power-plant/data.txt",
     ):
-        monkeypatch.setitem(real.CHECKSUMS, rel, (_sha(root / rel),))
-    monkeypatch.setenv(real.ENV_DATA_DIR, str(root))
-    monkeypatch.delenv(real.ENV_DATA_URL, raising=False)
-    real.clear_checksum_cache()
+        monkeypatch.setitem(CHECKSUMS, rel, (_sha(root / rel),))
+    monkeypatch.setenv(ENV_DATA_DIR, str(root))
+    monkeypatch.delenv(ENV_DATA_URL, raising=False)
+    clear_checksum_cache()
     return root
 
 
@@ -153,10 +153,8 @@ def test_uci_rmse_is_in_original_units(
     _run("uci", tmp_path / "a", "--quick", "--set", "datasets=wine", "--set", "noise_grid=0.5")
     folder = data_root / "uci" / "wine-quality-red"
     _write_uci(folder, p=11, seed=2, scale=1000.0, shift=5.0)
-    monkeypatch.setitem(
-        real.CHECKSUMS, "uci/wine-quality-red/data.txt", (_sha(folder / "data.txt"),)
-    )
-    real.clear_checksum_cache()
+    monkeypatch.setitem(CHECKSUMS, "uci/wine-quality-red/data.txt", (_sha(folder / "data.txt"),))
+    clear_checksum_cache()
     _run("uci", tmp_path / "b", "--quick", "--set", "datasets=wine", "--set", "noise_grid=0.5")
     a, b = _rows(tmp_path / "a" / "results.csv"), _rows(tmp_path / "b" / "results.csv")
     for ra, rb in zip(a, b, strict=True):

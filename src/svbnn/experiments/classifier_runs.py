@@ -23,8 +23,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..checkpoint import load_checkpoint
-from ..data import load_mnist
-from ..data.real import MNIST_MEAN, MNIST_STD
+from ..data import MNIST_MEAN, MNIST_STD, load_mnist
 from ..objectives import CategoricalLikelihood
 from ..pruning import AGPPruner, agp_schedule, apply_masks, ensure_masks
 from ..training import History, loss_objective, train

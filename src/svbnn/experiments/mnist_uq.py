@@ -14,8 +14,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from ..data import load_mnist
-from ..data.real import MNIST_MEAN, MNIST_STD
+from ..data import MNIST_MEAN, MNIST_STD, load_mnist
 from ..prediction import sample_outputs
 from .classifier_runs import classifier_spec, fit_classifier, load_images, load_trained
 from .classifiers import SEED_UQ, build_classifier
