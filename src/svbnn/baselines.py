@@ -28,7 +28,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from .estimators import _DTYPES, SVBNNClassifier, SVBNNRegressor
+from .estimators import _DTYPES, SVBNNClassifier, SVBNNRegressor, _check_real, _hidden_sizes
 from .nn.base import VariationalLayer, variational_layers
 from .nn.dropout import VariationalDropoutMLP
 from .nn.gaussian import GaussianMLP
@@ -148,6 +148,28 @@ class _BaselineMixin:
     def _prepare(self, n: int, p: int, n_out: int) -> None:
         """The baselines have no data-dependent prior settings."""
 
+    def _check_model_params(self) -> None:
+        """Each baseline's own settings, checked before anything is fitted."""
+        # (name, lower bound or None for any finite value, whether None is allowed)
+        for name, low, none_ok in (
+            ("prior_variance", 0.0, False),
+            ("init_rho", None, False),
+            ("init_mu_range", 0.0, True),
+            ("threshold", None, False),
+            ("init_log_sigma2", None, False),
+            ("init_theta_range", 0.0, True),
+            ("local_scale", 0.0, False),
+            ("global_scale", 0.0, False),
+            ("output_scale", 0.0, False),
+        ):
+            if hasattr(self, name):
+                _check_real(name, getattr(self, name), low=low, allow_none=none_ok)
+        if hasattr(self, "prune_ratio"):
+            _check_real("prune_ratio", self.prune_ratio, low=0.0, high=1.0, low_inclusive=True)
+
+    def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
+        return list(self.kept_masks_)
+
     def _layer_common(self, gen: torch.Generator) -> dict[str, Any]:
         return {"generator": gen, "device": self.device, "dtype": _DTYPES[self.dtype]}
 
@@ -200,7 +222,7 @@ class _VBNNBase(_BaselineMixin):
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return GaussianMLP(
             n_features,
-            tuple(int(h) for h in self.hidden_layer_sizes),
+            _hidden_sizes(self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
             prior_variance=self.prior_variance,
@@ -334,7 +356,7 @@ class _VDBase(_BaselineMixin):
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return VariationalDropoutMLP(
             n_features,
-            tuple(int(h) for h in self.hidden_layer_sizes),
+            _hidden_sizes(self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
             threshold=self.threshold,
@@ -473,7 +495,7 @@ class _HSBNNBase(_BaselineMixin):
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return HorseshoeMLP(
             n_features,
-            tuple(int(h) for h in self.hidden_layer_sizes),
+            _hidden_sizes(self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
             local_scale=self.local_scale,
