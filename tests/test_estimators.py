@@ -306,3 +306,20 @@ def test_random_state_kinds(cls: type) -> None:
     np.testing.assert_array_equal(g1, g2)
     assert np.all(np.isfinite(out(cls(**{**params, "random_state": None}).fit(X, y))))
 
+
+# -- issue 15 item 8: what holds about row order ----------------------------------------
+@pytest.mark.parametrize("dtype, tol", [("float64", 1e-14), ("float32", 1e-5)])
+def test_predictions_agree_up_to_rounding_whatever_the_row_order(dtype: str, tol: float) -> None:
+    X, y = _reg_data(n=500)
+    est = SVBNNRegressor(**{**SMALL, "dtype": dtype}).fit(X, y)
+    perm = np.random.default_rng(1).permutation(len(X))
+    full = est.predict(X)
+    scale = np.abs(full).max()
+    # Permuted rows, one row at a time, and a subset: the same draws for every row.
+    np.testing.assert_allclose(est.predict(X[perm]), full[perm], rtol=0, atol=tol * scale)
+    single = np.concatenate([est.predict(X[i : i + 1]) for i in range(10)])
+    np.testing.assert_allclose(single, full[:10], rtol=0, atol=tol * scale)
+    lo, hi = est.predict_interval(X, n_samples=50)
+    plo, phi = est.predict_interval(X[perm], n_samples=50)
+    np.testing.assert_allclose(plo, lo[perm], rtol=0, atol=tol * scale)
+    np.testing.assert_allclose(phi, hi[perm], rtol=0, atol=tol * scale)
