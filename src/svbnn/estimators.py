@@ -163,19 +163,24 @@ class _SeedSource:
         return int(self._gen.integers(0, 2**31 - 1))
 
 
-def _check_numeric(a: Any, name: str) -> None:
-    """Refuse string (or non-numeric object) data with a message naming ``a``."""
+def _check_numeric(a: Any, name: str) -> Any:
+    """Refuse string (or non-numeric object) data with a message naming ``a``.
+
+    Returns ``a``, with object arrays converted to float64 here so that sklearn's later
+    messages (NaN, infinity) name the argument too.
+    """
     if a is None or sparse.issparse(a) or hasattr(a, "dtypes"):
-        return  # sklearn's own checks give clear messages for these (and DataFrames)
+        return a  # sklearn's own checks give clear messages for these (and DataFrames)
     arr = a if isinstance(a, np.ndarray) else np.asarray(a, dtype=object)
     if arr.dtype.kind in "USV":
         raise ValueError(f"{name} must be numeric, got an array of dtype {arr.dtype}")
-    if arr.dtype.kind == "O":
-        try:
-            arr.astype(np.float64)
-        except (TypeError, ValueError) as e:
-            # Same type as numpy's error (sklearn's checks expect TypeError for dicts).
-            raise type(e)(f"{name} must be numeric; it holds values that are not: {e}") from e
+    if arr.dtype.kind != "O":
+        return a
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError) as e:
+        # Same type as numpy's error (sklearn's checks expect TypeError for dicts).
+        raise type(e)(f"{name} must be numeric; it holds values that are not: {e}") from e
 
 
 def _fitted_attributes(est: BaseEstimator) -> dict[str, Any]:
@@ -416,8 +421,7 @@ class _SVBNNBase(BaseEstimator):
 
     def _validate_X(self, X: ArrayLike) -> Tensor:
         check_is_fitted(self, "module_")
-        X = _to_numpy(X)
-        _check_numeric(X, "X")
+        X = _check_numeric(_to_numpy(X), "X")
         Xv = validate_data(
             self, X, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=True
         )
@@ -576,8 +580,7 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         _check_real("noise_std", self.noise_std, low=0.0)
         seeds = _SeedSource(self.random_state)
         X, y = _to_numpy(X), _to_numpy(y)
-        _check_numeric(X, "X")
-        _check_numeric(y, "y")
+        X, y = _check_numeric(X, "X"), _check_numeric(y, "y")
         with self._fit_transaction():
             Xv, yv = validate_data(
                 self,
@@ -683,8 +686,7 @@ class SVBNNClassifier(ClassifierMixin, _SVBNNBase):
         """
         self._check_params()
         seeds = _SeedSource(self.random_state)
-        X, y = _to_numpy(X), _to_numpy(y)
-        _check_numeric(X, "X")
+        X, y = _check_numeric(_to_numpy(X), "X"), _to_numpy(y)
         with self._fit_transaction():
             Xv, yv = validate_data(
                 self,
