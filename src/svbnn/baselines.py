@@ -129,7 +129,7 @@ class _BaselineMixin:
     """
 
     # Declared for mypy; set by the concrete estimators' __init__.
-    hidden_layer_sizes: tuple[int, ...]
+    hidden_layer_sizes: int | tuple[int, ...]
     activation: str
     batch_size: int
     learning_rate_init: float
@@ -187,7 +187,7 @@ class _BaselineMixin:
 class _VBNNBase(_BaselineMixin):
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         prior_variance: float = 2.0,
         init_rho: float = -6.0,
@@ -199,7 +199,7 @@ class _VBNNBase(_BaselineMixin):
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -280,7 +280,7 @@ class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         prior_variance: float = 2.0,
         noise_std: float = 1.0,
@@ -293,7 +293,7 @@ class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -321,7 +321,7 @@ class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
 class _VDBase(_BaselineMixin):
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         threshold: float = 3.0,
         init_log_sigma2: float = -10.0,
@@ -333,7 +333,7 @@ class _VDBase(_BaselineMixin):
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -413,7 +413,7 @@ class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         threshold: float = 3.0,
         noise_std: float = 1.0,
@@ -426,7 +426,7 @@ class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -454,7 +454,7 @@ class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
 class _HSBNNBase(_BaselineMixin):
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         local_scale: float = 1.0,
         global_scale: float = 1.0,
@@ -469,7 +469,7 @@ class _HSBNNBase(_BaselineMixin):
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -557,7 +557,7 @@ class HSBNNRegressor(_HSBNNBase, SVBNNRegressor):  # type: ignore[misc]
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         local_scale: float = 1.0,
         global_scale: float = 1.0,
@@ -573,7 +573,7 @@ class HSBNNRegressor(_HSBNNBase, SVBNNRegressor):  # type: ignore[misc]
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:

@@ -208,7 +208,7 @@ class _SVBNNBase(BaseEstimator):
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         prior_inclusion: str | float = "opt",
         log_prior_inclusion: float | None = None,
@@ -224,7 +224,7 @@ class _SVBNNBase(BaseEstimator):
         init_inclusion: float = 0.99,
         init_mu_range: float | None = None,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -462,8 +462,9 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
 
     Parameters
     ----------
-    hidden_layer_sizes : tuple of int
-        Hidden widths (default: Simulation II's three layers of 7).
+    hidden_layer_sizes : int or tuple of int
+        Hidden widths (default: Simulation II's three layers of 7); an int is one hidden
+        layer, as in scikit-learn's MLP.
     activation : {"relu", "tanh", "sigmoid", "logistic", "identity"}
     prior_inclusion : "opt" or float
         Prior inclusion ``lambda``; ``"opt"`` is ``lambda_opt`` of Theorem 4.1.
@@ -491,7 +492,9 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         of ``X`` and their order, but predictions are equal only up to floating-point
         rounding (about 1e-16 relative to the largest prediction in float64, 1e-7 in
         float32): matrix-product kernels sum in an order that depends on the batch shape.
-    random_state : int, RandomState or None
+    random_state : int, RandomState, Generator or None
+        Source of the torch seeds for training and prediction (an int in ``[0, 2**32)``
+        seeds a RandomState, as in scikit-learn).
     device : str
     verbose : bool
         Progress bar during fit.
@@ -511,7 +514,7 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         prior_inclusion: str | float = "opt",
         log_prior_inclusion: float | None = None,
@@ -528,7 +531,7 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         init_inclusion: float = 0.99,
         init_mu_range: float | None = None,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
