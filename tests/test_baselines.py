@@ -610,3 +610,32 @@ def test_mlps_count_parameters() -> None:
         assert net.n_params() == 5 * 4 + 4 + 4 * 3 + 3 + 3 * 2 + 2
         assert net(torch.randn(7, 5)).shape == (7, 2)
     ensure_masks(make_mlp(2, (3,), 1))
+
+
+@pytest.mark.parametrize(
+    "cls, bad, error",
+    [
+        (VBNNRegressor, dict(init_rho=np.nan), ValueError),
+        (VBNNClassifier, dict(prior_variance=-2.0), ValueError),
+        (VDRegressor, dict(threshold="3"), TypeError),
+        (VDClassifier, dict(init_theta_range=-1.0), ValueError),
+        (HSBNNRegressor, dict(prune_ratio=1.0), ValueError),
+        (HSBNNClassifier, dict(global_scale=0.0), ValueError),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else str(v),
+)
+def test_baseline_bad_parameters_named_and_previous_fit_kept(
+    cls: type, bad: dict[str, object], error: type[Exception]
+) -> None:
+    # Issue 15 items 4 and 6 for the baselines: their own settings are checked before
+    # anything is fitted, and a failed refit keeps the previous fit.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 4))
+    y = X[:, 0] if cls in _REGRESSORS else np.where(X[:, 0] > 0, "a", "b")
+    est = cls(hidden_layer_sizes=3, max_iter=2, batch_size=20, random_state=0).fit(X, y)
+    before = est.predict(X)
+    (name,) = bad
+    with pytest.raises(error, match=name):
+        est.set_params(**bad).fit(X[:, :3], y)
+    assert est.n_features_in_ == 4
+    np.testing.assert_array_equal(est.predict(X), before)
