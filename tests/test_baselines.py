@@ -42,13 +42,13 @@ from svbnn.nn.horseshoe import (
 from svbnn.pruning import (
     AGPPruner,
     agp_sparsity,
-    density,
     ensure_masks,
     get_masks,
     imp_densities,
     lottery_ticket,
     magnitude_prune,
     make_mlp,
+    mask_density,
     selected_inputs,
     train_pruned,
 )
@@ -418,12 +418,12 @@ def test_agp_pruner_follows_schedule() -> None:
         pruner.step(t)
         s = pruner.sparsity_at(t)
         kept = sum(round((1.0 - s) * k) for k in sizes)
-        assert density(model) == pytest.approx(kept / sum(sizes))
+        assert mask_density(model) == pytest.approx(kept / sum(sizes))
         for layer, mask in zip(
             [m for m in model if isinstance(m, nn.Linear)], get_masks(model), strict=True
         ):
             assert torch.all(layer.weight[mask == 0] == 0)
-    assert density(model) == pytest.approx(0.3, abs=0.01)
+    assert mask_density(model) == pytest.approx(0.3, abs=0.01)
 
 
 def test_magnitude_prune_keeps_the_largest_weights() -> None:
@@ -481,8 +481,8 @@ def test_lottery_ticket_rewinds_exactly() -> None:
         for ma, mb in zip(a, b, strict=True):
             assert not bool((mb.bool() & ~ma.bool()).any())
     sizes = [40, 8]
-    assert density(model) == pytest.approx(sum(round(0.3 * k) for k in sizes) / sum(sizes))
-    assert res.densities[-1] == pytest.approx(density(model))
+    assert mask_density(model) == pytest.approx(sum(round(0.3 * k) for k in sizes) / sum(sizes))
+    assert res.densities[-1] == pytest.approx(mask_density(model))
 
 
 def test_pruning_baselines_learn() -> None:
@@ -499,7 +499,7 @@ def test_pruning_baselines_learn() -> None:
         model, Xtr, ytr, epochs=epochs, batch_size=100, lr=1e-2, generator=_gen(1), pruner=pruner
     )
     rmse = float(((model(Xte).squeeze(-1).detach().numpy() - ft) ** 2).mean() ** 0.5)
-    assert density(model) == pytest.approx(0.3, abs=0.01)
+    assert mask_density(model) == pytest.approx(0.3, abs=0.01)
     # Closer to f than the noisy responses are (RMSE < noise sd), while a constant
     # predictor's RMSE is sd(f), about 2.5.
     assert rmse < noise < ft.std() / 4
@@ -514,7 +514,7 @@ def test_pruning_baselines_learn() -> None:
         prune_rate=0.5,
     )
     rmse = float(((lot(Xte).squeeze(-1).detach().numpy() - ft) ** 2).mean() ** 0.5)
-    assert density(lot) == pytest.approx(0.5, abs=0.01)
+    assert mask_density(lot) == pytest.approx(0.5, abs=0.01)
     assert rmse < noise
 
 

@@ -31,8 +31,7 @@ from ..nn import (
 )
 from ..prediction import sample_outputs
 from ..priors import log_lambda_opt, mlp_log_lambda_opt
-from ..pruning import density as pruned_density
-from ..pruning import make_mlp
+from ..pruning import make_mlp, mask_density
 from ..selection import density, sparsity, spike_slab_layers
 
 __all__ = [
@@ -274,7 +273,7 @@ def kept_fraction(model: nn.Module, method: str) -> tuple[float, float]:
     if method == "svbnn":
         return 100.0 * float(sparsity(model)), 100.0 * float(density(model, 0.5))
     if method == "agp":
-        d = 100.0 * pruned_density(model)
+        d = 100.0 * mask_density(model)
         return d, d
     kept = total = 0
     for layer in variational_layers(model):
