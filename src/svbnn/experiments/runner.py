@@ -171,9 +171,10 @@ def check_setting(artifact: str, key: str, value: Any, default: Any) -> Any:
 
     Integer settings take integers only (``1.5`` is refused, not truncated) within their
     range; float settings take finite numbers within theirs; list settings take a non-empty
-    list of such numbers; text settings take text (one of the allowed values, where there
-    is a fixed set); flags take ``True`` or ``False``. A text ``value`` (from the command
-    line) is first read as a Python literal, except for text settings, which take it as is.
+    list of such numbers (or one number, a list of one); text settings take text (one of
+    the allowed values, where there is a fixed set); flags take ``True`` or ``False``. A
+    text ``value`` (from the command line) is first read as a Python literal, except for
+    text settings, which take it as is.
 
     Parameters
     ----------
@@ -218,6 +219,8 @@ def check_setting(artifact: str, key: str, value: Any, default: Any) -> Any:
             raise ValueError(f"{where}: expects True or False, got {value!r}")
         return value
     if isinstance(default, (list, tuple)):
+        if _is_real(value):
+            value = [value]  # one number for a list setting: a list of one (noise_grid=0.5)
         if not isinstance(value, (list, tuple)) or not value:
             raise ValueError(
                 f"{where}: expects a non-empty list such as {list(default)!r}, got {value!r}"
