@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from svbnn.cli import _parse_set, build_parser, main
-from svbnn.experiments import ARTIFACTS, get_artifact, resolve_config
-from svbnn.experiments.methods import method_options
+from svbnn_experiments import ARTIFACTS, get_artifact, resolve_config
+from svbnn_experiments.cli import _parse_set, build_parser, main
+from svbnn_experiments.methods import method_options
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -201,7 +201,7 @@ class _CheckpointError(ValueError):
 def test_library_errors_become_one_line(
     exc: Exception, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import svbnn.experiments as ex
+    import svbnn_experiments as ex
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise exc
@@ -213,7 +213,7 @@ def test_library_errors_become_one_line(
 
 def test_internal_errors_keep_their_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     # A RuntimeError or TypeError from inside a run is a bug: it must not be hidden.
-    import svbnn.experiments as ex
+    import svbnn_experiments as ex
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise TypeError("bug")
@@ -228,7 +228,16 @@ def test_console_error_has_no_traceback(tmp_path: Path) -> None:
     f.write_text("")
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
     res = subprocess.run(
-        [sys.executable, "-m", "svbnn.cli", "reproduce", "table2", "--quick", "--out", str(f)],
+        [
+            sys.executable,
+            "-m",
+            "svbnn_experiments.cli",
+            "reproduce",
+            "table2",
+            "--quick",
+            "--out",
+            str(f),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

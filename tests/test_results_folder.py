@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from svbnn.cli import main
-from svbnn.experiments import common
-from svbnn.experiments.common import (
+from svbnn_experiments import common
+from svbnn_experiments.cli import main
+from svbnn_experiments.common import (
     LOCK_NAME,
     OutputLockedError,
     atomic_savefig,
@@ -27,7 +27,7 @@ from svbnn.experiments.common import (
     write_csv,
     write_settings,
 )
-from svbnn.experiments.report import write_report
+from svbnn_experiments.report import write_report
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENV = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
@@ -38,7 +38,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "svbnn.cli", *args]
+    return [sys.executable, "-m", "svbnn_experiments.cli", *args]
 
 
 # ------------------------------------------------------------------------ atomic writes
@@ -214,8 +214,8 @@ def test_sigint_marks_the_run_interrupted(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the race
 def _data_seeds(seed: int) -> list[str]:
-    from svbnn.experiments import get_artifact, resolve_config
-    from svbnn.experiments.simulations import plan_table2
+    from svbnn_experiments import get_artifact, resolve_config
+    from svbnn_experiments.simulations import plan_table2
 
     cfg = resolve_config(get_artifact("table2"), {"seed": seed, "reps": 1}, quick=True)
     return [str(s) for ch in plan_table2(cfg) for s in ch.data_seeds]

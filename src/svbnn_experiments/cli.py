@@ -22,7 +22,7 @@ def _parse_set(items: Sequence[str] | None) -> dict[str, str]:
     """``--set KEY=VALUE`` items as ``{KEY: VALUE}`` (text; the last of a repeated key wins).
 
     The values stay text here: each artifact reads them against the type of its own
-    setting (:func:`svbnn.experiments.runner.check_setting`), so that ``n_test=1.5`` is
+    setting (:func:`svbnn_experiments.runner.check_setting`), so that ``n_test=1.5`` is
     refused for an integer setting and ``datasets=1`` kept as text for a text one.
     """
     out: dict[str, str] = {}
@@ -58,7 +58,7 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``svbnn`` command."""
-    from . import __version__
+    from svbnn import __version__
 
     parser = _Parser(
         prog="svbnn",
@@ -161,8 +161,8 @@ def _kernels_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from .experiments import artifact_names, estimate, get_artifact, list_text, reproduce
-    from .experiments.runner import format_duration, merge_runs
+    from svbnn_experiments import artifact_names, estimate, get_artifact, list_text, reproduce
+    from svbnn_experiments.runner import format_duration, merge_runs
 
     if args.list:
         print(list_text())
@@ -241,7 +241,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _real_data_available() -> bool:
-    from .data import DataNotFoundError, data_dir
+    from svbnn.data import DataNotFoundError, data_dir
 
     try:
         data_dir()
@@ -254,11 +254,11 @@ def _demo(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from .experiments.common import execute_chunks
-    from .experiments.paper_values import TABLE2
-    from .experiments.registry import get_artifact
-    from .experiments.runner import resolve_config
-    from .experiments.simulations import plan_table2
+    from svbnn_experiments.common import execute_chunks
+    from svbnn_experiments.paper_values import TABLE2
+    from svbnn_experiments.registry import get_artifact
+    from svbnn_experiments.runner import resolve_config
+    from svbnn_experiments.simulations import plan_table2
 
     torch.set_num_threads(args.threads)
     cfg = resolve_config(
@@ -323,7 +323,7 @@ def _kernel_setting(name: str | None) -> Iterator[None]:
     if name is None:
         yield
         return
-    from . import kernel_backend
+    from svbnn import kernel_backend
 
     saved = os.environ.get("SVBNN_KERNELS")
     os.environ["SVBNN_KERNELS"] = name

@@ -399,7 +399,7 @@ def reproduce(
     """Run one artifact (or only rebuild its report) and return its output folder.
 
     Every setting is checked before any work. The output folder is locked for the run
-    (another run writing it is refused, see :func:`svbnn.experiments.common.lock_output`);
+    (another run writing it is refused, see :func:`svbnn_experiments.common.lock_output`);
     ``settings.json`` says ``"status"``: ``"running"`` from the start, then ``"complete"``,
     ``"interrupted"`` (Ctrl-C: :class:`RunInterrupted` is raised) or ``"failed"``.
     """

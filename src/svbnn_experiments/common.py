@@ -35,11 +35,11 @@ import torch
 from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
-from .. import __version__, get_kernel_backend
-from ..data import sim2_function, sparse_teacher_function
-from ..data.simulations import dense_teacher
-from ..priors import mlp_log_lambda_opt
-from ..selection import fpr_fnr
+from svbnn import __version__, get_kernel_backend
+from svbnn.data import dense_teacher, sim2_function, sparse_teacher_function
+from svbnn.priors import mlp_log_lambda_opt
+from svbnn.selection import fpr_fnr
+
 from .methods import FitSpec, get_method
 
 __all__ = [
