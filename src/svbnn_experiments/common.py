@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
 from svbnn import __version__, get_kernel_backend
+from svbnn.checkpoint import atomic_write_bytes
 from svbnn.data import dense_teacher, sim2_function, sparse_teacher_function
 from svbnn.priors import mlp_log_lambda_opt
 from svbnn.selection import fpr_fnr
@@ -550,8 +551,9 @@ def _temp_name(path: Path) -> Path:
 def atomic_write_text(path: Path, text: str) -> Path:
     """Write ``text`` (UTF-8, line endings kept as given) to ``path`` atomically.
 
-    The text goes to a temporary file beside ``path``, is flushed to disk, then renamed over
-    ``path``; on any failure the temporary file is removed and ``path`` is left as it was.
+    Through :func:`svbnn.checkpoint.atomic_write_bytes` (the one atomic writer): a temporary
+    file beside ``path``, flushed to disk, then renamed over ``path``; on any failure the
+    temporary file is removed and ``path`` is left as it was.
 
     Parameters
     ----------
@@ -563,20 +565,7 @@ def atomic_write_text(path: Path, text: str) -> Path:
     Path
         ``path``.
     """
-    path = Path(path)
-    tmp = _temp_name(path)
-    try:
-        # O_EXCL: never write through a file (or link) that someone else put there.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with _suppress_oserror():
-            tmp.unlink()
-        raise
+    atomic_write_bytes(path, text.encode("utf-8"))
     return path
 
 
