@@ -15,7 +15,6 @@ lambda in (0, 1), including log-lambda = -1000. Its gradient is written in close
 from __future__ import annotations
 
 import math
-from enum import Enum
 from typing import Any
 
 import torch
@@ -27,6 +26,7 @@ from ._kernels import (
     kl_backward_saved,
     kl_forward,
     kl_forward_saving,
+    log_softplus,
     use_compiled,
 )
 from .priors import log1mexp
@@ -34,19 +34,10 @@ from .priors import log1mexp
 __all__ = [
     "CategoricalLikelihood",
     "GaussianLikelihood",
-    "Likelihood",
     "log_softplus",
     "spike_slab_kl",
     "spike_slab_kl_reference",
 ]
-
-
-def log_softplus(rho: Tensor) -> Tensor:
-    """``log(softplus(rho))``, accurate also where ``softplus(rho)`` underflows.
-
-    For ``rho < -20``, ``softplus(rho) = exp(rho)(1 + O(exp(rho)))`` so the log is ``rho``.
-    """
-    return torch.where(rho < -20.0, rho, torch.log(F.softplus(rho)))
 
 
 class _SpikeSlabKL(torch.autograd.Function):
@@ -136,13 +127,6 @@ def spike_slab_kl_reference(
     return kl_forward(
         mu, rho, alpha, log_lam, log1mexp(log_lam), 0.5 * math.log(prior_variance), prior_variance
     )
-
-
-class Likelihood(str, Enum):
-    """Names of the supported likelihoods (for estimators and the CLI)."""
-
-    GAUSSIAN = "gaussian"
-    CATEGORICAL = "categorical"
 
 
 class GaussianLikelihood(torch.nn.Module):
