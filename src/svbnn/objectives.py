@@ -15,7 +15,6 @@ lambda in (0, 1), including log-lambda = -1000. Its gradient is written in close
 from __future__ import annotations
 
 import math
-from enum import Enum
 from typing import Any
 
 import torch
@@ -27,6 +26,7 @@ from ._kernels import (
     kl_backward_saved,
     kl_forward,
     kl_forward_saving,
+    log_softplus,
     use_compiled,
 )
 from .priors import log1mexp
@@ -34,19 +34,10 @@ from .priors import log1mexp
 __all__ = [
     "CategoricalLikelihood",
     "GaussianLikelihood",
-    "Likelihood",
     "log_softplus",
     "spike_slab_kl",
     "spike_slab_kl_reference",
 ]
-
-
-def log_softplus(rho: Tensor) -> Tensor:
-    """``log(softplus(rho))``, accurate also where ``softplus(rho)`` underflows.
-
-    For ``rho < -20``, ``softplus(rho) = exp(rho)(1 + O(exp(rho)))`` so the log is ``rho``.
-    """
-    return torch.where(rho < -20.0, rho, torch.log(F.softplus(rho)))
 
 
 class _SpikeSlabKL(torch.autograd.Function):
@@ -138,13 +129,6 @@ def spike_slab_kl_reference(
     )
 
 
-class Likelihood(str, Enum):
-    """Names of the supported likelihoods (for estimators and the CLI)."""
-
-    GAUSSIAN = "gaussian"
-    CATEGORICAL = "categorical"
-
-
 class GaussianLikelihood(torch.nn.Module):
     """``y ~ N(f(x), noise_std^2)`` with known noise standard deviation.
 
@@ -191,6 +175,32 @@ class GaussianLikelihood(torch.nn.Module):
         const = diff.new_full((), -0.5 * math.log(2 * math.pi * var_f))
         return torch.addcmul(const, diff, diff, value=-0.5 / var_f)
 
+    def fused_spec(self, out_features: int) -> tuple[str, float] | None:
+        """What a model's fused ELBO path needs to know of this likelihood.
+
+        Parameters
+        ----------
+        out_features : int
+            The model's output width.
+
+        Returns
+        -------
+        (str, float) or None
+            ``("gaussian", noise variance)`` for one output and a float noise level;
+            ``None`` otherwise (a per-replicate noise tensor, several outputs) and in a
+            subclass that overrides :meth:`log_prob` (the fused path would not compute
+            it): the model then runs its general path (see
+            :meth:`svbnn.nn.VariationalContainer.fused_negative_elbo`).
+        """
+        noise = self.noise_std
+        if (
+            type(self).log_prob is not GaussianLikelihood.log_prob
+            or out_features != 1
+            or not isinstance(noise, float)
+        ):
+            return None
+        return "gaussian", noise * noise
+
 
 class CategoricalLikelihood(torch.nn.Module):
     """``y ~ Categorical(softmax(f(x)))``."""
@@ -199,3 +209,11 @@ class CategoricalLikelihood(torch.nn.Module):
         """Log probability per datum: ``output`` ``(..., m, C)`` logits, ``target`` ``(..., m)``."""
         logp = F.log_softmax(output, dim=-1)
         return logp.gather(-1, target.long().unsqueeze(-1)).squeeze(-1)
+
+    def fused_spec(self, out_features: int) -> tuple[str, float] | None:
+        """``("categorical", 1.0)`` for a model's fused ELBO path (see
+        :meth:`GaussianLikelihood.fused_spec`); ``None`` in a subclass that overrides
+        :meth:`log_prob`. ``out_features``: the number of classes (any)."""
+        if type(self).log_prob is not CategoricalLikelihood.log_prob:
+            return None
+        return "categorical", 1.0
