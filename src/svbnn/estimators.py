@@ -27,8 +27,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 from torch import Tensor
 
-from .nn.base import Sampler, set_generator
-from .nn.spike_slab import _ACTIVATIONS, SpikeSlabMLP
+from .nn.base import ACTIVATIONS, Sampler, set_generator
+from .nn.spike_slab import SpikeSlabMLP
 from .objectives import CategoricalLikelihood, GaussianLikelihood
 from .prediction import credible_interval, predict_proba, prediction_interval, predictive_mean
 from .priors import mlp_log_lambda_opt, resolve_log_inclusion
@@ -252,7 +252,7 @@ class _SVBNNBase(BaseEstimator):
     def _check_params(self) -> None:
         """Validate every hyperparameter; sets nothing, so a refusal leaves ``self`` as it was."""
         _hidden_sizes(self.hidden_layer_sizes)
-        _check_choice("activation", self.activation, sorted(_ACTIVATIONS))
+        _check_choice("activation", self.activation, sorted(ACTIVATIONS))
         _check_choice("dtype", self.dtype, sorted(_DTYPES))
         _check_choice("optimizer", self.optimizer, [o.value for o in Optimizer])
         _check_int("batch_size", self.batch_size, 1)
