@@ -16,12 +16,10 @@ from typing import Any
 
 import torch
 
-from .common import (
-    COMMON_DEFAULTS,
-    RunConfig,
+from .common import COMMON_DEFAULTS, RunConfig, execute_chunks
+from .files import (
     atomic_write_text,
     environment_info,
-    execute_chunks,
     lock_output,
     read_csv,
     read_settings,
@@ -399,7 +397,7 @@ def reproduce(
     """Run one artifact (or only rebuild its report) and return its output folder.
 
     Every setting is checked before any work. The output folder is locked for the run
-    (another run writing it is refused, see :func:`svbnn_experiments.common.lock_output`);
+    (another run writing it is refused, see :func:`svbnn_experiments.files.lock_output`);
     ``settings.json`` says ``"status"``: ``"running"`` from the start, then ``"complete"``,
     ``"interrupted"`` (Ctrl-C: :class:`RunInterrupted` is raised) or ``"failed"``.
     """
