@@ -81,6 +81,47 @@ def _grid_table(grid_rows: list[dict[str, Any]]) -> str:
     return markdown_table(headers, table)
 
 
+def _paper_sparsity_table(grid_rows: list[dict[str, Any]]) -> str:
+    """Per data set: the grid value whose mean sparsity is nearest the paper's, and how much
+    worse its validation RMSE is than the best grid value's (mean over splits)."""
+    headers = [
+        "Data set",
+        "Sparsity % (paper)",
+        "sigma_eps nearest it",
+        "its sparsity %",
+        "its val. RMSE vs the best value's",
+        "best sigma_eps (val. RMSE)",
+        "its sparsity %",
+    ]
+    table = []
+    for name in dict.fromkeys(r["dataset"] for r in grid_rows):
+        paper = UCI_PAPER.get(name, {}).get("sparsity")
+        if paper is None:
+            continue
+        by_sigma: dict[float, tuple[float, float]] = {}
+        for s in sorted({float(r["sigma_eps"]) for r in grid_rows if r["dataset"] == name}):
+            g = [r for r in grid_rows if r["dataset"] == name and float(r["sigma_eps"]) == s]
+            by_sigma[s] = (
+                float(np.mean([float(r["val_rmse"]) for r in g])),
+                float(np.mean([float(r["sparsity_pct"]) for r in g])),
+            )
+        near = min(by_sigma, key=lambda s: abs(by_sigma[s][1] - paper[0]))
+        best = min(by_sigma, key=lambda s: by_sigma[s][0])
+        worse = 100.0 * (by_sigma[near][0] / by_sigma[best][0] - 1.0)
+        table.append(
+            [
+                UCI_PAPER[name].get("label", name),
+                f"{paper[0]:.1f}",
+                f"{near:g}",
+                f"{by_sigma[near][1]:.1f}",
+                f"{worse:+.1f}%",
+                f"{best:g}",
+                f"{by_sigma[best][1]:.1f}",
+            ]
+        )
+    return markdown_table(headers, table)
+
+
 def report_uci(out: Path) -> None:
     """``report.md`` (our numbers beside the paper's) and ``uci_validation.png``."""
     rows = read_csv(out / "results.csv")
@@ -146,6 +187,17 @@ def report_uci(out: Path) -> None:
             "RMSE in original units and posterior sparsity sum(phi)/T, per grid value; "
             "`times chosen` counts the splits whose lowest validation RMSE it had. Per split "
             "values are in `grid.csv`.\n\n" + _grid_table(grid_rows)
+        )
+        sections.append(
+            "## Where the paper's sparsities come from\n\n"
+            "Sparsity falls steadily as sigma_eps grows (a larger noise level leaves the "
+            "likelihood less to gain from each weight against its KL), while the validation "
+            "RMSE changes little over the small values. The table gives, per data set, the "
+            "grid value whose mean sparsity is nearest the paper's and how much worse its "
+            "validation RMSE is than that of the value with the lowest one: where that is "
+            "small, the paper's sparsity is what a grid search that breaks near-ties towards "
+            "the larger noise level (or a coarser grid) gives.\n\n"
+            + _paper_sparsity_table(grid_rows)
         )
     infos = settings.get("datasets", {})
     timing = []
