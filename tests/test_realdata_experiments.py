@@ -342,3 +342,27 @@ def test_setting_parsers() -> None:
     assert check_real_methods(["svbnn", "agp", "svbnn"], ("svbnn", "agp"), "x") == ("svbnn", "agp")
     with pytest.raises(ValueError, match="runs the methods"):
         check_real_methods(["lot"], ("svbnn",), "x")
+
+
+def test_mnist_compare_puts_variants_side_by_side(data_root: Path, tmp_path: Path) -> None:
+    from svbnn_experiments.mnist_compare import main as compare_main
+
+    _run("mnist", tmp_path / "exact", "--quick", "--epochs", "2")
+    _run("mnist", tmp_path / "w16", "--quick", "--epochs", "2", "--set", "kl_weight=0.0625")
+    out = tmp_path / "cmp"
+    assert (
+        compare_main(["--out", str(out), f"exact={tmp_path / 'exact'}", f"w16={tmp_path / 'w16'}"])
+        == 0
+    )
+    rows = _rows(out / "results.csv")
+    assert [(r["variant"], int(r["epoch"])) for r in rows] == [
+        ("exact", 1),
+        ("exact", 2),
+        ("w16", 1),
+        ("w16", 2),
+    ]
+    # A weighted KL is a different objective: the same seed gives a different run.
+    assert rows[1]["train_loss"] != rows[3]["train_loss"]
+    text = (out / "report.md").read_text()
+    assert "kl_weight=0.0625" in text and (out / "mnist_variants.png").stat().st_size > 0
+    assert compare_main(["--out", str(out), "nolabel"]) == 2
