@@ -11,14 +11,14 @@ export SVBNN_DATA ?= $(SHARED_DATA)
 endif
 THREADS ?= 2
 
-.PHONY: install demo test lint typecheck pytest test-slow bench clean
+.PHONY: install demo docs test lint typecheck pytest test-slow bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# The CPU build of torch first (an unpinned torch would pull a multi-GB CUDA build).
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,9 +26,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/svbnn demo
 
+# The documentation site into site/ (open site/index.html); warnings are errors.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests $(wildcard benchmarks)
-	$(VENV)/bin/ruff format --check src tests $(wildcard benchmarks)
+	$(VENV)/bin/ruff check src tests examples $(wildcard benchmarks)
+	$(VENV)/bin/ruff format --check src tests examples $(wildcard benchmarks)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy src
@@ -36,7 +40,7 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -q
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
@@ -45,4 +49,4 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run --kernels auto
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -42,13 +42,13 @@ from svbnn.nn.horseshoe import (
 from svbnn.pruning import (
     AGPPruner,
     agp_sparsity,
-    density,
     ensure_masks,
     get_masks,
     imp_densities,
     lottery_ticket,
     magnitude_prune,
     make_mlp,
+    mask_density,
     selected_inputs,
     train_pruned,
 )
@@ -418,12 +418,12 @@ def test_agp_pruner_follows_schedule() -> None:
         pruner.step(t)
         s = pruner.sparsity_at(t)
         kept = sum(round((1.0 - s) * k) for k in sizes)
-        assert density(model) == pytest.approx(kept / sum(sizes))
+        assert mask_density(model) == pytest.approx(kept / sum(sizes))
         for layer, mask in zip(
             [m for m in model if isinstance(m, nn.Linear)], get_masks(model), strict=True
         ):
             assert torch.all(layer.weight[mask == 0] == 0)
-    assert density(model) == pytest.approx(0.3, abs=0.01)
+    assert mask_density(model) == pytest.approx(0.3, abs=0.01)
 
 
 def test_magnitude_prune_keeps_the_largest_weights() -> None:
@@ -481,8 +481,8 @@ def test_lottery_ticket_rewinds_exactly() -> None:
         for ma, mb in zip(a, b, strict=True):
             assert not bool((mb.bool() & ~ma.bool()).any())
     sizes = [40, 8]
-    assert density(model) == pytest.approx(sum(round(0.3 * k) for k in sizes) / sum(sizes))
-    assert res.densities[-1] == pytest.approx(density(model))
+    assert mask_density(model) == pytest.approx(sum(round(0.3 * k) for k in sizes) / sum(sizes))
+    assert res.densities[-1] == pytest.approx(mask_density(model))
 
 
 def test_pruning_baselines_learn() -> None:
@@ -499,7 +499,7 @@ def test_pruning_baselines_learn() -> None:
         model, Xtr, ytr, epochs=epochs, batch_size=100, lr=1e-2, generator=_gen(1), pruner=pruner
     )
     rmse = float(((model(Xte).squeeze(-1).detach().numpy() - ft) ** 2).mean() ** 0.5)
-    assert density(model) == pytest.approx(0.3, abs=0.01)
+    assert mask_density(model) == pytest.approx(0.3, abs=0.01)
     # Closer to f than the noisy responses are (RMSE < noise sd), while a constant
     # predictor's RMSE is sd(f), about 2.5.
     assert rmse < noise < ft.std() / 4
@@ -514,7 +514,7 @@ def test_pruning_baselines_learn() -> None:
         prune_rate=0.5,
     )
     rmse = float(((lot(Xte).squeeze(-1).detach().numpy() - ft) ** 2).mean() ** 0.5)
-    assert density(lot) == pytest.approx(0.5, abs=0.01)
+    assert mask_density(lot) == pytest.approx(0.5, abs=0.01)
     assert rmse < noise
 
 
@@ -610,3 +610,32 @@ def test_mlps_count_parameters() -> None:
         assert net.n_params() == 5 * 4 + 4 + 4 * 3 + 3 + 3 * 2 + 2
         assert net(torch.randn(7, 5)).shape == (7, 2)
     ensure_masks(make_mlp(2, (3,), 1))
+
+
+@pytest.mark.parametrize(
+    "cls, bad, error",
+    [
+        (VBNNRegressor, dict(init_rho=np.nan), ValueError),
+        (VBNNClassifier, dict(prior_variance=-2.0), ValueError),
+        (VDRegressor, dict(threshold="3"), TypeError),
+        (VDClassifier, dict(init_theta_range=-1.0), ValueError),
+        (HSBNNRegressor, dict(prune_ratio=1.0), ValueError),
+        (HSBNNClassifier, dict(global_scale=0.0), ValueError),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else str(v),
+)
+def test_baseline_bad_parameters_named_and_previous_fit_kept(
+    cls: type, bad: dict[str, object], error: type[Exception]
+) -> None:
+    # Issue 15 items 4 and 6 for the baselines: their own settings are checked before
+    # anything is fitted, and a failed refit keeps the previous fit.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 4))
+    y = X[:, 0] if cls in _REGRESSORS else np.where(X[:, 0] > 0, "a", "b")
+    est = cls(hidden_layer_sizes=3, max_iter=2, batch_size=20, random_state=0).fit(X, y)
+    before = est.predict(X)
+    (name,) = bad
+    with pytest.raises(error, match=name):
+        est.set_params(**bad).fit(X[:, :3], y)
+    assert est.n_features_in_ == 4
+    np.testing.assert_array_equal(est.predict(X), before)

@@ -16,6 +16,7 @@ import torch
 
 # ``benchmarks`` is a top-level folder of the repository (pytest's pythonpath has ".").
 import benchmarks.run as bench
+from benchmarks.memory import memory_child
 from benchmarks.reference import reference_kl, reference_mlp
 from svbnn.objectives import spike_slab_kl_reference
 
@@ -86,7 +87,7 @@ def test_missing_bayesian_torch_is_skipped_with_a_note(
 
 
 def test_memory_child_reports_peak_rss(capsys: pytest.CaptureFixture[str]) -> None:
-    bench.memory_child("uci:svbnn", threads=1, cnn_hidden=16, cnn_batch=4, steps=1)
+    memory_child("uci:svbnn", threads=1, cnn_hidden=16, cnn_batch=4, steps=1)
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rec["config"] == "uci:svbnn"
     assert rec["peak_rss"] >= rec["rss_before"] > 0

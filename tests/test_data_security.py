@@ -12,14 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from svbnn.data import _download, real
-from svbnn.data.real import (
+from svbnn.data import (
+    CHECKSUMS,
+    ENV_DATA_DIR,
+    ENV_DATA_URL,
     ChecksumError,
     DataIntegrityError,
     DataNotFoundError,
     DownloadError,
+    _download,
+    clear_checksum_cache,
+    is_registered_file,
     load_mnist,
     load_uci,
+    source_url,
 )
 
 N_ROWS = 12
@@ -36,10 +42,10 @@ FILES_SPLIT_0 = (
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No real data, no mirror from the environment, a private cache, no cached hashes."""
-    monkeypatch.delenv(real.ENV_DATA_DIR, raising=False)
-    monkeypatch.delenv(real.ENV_DATA_URL, raising=False)
+    monkeypatch.delenv(ENV_DATA_DIR, raising=False)
+    monkeypatch.delenv(ENV_DATA_URL, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    real.clear_checksum_cache()
+    clear_checksum_cache()
 
 
 def _write_yacht(folder: Path) -> None:
@@ -63,7 +69,7 @@ def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     _write_yacht(www / "uci" / "yacht")
     data = www / "uci" / "yacht" / "data.txt"
     monkeypatch.setitem(
-        real.CHECKSUMS, "uci/yacht/data.txt", (hashlib.sha256(data.read_bytes()).hexdigest(),)
+        CHECKSUMS, "uci/yacht/data.txt", (hashlib.sha256(data.read_bytes()).hexdigest(),)
     )
     # What a traversal through the mirror URL fetches: <mirror>/uci/../../evil -> tmp_path/evil.
     (tmp_path / "evil").mkdir()
@@ -121,12 +127,12 @@ def test_split_is_checked_before_io(tmp_path: Path) -> None:
 def test_source_url_only_for_registered_files() -> None:
     for relpath in ("../evil", "uci/../../evil/data.txt", "uci/toy/data.txt", "/etc/passwd"):
         with pytest.raises(ValueError):
-            real.source_url(relpath, "file:///mirror")
+            source_url(relpath, "file:///mirror")
     with pytest.raises(ValueError, match="not a registered data file"):
-        real.source_url("uci/yacht/index_train_20.txt", "file:///mirror")  # yacht has 20
-    assert real.source_url("uci/yacht/index_train_19.txt", "http://m").endswith("_19.txt")
-    assert real.is_registered_file("mnist.npz")
-    assert not real.is_registered_file("uci/year/YearPredictionMSD.txt")
+        source_url("uci/yacht/index_train_20.txt", "file:///mirror")  # yacht has 20
+    assert source_url("uci/yacht/index_train_19.txt", "http://m").endswith("_19.txt")
+    assert is_registered_file("mnist.npz")
+    assert not is_registered_file("uci/year/YearPredictionMSD.txt")
 
 
 def test_download_destination_must_stay_inside_root(
@@ -255,7 +261,7 @@ def test_unset_data_dir_says_how_to_set_it() -> None:
 def test_missing_data_dir_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DataNotFoundError, match="Data directory .*nowhere .*does not exist"):
         load_uci("yacht", 0, tmp_path / "nowhere")
-    monkeypatch.setenv(real.ENV_DATA_DIR, str(tmp_path / "gone"))
+    monkeypatch.setenv(ENV_DATA_DIR, str(tmp_path / "gone"))
     with pytest.raises(DataNotFoundError, match=r"gone \(from \$SVBNN_DATA\) does not exist"):
         load_mnist()
 

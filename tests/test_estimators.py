@@ -1,9 +1,12 @@
 """scikit-learn contract, reproducibility and input validation of the estimators."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import check_estimator
 
 from svbnn import SVBNNClassifier, SVBNNRegressor
@@ -129,3 +132,194 @@ def test_classifier_probabilities_and_unseen_labels() -> None:
         clf.score(X, np.where(y == "yes", "maybe", y))
     with pytest.raises(ValueError, match="class"):
         SVBNNClassifier(**SMALL).fit(X, np.full(150, "yes"))
+
+
+# -- issue 15 item 4: a failed refit leaves the previous fit intact -----------------------
+def _fitted_state(est: object) -> dict[str, object]:
+    return {k: v for k, v in vars(est).items() if k.endswith("_") and not k.startswith("__")}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(learning_rate_init=-1),  # a bad parameter, found before anything is set
+        dict(hidden_layer_sizes=(0,)),
+        dict(device="nope"),
+        dict(dtype="float16"),
+    ],
+)
+def test_failed_refit_keeps_previous_fit(bad: dict[str, object]) -> None:
+    X, y = _reg_data()
+    est = SVBNNRegressor(**{**SMALL, "max_iter": 2}).fit(X, y)
+    before = _fitted_state(est)
+    expected = est.predict(X[:5])
+    with pytest.raises((ValueError, TypeError)):
+        est.set_params(**bad).fit(X[:, :3], y)
+    assert _fitted_state(est).keys() == before.keys()
+    assert all(_fitted_state(est)[k] is v for k, v in before.items())
+    np.testing.assert_array_equal(est.predict(X[:5]), expected)  # not a shape error
+    with pytest.raises(ValueError, match="features"):
+        est.predict(X[:2, :3])
+
+
+def test_refit_failing_midway_keeps_previous_fit() -> None:
+    # Bad data found by sklearn's validation (after it set n_features_in_) and a loss that
+    # overflows during training both leave the first fit as it was.
+    X, y = _reg_data()
+    est = SVBNNRegressor(**{**SMALL, "max_iter": 2}).fit(X, y)
+    expected = est.predict(X[:5])
+    Xnan = X[:, :3].copy()
+    Xnan[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        est.fit(Xnan, y)
+    with pytest.raises(FloatingPointError):
+        est.fit(X[:, :3] * 1e160, y)
+    assert est.n_features_in_ == 4
+    np.testing.assert_array_equal(est.predict(X[:5]), expected)
+
+
+def test_failed_first_fit_leaves_estimator_unfitted() -> None:
+    X, y = _clf_data()
+    est = SVBNNClassifier(**SMALL)
+    with pytest.raises(ValueError, match="class"):
+        est.fit(X, np.full(len(y), "yes"))
+    assert _fitted_state(est) == {}
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+
+
+# -- issue 15 item 6: edge cases of the parameters --------------------------------------
+def test_int_hidden_layer_sizes_is_one_layer() -> None:
+    X, y = _reg_data()
+    a = SVBNNRegressor(**{**SMALL, "hidden_layer_sizes": 5, "max_iter": 2}).fit(X, y)
+    b = SVBNNRegressor(**{**SMALL, "hidden_layer_sizes": (5,), "max_iter": 2}).fit(X, y)
+    assert a.hidden_layer_sizes == 5  # the parameter itself is left as given
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
+
+
+@pytest.mark.parametrize(
+    "params, error, match",
+    [
+        (dict(init_mu_range=-1), ValueError, "init_mu_range"),
+        (dict(init_mu_range=np.inf), ValueError, "init_mu_range"),
+        (dict(learning_rate_init=np.nan), ValueError, "learning_rate_init"),
+        (dict(hidden_layer_sizes="7"), ValueError, "hidden_layer_sizes"),
+        (dict(hidden_layer_sizes=2.5), TypeError, "hidden_layer_sizes"),
+        (dict(max_iter=2.0), TypeError, "max_iter"),
+        (dict(batch_size=True), TypeError, "batch_size"),
+        (dict(temperature=0), ValueError, "temperature"),
+        (dict(prior_variance="2"), TypeError, "prior_variance"),
+        (dict(init_inclusion=1.0), ValueError, "init_inclusion"),
+        (dict(prior_inclusion=1.5), ValueError, "prior_inclusion"),
+        (dict(log_prior_inclusion=0.5), ValueError, "log_prior_inclusion"),
+        (dict(noise_std=0), ValueError, "noise_std"),
+        (dict(sampler="x"), ValueError, "sampler"),
+        (dict(optimizer="lbfgs"), ValueError, "optimizer"),
+        (dict(activation="gelu"), ValueError, "activation"),
+        (dict(dtype="float16"), ValueError, "dtype"),
+        (dict(random_state="seed"), TypeError, "random_state"),
+        (dict(random_state=-1), ValueError, "random_state"),
+        (dict(device="tpu"), ValueError, "device"),
+    ],
+)
+def test_bad_parameters_name_themselves(
+    params: dict[str, object], error: type[Exception], match: str
+) -> None:
+    X, y = _reg_data()
+    with pytest.raises(error, match=match):
+        SVBNNRegressor(**{**SMALL, **params}).fit(X, y)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_a_clear_error() -> None:
+    X, y = _reg_data()
+    with pytest.raises(ValueError, match="CUDA is not available|no CUDA device"):
+        SVBNNRegressor(**{**SMALL, "device": "cuda"}).fit(X, y)
+
+
+def test_string_y_for_the_regressor() -> None:
+    X, _ = _clf_data()
+    with pytest.raises(ValueError, match="y must be numeric"):
+        SVBNNRegressor(**SMALL).fit(X, np.where(X[:, 0] > 0, "a", "b"))
+    with pytest.raises(ValueError, match="y must be numeric"):
+        SVBNNRegressor(**SMALL).fit(X, np.where(X[:, 0] > 0, "a", "b").astype(object))
+
+
+def test_prediction_draw_counts_and_levels_are_checked() -> None:
+    X, y = _reg_data()
+    est = SVBNNRegressor(**{**SMALL, "max_iter": 2}).fit(X, y)
+    with pytest.raises(TypeError, match="n_samples"):
+        est.predict(X, n_samples=2.5)
+    with pytest.raises(ValueError, match="n_samples"):
+        est.predict(X, n_samples=0)
+    for method in (est.predict_interval, est.predict_prediction_interval):
+        with pytest.raises(ValueError, match="n_samples.*at least 2 draws"):
+            method(X, n_samples=1)
+        for level in (0.0, 1.0, 1.5, np.nan):
+            with pytest.raises(ValueError, match="level"):
+                method(X, level=level)
+        lo, hi = method(X[:3], n_samples=2)
+        assert np.all(lo <= hi)
+    clf = SVBNNClassifier(**{**SMALL, "max_iter": 2}).fit(*_clf_data())
+    with pytest.raises(TypeError, match="n_samples"):
+        clf.predict_proba(X[:, :3], n_samples=2.5)
+
+
+def test_pruning_everything_warns() -> None:
+    # learning_rate_init=1e6 drives every inclusion probability to 0: a constant predictor.
+    X, y = _reg_data()
+    with pytest.warns(UserWarning, match="no path from any input.*learning_rate_init"):
+        est = SVBNNRegressor(**{**SMALL, "learning_rate_init": 1e6, "max_iter": 50}).fit(X, y)
+    assert np.ptp(est.predict(X)) == 0.0
+
+
+@pytest.mark.parametrize("cls", [SVBNNRegressor, SVBNNClassifier])
+def test_exploding_fit_warns(cls: type) -> None:
+    # Means initialised in [-1e3, 1e3] give outputs of order 1e9 that training does not
+    # recover from: R^2 of about -1e23 (regressor), log-loss of order 1e8 (classifier).
+    X, y = _reg_data() if cls is SVBNNRegressor else _clf_data()
+    with pytest.warns(UserWarning, match="diverged or did not converge"):
+        cls(**{**SMALL, "init_mu_range": 1e3}).fit(X, y)
+
+
+def test_sane_fit_does_not_warn() -> None:
+    X, y = _reg_data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SVBNNRegressor(**SMALL).fit(X, y)
+        SVBNNClassifier(**SMALL).fit(*_clf_data())
+
+
+@pytest.mark.parametrize("cls", [SVBNNRegressor, SVBNNClassifier])
+def test_random_state_kinds(cls: type) -> None:
+    X, y = _reg_data() if cls is SVBNNRegressor else _clf_data()
+    params = {**SMALL, "max_iter": 2}
+
+    def out(est: object) -> np.ndarray:
+        return est.predict(X) if cls is SVBNNRegressor else est.predict_proba(X)  # type: ignore[attr-defined]
+
+    by_int = out(cls(**{**params, "random_state": 3}).fit(X, y))
+    by_rs = out(cls(**{**params, "random_state": np.random.RandomState(3)}).fit(X, y))
+    np.testing.assert_array_equal(by_int, by_rs)  # an int seeds a RandomState, as sklearn
+    g1 = out(cls(**{**params, "random_state": np.random.default_rng(3)}).fit(X, y))
+    g2 = out(cls(**{**params, "random_state": np.random.default_rng(3)}).fit(X, y))
+    np.testing.assert_array_equal(g1, g2)
+    assert np.all(np.isfinite(out(cls(**{**params, "random_state": None}).fit(X, y))))
+
+
+# -- issue 15 item 8: what holds about row order ----------------------------------------
+@pytest.mark.parametrize("dtype, tol", [("float64", 1e-14), ("float32", 1e-5)])
+def test_predictions_agree_up_to_rounding_whatever_the_row_order(dtype: str, tol: float) -> None:
+    X, y = _reg_data(n=500)
+    est = SVBNNRegressor(**{**SMALL, "dtype": dtype}).fit(X, y)
+    perm = np.random.default_rng(1).permutation(len(X))
+    full = est.predict(X)
+    scale = np.abs(full).max()
+    # Permuted rows, one row at a time, and a subset: the same draws for every row.
+    np.testing.assert_allclose(est.predict(X[perm]), full[perm], rtol=0, atol=tol * scale)
+    single = np.concatenate([est.predict(X[i : i + 1]) for i in range(10)])
+    np.testing.assert_allclose(single, full[:10], rtol=0, atol=tol * scale)
+    lo, hi = est.predict_interval(X, n_samples=50)
+    plo, phi = est.predict_interval(X[perm], n_samples=50)
+    np.testing.assert_allclose(plo, lo[perm], rtol=0, atol=tol * scale)
+    np.testing.assert_allclose(phi, hi[perm], rtol=0, atol=tol * scale)

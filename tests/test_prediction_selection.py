@@ -136,3 +136,16 @@ def test_export_conv() -> None:
     with forward_mode(model, "median"), torch.no_grad():
         torch.testing.assert_close(out(x), model(x))
     assert isinstance(out[0], torch.nn.Conv2d) and report.n_total == 3 * 18 + 3
+
+
+def test_prediction_leaves_the_layers_generators_as_it_found_them() -> None:
+    """predict must not mutate the model: a training stream continues as if no prediction ran."""
+    from svbnn.nn import SpikeSlabMLP
+    from svbnn.prediction import sample_outputs
+
+    train_gen = torch.Generator().manual_seed(0)
+    model = SpikeSlabMLP(3, (4,), 1, generator=train_gen)
+    before = [layer.generator for layer in model.layers()]
+    sample_outputs(model, torch.randn(5, 3), 3, generator=torch.Generator().manual_seed(1))
+    assert [layer.generator for layer in model.layers()] == before
+    assert all(g is train_gen for g in before)

@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 import torch
 
-import svbnn.experiments.mnist as mnist_mod
+import svbnn.experiments.classifiers as mnist_mod
 import svbnn.experiments.uci  # noqa: F401  (registers the uci artifact)
 from svbnn.checkpoint import load_checkpoint
 from svbnn.cli import main
-from svbnn.data import real
+from svbnn.data import CHECKSUMS, ENV_DATA_DIR, ENV_DATA_URL, clear_checksum_cache
 from svbnn.experiments import get_artifact, resolve_config
 from svbnn.experiments.common import write_settings
+from svbnn.experiments.mnist_uq import overlay_images
 from svbnn.experiments.realdata import EpochBook, check_real_methods, parse_floats, parse_names
 
 torch.set_num_threads(1)
@@ -82,10 +83,10 @@ def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "uci/wine-quality-red/data.txt",
         "uci/power-plant/data.txt",
     ):
-        monkeypatch.setitem(real.CHECKSUMS, rel, (_sha(root / rel),))
-    monkeypatch.setenv(real.ENV_DATA_DIR, str(root))
-    monkeypatch.delenv(real.ENV_DATA_URL, raising=False)
-    real.clear_checksum_cache()
+        monkeypatch.setitem(CHECKSUMS, rel, (_sha(root / rel),))
+    monkeypatch.setenv(ENV_DATA_DIR, str(root))
+    monkeypatch.delenv(ENV_DATA_URL, raising=False)
+    clear_checksum_cache()
     return root
 
 
@@ -152,10 +153,8 @@ def test_uci_rmse_is_in_original_units(
     _run("uci", tmp_path / "a", "--quick", "--set", "datasets=wine", "--set", "noise_grid=0.5")
     folder = data_root / "uci" / "wine-quality-red"
     _write_uci(folder, p=11, seed=2, scale=1000.0, shift=5.0)
-    monkeypatch.setitem(
-        real.CHECKSUMS, "uci/wine-quality-red/data.txt", (_sha(folder / "data.txt"),)
-    )
-    real.clear_checksum_cache()
+    monkeypatch.setitem(CHECKSUMS, "uci/wine-quality-red/data.txt", (_sha(folder / "data.txt"),))
+    clear_checksum_cache()
     _run("uci", tmp_path / "b", "--quick", "--set", "datasets=wine", "--set", "noise_grid=0.5")
     a, b = _rows(tmp_path / "a" / "results.csv"), _rows(tmp_path / "b" / "results.csv")
     for ra, rb in zip(a, b, strict=True):
@@ -328,11 +327,11 @@ def test_cnn_sizes_and_flip() -> None:
 def test_overlay_images() -> None:
     imgs = np.stack([np.full((28, 28), v, dtype=np.uint8) for v in (10, 20, 30, 40)])
     labels = np.array([2, 3, 7, 2])
-    out, idx = mnist_mod.overlay_images(imgs, labels, ((2, 3), (7, 2)))
+    out, idx = overlay_images(imgs, labels, ((2, 3), (7, 2)))
     assert idx == [(0, 1), (2, 0)]
     np.testing.assert_array_equal(out[:, 0, 0], [15.0, 20.0])
     with pytest.raises(ValueError, match="too few"):
-        mnist_mod.overlay_images(imgs, labels, ((5, 6),))
+        overlay_images(imgs, labels, ((5, 6),))
 
 
 def test_setting_parsers() -> None:

@@ -28,7 +28,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from .estimators import _DTYPES, SVBNNClassifier, SVBNNRegressor
+from .estimators import _DTYPES, SVBNNClassifier, SVBNNRegressor, _check_real, _hidden_sizes
 from .nn.base import VariationalLayer, variational_layers
 from .nn.dropout import VariationalDropoutMLP
 from .nn.gaussian import GaussianMLP
@@ -129,7 +129,7 @@ class _BaselineMixin:
     """
 
     # Declared for mypy; set by the concrete estimators' __init__.
-    hidden_layer_sizes: tuple[int, ...]
+    hidden_layer_sizes: int | tuple[int, ...]
     activation: str
     batch_size: int
     learning_rate_init: float
@@ -148,6 +148,28 @@ class _BaselineMixin:
     def _prepare(self, n: int, p: int, n_out: int) -> None:
         """The baselines have no data-dependent prior settings."""
 
+    def _check_model_params(self) -> None:
+        """Each baseline's own settings, checked before anything is fitted."""
+        # (name, lower bound or None for any finite value, whether None is allowed)
+        for name, low, none_ok in (
+            ("prior_variance", 0.0, False),
+            ("init_rho", None, False),
+            ("init_mu_range", 0.0, True),
+            ("threshold", None, False),
+            ("init_log_sigma2", None, False),
+            ("init_theta_range", 0.0, True),
+            ("local_scale", 0.0, False),
+            ("global_scale", 0.0, False),
+            ("output_scale", 0.0, False),
+        ):
+            if hasattr(self, name):
+                _check_real(name, getattr(self, name), low=low, allow_none=none_ok)
+        if hasattr(self, "prune_ratio"):
+            _check_real("prune_ratio", self.prune_ratio, low=0.0, high=1.0, low_inclusive=True)
+
+    def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
+        return list(self.kept_masks_)
+
     def _layer_common(self, gen: torch.Generator) -> dict[str, Any]:
         return {"generator": gen, "device": self.device, "dtype": _DTYPES[self.dtype]}
 
@@ -165,7 +187,7 @@ class _BaselineMixin:
 class _VBNNBase(_BaselineMixin):
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         prior_variance: float = 2.0,
         init_rho: float = -6.0,
@@ -177,7 +199,7 @@ class _VBNNBase(_BaselineMixin):
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -200,7 +222,7 @@ class _VBNNBase(_BaselineMixin):
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return GaussianMLP(
             n_features,
-            tuple(int(h) for h in self.hidden_layer_sizes),
+            _hidden_sizes(self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
             prior_variance=self.prior_variance,
@@ -258,7 +280,7 @@ class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         prior_variance: float = 2.0,
         noise_std: float = 1.0,
@@ -271,7 +293,7 @@ class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -299,7 +321,7 @@ class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
 class _VDBase(_BaselineMixin):
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         threshold: float = 3.0,
         init_log_sigma2: float = -10.0,
@@ -311,7 +333,7 @@ class _VDBase(_BaselineMixin):
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -334,7 +356,7 @@ class _VDBase(_BaselineMixin):
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return VariationalDropoutMLP(
             n_features,
-            tuple(int(h) for h in self.hidden_layer_sizes),
+            _hidden_sizes(self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
             threshold=self.threshold,
@@ -391,7 +413,7 @@ class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         threshold: float = 3.0,
         noise_std: float = 1.0,
@@ -404,7 +426,7 @@ class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -432,7 +454,7 @@ class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
 class _HSBNNBase(_BaselineMixin):
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         local_scale: float = 1.0,
         global_scale: float = 1.0,
@@ -447,7 +469,7 @@ class _HSBNNBase(_BaselineMixin):
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -473,7 +495,7 @@ class _HSBNNBase(_BaselineMixin):
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return HorseshoeMLP(
             n_features,
-            tuple(int(h) for h in self.hidden_layer_sizes),
+            _hidden_sizes(self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
             local_scale=self.local_scale,
@@ -535,7 +557,7 @@ class HSBNNRegressor(_HSBNNBase, SVBNNRegressor):  # type: ignore[misc]
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         local_scale: float = 1.0,
         global_scale: float = 1.0,
@@ -551,7 +573,7 @@ class HSBNNRegressor(_HSBNNBase, SVBNNRegressor):  # type: ignore[misc]
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:

@@ -3,17 +3,23 @@
 Both follow the scikit-learn contract: ``__init__`` only stores its arguments, fitted
 attributes end in ``_``, ``random_state`` makes a fit (and every prediction after it)
 reproducible. Predictions draw their posterior samples from a generator seeded from the
-fit, so ``predict`` is deterministic and row-wise consistent.
+fit, so ``predict`` is deterministic, and each row gets the same draws whatever the other
+rows (its prediction then agrees up to floating-point rounding, see ``dtype``).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
+from scipy import sparse
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import check_random_state
@@ -22,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from torch import Tensor
 
 from .nn.base import Sampler, set_generator
-from .nn.spike_slab import SpikeSlabMLP
+from .nn.spike_slab import _ACTIVATIONS, SpikeSlabMLP
 from .objectives import CategoricalLikelihood, GaussianLikelihood
 from .prediction import credible_interval, predict_proba, prediction_interval, predictive_mean
 from .priors import mlp_log_lambda_opt, resolve_log_inclusion
@@ -47,6 +53,154 @@ def _to_numpy(a: Any) -> Any:
     return a
 
 
+# -- parameter checks --------------------------------------------------------------------
+# Each raises TypeError for a value of the wrong kind and ValueError for one out of range,
+# and names the parameter, so a bad setting never surfaces as a raw torch/numpy error.
+def _check_int(name: str, value: Any, minimum: int, reason: str = "") -> int:
+    # bool is an int subclass, but max_iter=True is a mistake, not a count; 2.5 draws is
+    # refused rather than silently truncated.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}{reason}, got {value!r}")
+    return int(value)
+
+
+def _check_real(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = False,
+    allow_none: bool = False,
+) -> None:
+    """A finite real number in ``(low, high)`` (``[low, high)`` with ``low_inclusive``)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    below = low is not None and (v < low if low_inclusive else v <= low)
+    above = high is not None and v >= high
+    if not math.isfinite(v) or below or above:
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        rng = f"{'[' if low_inclusive else '('}{lo}, {hi})"
+        raise ValueError(f"{name} must be a finite number in {rng}, got {value!r}")
+
+
+def _check_choice(name: str, value: Any, choices: list[str]) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def _hidden_sizes(value: Any) -> tuple[int, ...]:
+    """``hidden_layer_sizes`` as a tuple; an int is one hidden layer (as sklearn's MLP)."""
+    sizes = (value,) if isinstance(value, numbers.Integral) else value
+    try:
+        sizes = tuple(sizes)
+    except TypeError:
+        raise TypeError(
+            f"hidden_layer_sizes must be an int or a sequence of ints, got {value!r}"
+        ) from None
+    for h in sizes:
+        if isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1:
+            raise ValueError(f"hidden_layer_sizes must be positive integers, got {value!r}")
+    return tuple(int(h) for h in sizes)
+
+
+def _check_device(value: Any) -> torch.device:
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f"device must be a torch device such as 'cpu', got {value!r}") from e
+    # Checked here so a missing backend is a clear error, not torch's AssertionError.
+    if dev.type == "cuda":
+        if not torch.backends.cuda.is_built():
+            raise ValueError("CUDA is not available in this PyTorch build; use device='cpu'")
+        if not torch.cuda.is_available():
+            raise ValueError(
+                "no CUDA device is available (torch.cuda.is_available() is False); use device='cpu'"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={value!r}: only {torch.cuda.device_count()} CUDA device(s) available"
+            )
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("MPS is not available on this machine; use device='cpu'")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'mps', got {value!r}")
+    return dev
+
+
+class _SeedSource:
+    """Draws torch seeds from ``random_state``: int, None, RandomState or Generator."""
+
+    def __init__(self, random_state: Any) -> None:
+        self._gen: np.random.Generator | None = None
+        self._rs: np.random.RandomState | None = None
+        if isinstance(random_state, np.random.Generator):
+            self._gen = random_state
+        elif isinstance(random_state, bool):
+            raise TypeError(f"random_state must be an int, not a bool, got {random_state!r}")
+        elif isinstance(random_state, numbers.Integral) and not 0 <= int(random_state) < 2**32:
+            raise ValueError(f"random_state must lie in [0, 2**32), got {random_state!r}")
+        else:
+            try:
+                self._rs = check_random_state(random_state)
+            except ValueError:
+                raise TypeError(
+                    "random_state must be an int, None, a numpy RandomState or a numpy "
+                    f"Generator, got {random_state!r}"
+                ) from None
+
+    def seed(self) -> int:
+        # RandomState.randint keeps the seeds (and so the fits) of earlier versions.
+        if self._rs is not None:
+            return int(self._rs.randint(0, 2**31 - 1))
+        assert self._gen is not None
+        return int(self._gen.integers(0, 2**31 - 1))
+
+
+def _check_numeric(a: Any, name: str) -> Any:
+    """Refuse string (or non-numeric object) data with a message naming ``a``.
+
+    Returns ``a``, with object arrays converted to float64 here so that sklearn's later
+    messages (NaN, infinity) name the argument too.
+    """
+    if a is None or sparse.issparse(a) or hasattr(a, "dtypes"):
+        return a  # sklearn's own checks give clear messages for these (and DataFrames)
+    arr = a if isinstance(a, np.ndarray) else np.asarray(a, dtype=object)
+    if arr.dtype.kind in "USV":
+        raise ValueError(f"{name} must be numeric, got an array of dtype {arr.dtype}")
+    if arr.dtype.kind != "O":
+        return a
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError) as e:
+        # Same type as numpy's error (sklearn's checks expect TypeError for dicts).
+        raise type(e)(f"{name} must be numeric; it holds values that are not: {e}") from e
+
+
+def _fitted_attributes(est: BaseEstimator) -> dict[str, Any]:
+    # sklearn's convention (check_is_fitted): fitted state lives in attributes ending in
+    # "_"; that includes private ones such as _predict_seed_.
+    return {k: v for k, v in vars(est).items() if k.endswith("_") and not k.startswith("__")}
+
+
+def _reaches_output(masks: list[NDArray[np.bool_]]) -> bool:
+    """Whether kept weights (per layer, ``(out, in)``) connect some input to some output."""
+    if not masks or any(m.ndim != 2 for m in masks):
+        return True  # not an MLP of linear layers: no claim
+    reach: NDArray[np.bool_] = np.ones(masks[0].shape[1], dtype=bool)
+    for m in masks:
+        if m.shape[1] != reach.size:
+            return True
+        reach = np.asarray(m[:, reach].any(axis=1), dtype=bool)
+    return bool(reach.any())
+
+
 class _SVBNNBase(BaseEstimator):
     """Shared fitting logic (not for direct use)."""
 
@@ -54,7 +208,7 @@ class _SVBNNBase(BaseEstimator):
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         prior_inclusion: str | float = "opt",
         log_prior_inclusion: float | None = None,
@@ -70,7 +224,7 @@ class _SVBNNBase(BaseEstimator):
         init_inclusion: float = 0.99,
         init_mu_range: float | None = None,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -96,35 +250,69 @@ class _SVBNNBase(BaseEstimator):
 
     # -- helpers -------------------------------------------------------------------------
     def _check_params(self) -> None:
-        sizes = tuple(self.hidden_layer_sizes)
-        if any(int(h) != h or h < 1 for h in sizes):
-            raise ValueError(f"hidden_layer_sizes must be positive integers, got {sizes}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        Optimizer(self.optimizer)
-        for name in ("batch_size", "max_iter", "n_mc_train", "n_samples_predict"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < (0 if name == "max_iter" else 1):
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        """Validate every hyperparameter; sets nothing, so a refusal leaves ``self`` as it was."""
+        _hidden_sizes(self.hidden_layer_sizes)
+        _check_choice("activation", self.activation, sorted(_ACTIVATIONS))
+        _check_choice("dtype", self.dtype, sorted(_DTYPES))
+        _check_choice("optimizer", self.optimizer, [o.value for o in Optimizer])
+        _check_int("batch_size", self.batch_size, 1)
+        _check_int("max_iter", self.max_iter, 0)
+        _check_int("n_mc_train", self.n_mc_train, 1)
+        _check_int("n_samples_predict", self.n_samples_predict, 1)
+        _check_real("learning_rate_init", self.learning_rate_init, low=0.0)
+        _SeedSource(self.random_state)
+        _check_device(self.device)
+        self._check_model_params()
 
-    def _tensor(self, a: NDArray[Any]) -> Tensor:
-        # fit() converts y before _fit_module runs: check the dtype here for a clear error.
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        return torch.tensor(np.asarray(a), dtype=_DTYPES[self.dtype], device=self.device)
+    def _check_model_params(self) -> None:
+        """The prior's and the variational family's settings (the baselines override this)."""
+        _check_choice("sampler", self.sampler, [s.value for s in Sampler])
+        if isinstance(self.prior_inclusion, str):
+            if self.prior_inclusion != "opt":
+                raise ValueError(
+                    "prior_inclusion must be 'opt' or a float in (0, 1), "
+                    f"got {self.prior_inclusion!r}"
+                )
+        else:
+            _check_real("prior_inclusion", self.prior_inclusion, low=0.0, high=1.0)
+        _check_real("log_prior_inclusion", self.log_prior_inclusion, high=0.0, allow_none=True)
+        _check_real("prior_variance", self.prior_variance, low=0.0)
+        _check_real("temperature", self.temperature, low=0.0)
+        _check_real("init_inclusion", self.init_inclusion, low=0.0, high=1.0)
+        _check_real("init_mu_range", self.init_mu_range, low=0.0, allow_none=True)
+
+    def _tensor(self, a: NDArray[Any], name: str, *, fitted: bool = False) -> Tensor:
+        """``a`` as a tensor of the parameters' dtype and device.
+
+        ``fitted``: those of ``module_`` rather than of the current ``dtype``/``device``
+        settings, which ``set_params`` may have changed since the fit.
+        """
+        if fitted:
+            p = next(self.module_.parameters())
+            dtype, device = p.dtype, p.device
+        else:
+            dtype, device = _DTYPES[self.dtype], torch.device(self.device)
+        arr = np.asarray(a)
+        # Finite float64 data can overflow to inf in float32: refuse rather than fit inf.
+        if dtype == torch.float32 and arr.size and np.abs(arr).max() > np.finfo(np.float32).max:
+            raise ValueError(
+                f"{name} has values beyond the float32 range (max |{name}| = "
+                f"{np.abs(arr).max():.3g}); use dtype='float64' or rescale {name}"
+            )
+        return torch.tensor(arr, dtype=dtype, device=device)
 
     def _resolve_log_lambda(self, n: int, p: int, n_out: int) -> float:
         if self.log_prior_inclusion is not None:
             return resolve_log_inclusion(log_inclusion=self.log_prior_inclusion)
         if isinstance(self.prior_inclusion, str):
-            return mlp_log_lambda_opt(p, tuple(self.hidden_layer_sizes), n_out, n)
+            return mlp_log_lambda_opt(p, _hidden_sizes(self.hidden_layer_sizes), n_out, n)
         return resolve_log_inclusion(inclusion=float(self.prior_inclusion))
 
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> torch.nn.Module:
         """The network to fit; subclasses (the baselines' estimators) override this."""
         return SpikeSlabMLP(
             n_features,
-            tuple(int(h) for h in self.hidden_layer_sizes),
+            _hidden_sizes(self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
             prior_variance=self.prior_variance,
@@ -140,11 +328,6 @@ class _SVBNNBase(BaseEstimator):
 
     def _prepare(self, n: int, p: int, n_out: int) -> None:
         """Settings that depend on the data size (SVBNN: the prior inclusion lambda)."""
-        Sampler(self.sampler)
-        if isinstance(self.prior_inclusion, str) and self.prior_inclusion != "opt":
-            raise ValueError(
-                f"prior_inclusion must be 'opt' or a float in (0, 1), got {self.prior_inclusion!r}"
-            )
         self.log_lambda_ = self._resolve_log_lambda(n, p, n_out)
         self.lambda_ = math.exp(self.log_lambda_)
 
@@ -159,18 +342,39 @@ class _SVBNNBase(BaseEstimator):
         assert isinstance(sel, np.ndarray)
         self.selected_features_ = sel
 
-    def _fit_module(self, X: NDArray[Any], target: Tensor, n_out: int, likelihood: Any) -> None:
-        self._check_params()
+    def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
+        """Per layer, the weights the fitted network keeps (SVBNN: ``phi > 0.5``)."""
+        return [p > 0.5 for p in self.inclusion_probs_]
+
+    @contextmanager
+    def _fit_transaction(self) -> Iterator[None]:
+        """Keep the previous fitted state, untouched, when a (re)fit fails at any point.
+
+        Parameters and data are validated before anything is set, but validate_data itself
+        sets ``n_features_in_`` and training can fail midway (a diverging loss, Ctrl-C):
+        restoring the snapshot means the estimator is never a mix of two fits.
+        """
+        saved = _fitted_attributes(self)
+        try:
+            yield
+        except BaseException:
+            for k in _fitted_attributes(self):
+                delattr(self, k)
+            self.__dict__.update(saved)
+            raise
+
+    def _fit_module(
+        self, X: NDArray[Any], target: Tensor, n_out: int, likelihood: Any, seeds: _SeedSource
+    ) -> None:
         n, p = X.shape
-        rs = check_random_state(self.random_state)
-        seed = int(rs.randint(0, 2**31 - 1))
+        Xt = self._tensor(X, "X")
         gen = torch.Generator(device=self.device)
-        gen.manual_seed(seed)
+        gen.manual_seed(seeds.seed())
         self._prepare(n, p, n_out)
         model = self._build_module(p, n_out, gen)
         self.history_: History = train(
             model,
-            self._tensor(X),
+            Xt,
             target,
             likelihood,
             epochs=int(self.max_iter),
@@ -187,26 +391,65 @@ class _SVBNNBase(BaseEstimator):
         self.module_ = model
         self.n_iter_ = int(self.max_iter)
         self.loss_curve_ = list(self.history_.loss)
-        self._predict_seed_ = int(rs.randint(0, 2**31 - 1))
+        self._predict_seed_ = seeds.seed()
         self._summarize(model)
 
+    def _warn_if_degenerate(self, bad_fit: str | None) -> None:
+        """Warn about fits that return numbers but are useless (nothing silently wrong)."""
+        if bad_fit is not None:
+            warnings.warn(
+                f"{type(self).__name__}: {bad_fit}; the fit diverged or did not converge. "
+                f"Lower learning_rate_init (now {self.learning_rate_init!r}) or the initial "
+                "weight range, raise max_iter, or standardise the data.",
+                UserWarning,
+                stacklevel=3,
+            )
+        if not _reaches_output(self._kept_weight_masks()):
+            warnings.warn(
+                f"{type(self).__name__}: the fitted network keeps no path from any input to "
+                "the output (every path has a pruned weight), so it predicts a constant. "
+                f"learning_rate_init (now {self.learning_rate_init!r}) is likely too high; "
+                "otherwise the data may carry no signal the prior lets through.",
+                UserWarning,
+                stacklevel=3,
+            )
+
     def _predict_generator(self) -> torch.Generator:
-        gen = torch.Generator(device=self.device)
+        gen = torch.Generator(device=next(self.module_.parameters()).device)
         gen.manual_seed(self._predict_seed_)
         return gen
 
     def _validate_X(self, X: ArrayLike) -> Tensor:
         check_is_fitted(self, "module_")
+        X = _check_numeric(_to_numpy(X), "X")
         Xv = validate_data(
-            self, _to_numpy(X), reset=False, dtype=[np.float64, np.float32], ensure_all_finite=True
+            self, X, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=True
         )
-        return self._tensor(Xv)
+        return self._tensor(Xv, "X", fitted=True)
 
     def _draws(self, n_samples: int | None) -> int:
-        n = self.n_samples_predict if n_samples is None else n_samples
-        if n < 1:
-            raise ValueError(f"n_samples must be positive, got {n}")
-        return int(n)
+        return _check_int(
+            "n_samples", self.n_samples_predict if n_samples is None else n_samples, 1
+        )
+
+    @staticmethod
+    def _interval_args(level: float, n_samples: int) -> int:
+        _check_real("level", level, low=0.0, high=1.0)
+        # One draw gives lower == upper: a zero-width "interval" that claims certainty.
+        return _check_int("n_samples", n_samples, 2, " (an interval needs at least 2 draws)")
+
+    @staticmethod
+    def _check_outputs(out: Tensor) -> Tensor:
+        # Finite inputs far outside the training range can overflow the network (inf, then
+        # NaN in softmax or quantiles): an error, not silently non-finite predictions.
+        bad = ~torch.isfinite(out).reshape(out.shape[0], -1).all(dim=1)
+        if bool(bad.any()):
+            raise ValueError(
+                f"the network's outputs overflowed for {int(bad.sum())} row(s) of X (e.g. row "
+                f"{int(torch.nonzero(bad)[0])}); X is far outside the range the network "
+                "can represent"
+            )
+        return out
 
     def export_sparse(self, storage: str = "sparse") -> tuple[torch.nn.Module, ExportReport]:
         """The selected network (edges with ``phi > 0.5``, weights ``mu``) as a plain module."""
@@ -219,8 +462,9 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
 
     Parameters
     ----------
-    hidden_layer_sizes : tuple of int
-        Hidden widths (default: Simulation II's three layers of 7).
+    hidden_layer_sizes : int or tuple of int
+        Hidden widths (default: Simulation II's three layers of 7); an int is one hidden
+        layer, as in scikit-learn's MLP.
     activation : {"relu", "tanh", "sigmoid", "logistic", "identity"}
     prior_inclusion : "opt" or float
         Prior inclusion ``lambda``; ``"opt"`` is ``lambda_opt`` of Theorem 4.1.
@@ -243,9 +487,14 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
     init_inclusion, init_mu_range : float
         Initial ``phi`` and half-range of the initial means (``None``: ``1/sqrt(fan_in)``).
     dtype : {"float64", "float32"}
-        Parameter dtype. float64 (the default, as in the authors' code) makes predictions
-        independent of row order and batch composition to the last bit; float32 is faster.
-    random_state : int, RandomState or None
+        Parameter dtype: float64 (the default, as in the authors' code) or the faster
+        float32. Either way every row gets the same posterior draws whatever the other rows
+        of ``X`` and their order, but predictions are equal only up to floating-point
+        rounding (about 1e-16 relative to the largest prediction in float64, 1e-7 in
+        float32): matrix-product kernels sum in an order that depends on the batch shape.
+    random_state : int, RandomState, Generator or None
+        Source of the torch seeds for training and prediction (an int in ``[0, 2**32)``
+        seeds a RandomState, as in scikit-learn).
     device : str
     verbose : bool
         Progress bar during fit.
@@ -265,7 +514,7 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
 
     def __init__(
         self,
-        hidden_layer_sizes: tuple[int, ...] = (7, 7, 7),
+        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
         activation: str = "relu",
         prior_inclusion: str | float = "opt",
         log_prior_inclusion: float | None = None,
@@ -282,7 +531,7 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         init_inclusion: float = 0.99,
         init_mu_range: float | None = None,
         dtype: str = "float64",
-        random_state: int | np.random.RandomState | None = None,
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
         device: str = "cpu",
         verbose: bool = False,
     ) -> None:
@@ -312,6 +561,9 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
     def fit(self, X: ArrayLike, y: ArrayLike) -> SVBNNRegressor:
         """Fit the variational posterior.
 
+        Every parameter and the data are checked first; if the fit fails at any point, a
+        previously fitted estimator keeps its previous fit, unchanged.
+
         Parameters
         ----------
         X : array-like or Tensor, shape (n, p)
@@ -320,53 +572,98 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         Returns
         -------
         self
+
+        Warns
+        -----
+        UserWarning
+            When the fit is useless though finite: the training error is far above that of
+            a constant, or no kept weights connect the inputs to the output.
         """
-        Xv, yv = validate_data(
-            self,
-            _to_numpy(X),
-            _to_numpy(y),
-            reset=True,
-            dtype=[np.float64, np.float32],
-            y_numeric=True,
-            ensure_all_finite=True,
-        )
-        yv = column_or_1d(yv, warn=True)
-        lik = GaussianLikelihood(float(self.noise_std))
-        self._fit_module(Xv, self._tensor(yv), 1, lik)
+        self._check_params()
+        _check_real("noise_std", self.noise_std, low=0.0)
+        seeds = _SeedSource(self.random_state)
+        X, y = _to_numpy(X), _to_numpy(y)
+        X, y = _check_numeric(X, "X"), _check_numeric(y, "y")
+        with self._fit_transaction():
+            Xv, yv = validate_data(
+                self,
+                X,
+                y,
+                reset=True,
+                dtype=[np.float64, np.float32],
+                y_numeric=True,
+                ensure_all_finite=True,
+            )
+            yv = column_or_1d(yv, warn=True)
+            lik = GaussianLikelihood(float(self.noise_std))
+            self._fit_module(Xv, self._tensor(yv, "y"), 1, lik, seeds)
+        self._warn_if_degenerate(self._fit_problem(yv))
         return self
 
+    def _fit_problem(self, y: NDArray[Any]) -> str | None:
+        if not self.history_.nll:
+            return None
+        # The Gaussian per-datum NLL is log(2 pi s^2)/2 + MSE/(2 s^2): recover the MSE.
+        s2 = float(self.noise_std) ** 2
+        mse = 2.0 * s2 * (float(self.history_.nll[-1]) - 0.5 * math.log(2.0 * math.pi * s2))
+        var = float(np.var(y))
+        # 100x the variance (training R^2 below -99): far beyond an unconverged but sane fit.
+        if var > 0 and mse > 100.0 * var:
+            return (
+                f"the final training mean squared error ({mse:.3g}) is {mse / var:.3g} times "
+                "the variance of y (a constant predictor's)"
+            )
+        return None
+
     def predict(self, X: ArrayLike, n_samples: int | None = None) -> NDArray[np.floating[Any]]:
-        """Posterior mean estimator ``f_H(x)``, shape ``(n,)``."""
+        """Posterior mean estimator ``f_H(x)``, shape ``(n,)``.
+
+        ``n_samples`` (an int >= 1) overrides ``n_samples_predict``. Every row gets the same
+        posterior draws whatever the other rows and their order, so a row's prediction is
+        the same up to floating-point rounding (see ``dtype``), not to the last bit.
+        """
         Xt = self._validate_X(X)
         out = predictive_mean(
             self.module_, Xt, self._draws(n_samples), generator=self._predict_generator()
         )
-        return out[:, 0].cpu().numpy()
+        return self._check_outputs(out)[:, 0].cpu().numpy()
 
     def predict_interval(
         self, X: ArrayLike, level: float = 0.95, n_samples: int = 600
     ) -> tuple[NDArray[np.floating[Any]], NDArray[np.floating[Any]]]:
-        """Credible interval of the response mean ``E[y | x]`` at ``level`` (each ``(n,)``)."""
+        """Credible interval of the response mean ``E[y | x]`` at ``level`` (each ``(n,)``).
+
+        ``level`` must lie in ``(0, 1)`` and ``n_samples`` (posterior draws) be an int >= 2.
+        """
+        n_draws = self._interval_args(level, n_samples)
         Xt = self._validate_X(X)
         lo, hi = credible_interval(
-            self.module_, Xt, level, self._draws(n_samples), generator=self._predict_generator()
+            self.module_, Xt, level, n_draws, generator=self._predict_generator()
         )
-        return lo[:, 0].cpu().numpy(), hi[:, 0].cpu().numpy()
+        return self._check_outputs(lo)[:, 0].cpu().numpy(), self._check_outputs(hi)[
+            :, 0
+        ].cpu().numpy()
 
     def predict_prediction_interval(
         self, X: ArrayLike, level: float = 0.95, n_samples: int = 600
     ) -> tuple[NDArray[np.floating[Any]], NDArray[np.floating[Any]]]:
-        """Interval for a new response ``y`` (adds the ``noise_std`` noise), each ``(n,)``."""
+        """Interval for a new response ``y`` (adds the ``noise_std`` noise), each ``(n,)``.
+
+        ``level`` must lie in ``(0, 1)`` and ``n_samples`` (posterior draws) be an int >= 2.
+        """
+        n_draws = self._interval_args(level, n_samples)
         Xt = self._validate_X(X)
         lo, hi = prediction_interval(
             self.module_,
             Xt,
             float(self.noise_std),
             level,
-            self._draws(n_samples),
+            n_draws,
             generator=self._predict_generator(),
         )
-        return lo[:, 0].cpu().numpy(), hi[:, 0].cpu().numpy()
+        return self._check_outputs(lo)[:, 0].cpu().numpy(), self._check_outputs(hi)[
+            :, 0
+        ].cpu().numpy()
 
 
 class SVBNNClassifier(ClassifierMixin, _SVBNNBase):
@@ -385,37 +682,60 @@ class SVBNNClassifier(ClassifierMixin, _SVBNNBase):
     """
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> SVBNNClassifier:
-        """Fit the variational posterior; ``y`` holds class labels, shape ``(n,)``."""
-        Xv, yv = validate_data(
-            self,
-            _to_numpy(X),
-            _to_numpy(y),
-            reset=True,
-            dtype=[np.float64, np.float32],
-            ensure_all_finite=True,
-        )
-        yv = column_or_1d(yv, warn=True)
-        check_classification_targets(yv)
-        enc = LabelEncoder().fit(yv)
-        self.classes_ = enc.classes_
-        if len(self.classes_) < 2:
-            raise ValueError(
-                "the classifier needs samples of at least 2 classes, "
-                f"got 1 class: {self.classes_[0]!r}"
+        """Fit the variational posterior; ``y`` holds class labels, shape ``(n,)``.
+
+        Checks and failure behaviour as :meth:`SVBNNRegressor.fit`; the warning for a
+        useless fit compares the training log-loss with a uniform prediction's.
+        """
+        self._check_params()
+        seeds = _SeedSource(self.random_state)
+        X, y = _check_numeric(_to_numpy(X), "X"), _to_numpy(y)
+        with self._fit_transaction():
+            Xv, yv = validate_data(
+                self,
+                X,
+                y,
+                reset=True,
+                dtype=[np.float64, np.float32],
+                ensure_all_finite=True,
             )
-        target = torch.tensor(enc.transform(yv), dtype=torch.long, device=self.device)
-        self._fit_module(Xv, target, len(self.classes_), CategoricalLikelihood())
+            yv = column_or_1d(yv, warn=True)
+            check_classification_targets(yv)
+            enc = LabelEncoder().fit(yv)
+            if len(enc.classes_) < 2:
+                raise ValueError(
+                    "the classifier needs samples of at least 2 classes in y, "
+                    f"got 1 class: {enc.classes_[0]!r}"
+                )
+            self.classes_ = enc.classes_
+            target = torch.tensor(enc.transform(yv), dtype=torch.long, device=self.device)
+            self._fit_module(Xv, target, len(self.classes_), CategoricalLikelihood(), seeds)
+        self._warn_if_degenerate(self._fit_problem())
         return self
+
+    def _fit_problem(self) -> str | None:
+        if not self.history_.nll:
+            return None
+        nll, uniform = float(self.history_.nll[-1]), math.log(len(self.classes_))
+        if nll > 10.0 * uniform:
+            return (
+                f"the final training log-loss ({nll:.3g}) is over 10 times that of predicting "
+                f"every class with equal probability ({uniform:.3g})"
+            )
+        return None
 
     def predict_proba(
         self, X: ArrayLike, n_samples: int | None = None
     ) -> NDArray[np.floating[Any]]:
-        """Bayesian predictive probabilities, the average softmax over H draws, ``(n, C)``."""
+        """Bayesian predictive probabilities, the average softmax over H draws, ``(n, C)``.
+
+        ``n_samples`` (an int >= 1) overrides ``n_samples_predict``.
+        """
         Xt = self._validate_X(X)
         out = predict_proba(
             self.module_, Xt, self._draws(n_samples), generator=self._predict_generator()
         )
-        return out.cpu().numpy()
+        return self._check_outputs(out).cpu().numpy()
 
     def predict(self, X: ArrayLike) -> NDArray[Any]:
         """Most probable class under the predictive probabilities, ``(n,)``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .nn.base import ForwardMode, forward_mode, frozen_sample, set_generator
+from .nn.base import ForwardMode, forward_mode, frozen_sample, set_generator, variational_layers
 
 __all__ = [
     "credible_interval",
@@ -47,7 +47,8 @@ def sample_outputs(
     n_samples : int
         ``H``.
     generator : torch.Generator, optional
-        Source of the weight draws.
+        Source of the weight draws (used for this call only: the layers' own generators
+        are restored afterwards, so prediction never changes a training run's stream).
     chunk_size : int
         Rows per forward pass.
     transform : {None, "softmax"}
@@ -67,6 +68,7 @@ def sample_outputs(
     if mode is not ForwardMode.SAMPLE:
         n_samples = 1
     was_training = model.training
+    previous = [layer.generator for layer in variational_layers(model)]
     model.eval()
     if generator is not None:
         set_generator(model, generator)
@@ -82,12 +84,12 @@ def sample_outputs(
                 outs.append(out)
     finally:
         model.train(was_training)
+        for layer, gen in zip(variational_layers(model), previous, strict=True):
+            layer.generator = gen
     return torch.stack(outs)
 
 
 def _row_dim(model: nn.Module) -> int:
-    from .nn.base import variational_layers
-
     return 1 if any(m.n_replicates is not None for m in variational_layers(model)) else 0
 
 

@@ -45,12 +45,12 @@ __all__ = [
     "agp_schedule",
     "agp_sparsity",
     "apply_masks",
-    "density",
     "ensure_masks",
     "get_masks",
     "imp_densities",
     "lottery_ticket",
     "magnitude_prune",
+    "mask_density",
     "make_mlp",
     "prunable_layers",
     "rewind",
@@ -138,7 +138,7 @@ def apply_masks(model: nn.Module) -> None:
             layer.weight.masked_fill_(getattr(layer, _MASK) == 0, 0.0)
 
 
-def density(model: nn.Module) -> float:
+def mask_density(model: nn.Module) -> float:
     """Fraction of the prunable weights kept by the masks (biases not counted)."""
     masks = get_masks(model)
     kept = sum(int((m != 0).sum()) for m in masks)
@@ -453,7 +453,7 @@ def lottery_ticket(
         train_fn(model)
         magnitude_prune(model, d, scope)
         rewind(model, init)
-        densities.append(density(model))
+        densities.append(mask_density(model))
         logger.info("lottery ticket round %d: density %.4f", i + 1, densities[-1])
     if retrain:
         train_fn(model)

@@ -26,6 +26,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = [
     "ChecksumError",
@@ -269,6 +270,27 @@ def download_file(
     dest = Path(dest)
     if root is not None:
         ensure_inside(root, dest, what="download destination")
+    fd, tmp = _temporary_file(url, dest)
+    logger.info("downloading %s -> %s", url, dest)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            actual, received = _stream(url, out, dest, timeout)
+            out.flush()
+            os.fsync(out.fileno())
+        _check_download(url, dest, tmp, actual, expected, validate)
+        os.replace(tmp, dest)
+    finally:
+        # Any failure above leaves the temporary file behind; remove it so a retry starts
+        # clean and no partial file is ever mistaken for data.
+        tmp.unlink(missing_ok=True)
+    with _HASH_LOCK:
+        _HASH_CACHE[_stamp(dest)] = actual
+    logger.info("downloaded %s (%d bytes, sha256 %s)", dest, received, actual)
+    return dest
+
+
+def _temporary_file(url: str, dest: Path) -> tuple[int, Path]:
+    """A new temporary file next to ``dest`` (same filesystem, so the final move is atomic)."""
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
@@ -279,74 +301,76 @@ def download_file(
             f"cannot download {url}: cannot write into {dest.parent} ({err.strerror or err}). "
             "Choose a writable data folder (argument data_dir or SVBNN_DATA)."
         ) from err
-    tmp = Path(tmp_name)
-    logger.info("downloading %s -> %s", url, dest)
+    return fd, Path(tmp_name)
+
+
+def _stream(url: str, out: BinaryIO, dest: Path, timeout: float) -> tuple[str, int]:
+    """Copy ``url`` into ``out``, logging progress; returns the sha256 and the byte count."""
+    digest = hashlib.sha256()
+    received = 0
     try:
-        digest = hashlib.sha256()
-        received = 0
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:
-                    length = response.headers.get("Content-Length")
-                    total = int(length) if length and length.isdigit() else None
-                    next_log = 0.1
-                    while chunk := response.read(_CHUNK):
-                        out.write(chunk)
-                        digest.update(chunk)
-                        received += len(chunk)
-                        if total and received / total >= next_log:
-                            logger.info(
-                                "%s: %d%% (%d of %d bytes)",
-                                dest.name,
-                                int(100 * received / total),
-                                received,
-                                total,
-                            )
-                            next_log += 0.1
-            except (
-                urllib.error.URLError,
-                http.client.HTTPException,
-                TimeoutError,
-                ConnectionError,
-            ) as err:
-                raise DownloadError(f"could not download {url} to {dest}: {err}") from err
-            if total is not None and received != total:
-                raise DownloadError(f"download of {url} truncated: got {received} of {total} bytes")
-            out.flush()
-            os.fsync(out.fileno())
-        actual = digest.hexdigest()
-        if expected is None:
-            # Not a warning: the UCI index files have no registered hash by design (the
-            # caller's validate checks their structure instead).
-            logger.info("no sha256 registered for %s; downloaded file not hash-checked", dest)
-        elif actual not in {e.lower() for e in expected}:
-            raise ChecksumError(
-                f"{url} (downloaded for {dest})",
-                sorted(e.lower() for e in expected),
-                actual,
-                f"The download was discarded (nothing written to {dest}). The source may be "
-                "corrupted or serve a different version; try again, or point the base URL "
-                "(argument base_url / SVBNN_DATA_URL) at a good mirror.",
-            )
-        if validate is not None:
-            try:
-                validate(tmp)
-            except DataIntegrityError as err:
-                # Files without a registered hash (e.g. the UCI split indices) are checked by
-                # parsing them here, before they take the place of anything at dest: a mirror
-                # that serves an error page must not leave a file that fails every later load.
-                raise DataIntegrityError(
-                    f"the file downloaded from {url} is not valid: {err}. The download was "
-                    f"discarded (nothing written to {dest}). The source may be broken or serve "
-                    "a different layout; fix it, or point the base URL (argument base_url / "
-                    "SVBNN_DATA_URL) at a good mirror."
-                ) from err
-        os.replace(tmp, dest)
-    finally:
-        # Any failure above leaves the temporary file behind; remove it so a retry starts
-        # clean and no partial file is ever mistaken for data.
-        tmp.unlink(missing_ok=True)
-    with _HASH_LOCK:
-        _HASH_CACHE[_stamp(dest)] = actual
-    logger.info("downloaded %s (%d bytes, sha256 %s)", dest, received, actual)
-    return dest
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            length = response.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+            next_log = 0.1
+            while chunk := response.read(_CHUNK):
+                out.write(chunk)
+                digest.update(chunk)
+                received += len(chunk)
+                if total and received / total >= next_log:
+                    logger.info(
+                        "%s: %d%% (%d of %d bytes)",
+                        dest.name,
+                        int(100 * received / total),
+                        received,
+                        total,
+                    )
+                    next_log += 0.1
+    except (
+        urllib.error.URLError,
+        http.client.HTTPException,
+        TimeoutError,
+        ConnectionError,
+    ) as err:
+        raise DownloadError(f"could not download {url} to {dest}: {err}") from err
+    if total is not None and received != total:
+        raise DownloadError(f"download of {url} truncated: got {received} of {total} bytes")
+    return digest.hexdigest(), received
+
+
+def _check_download(
+    url: str,
+    dest: Path,
+    tmp: Path,
+    actual: str,
+    expected: Collection[str] | None,
+    validate: Callable[[Path], None] | None,
+) -> None:
+    """Refuse a downloaded file (at ``tmp``, sha256 ``actual``) that fails its checks."""
+    if expected is None:
+        # Not a warning: the UCI index files have no registered hash by design (the
+        # caller's validate checks their structure instead).
+        logger.info("no sha256 registered for %s; downloaded file not hash-checked", dest)
+    elif actual not in {e.lower() for e in expected}:
+        raise ChecksumError(
+            f"{url} (downloaded for {dest})",
+            sorted(e.lower() for e in expected),
+            actual,
+            f"The download was discarded (nothing written to {dest}). The source may be "
+            "corrupted or serve a different version; try again, or point the base URL "
+            "(argument base_url / SVBNN_DATA_URL) at a good mirror.",
+        )
+    if validate is None:
+        return
+    try:
+        validate(tmp)
+    except DataIntegrityError as err:
+        # Files without a registered hash (e.g. the UCI split indices) are checked by
+        # parsing them here, before they take the place of anything at dest: a mirror
+        # that serves an error page must not leave a file that fails every later load.
+        raise DataIntegrityError(
+            f"the file downloaded from {url} is not valid: {err}. The download was "
+            f"discarded (nothing written to {dest}). The source may be broken or serve "
+            "a different layout; fix it, or point the base URL (argument base_url / "
+            "SVBNN_DATA_URL) at a good mirror."
+        ) from err

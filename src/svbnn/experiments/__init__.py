@@ -6,7 +6,9 @@ never imports it. Importing this package registers every artifact:
 * ``simulations``: Table 1 (dense and sparse teacher), Table 2, the coverage table;
 * ``sweeps``: the lambda sweeps of Figures 1, 2 and supplement Figure 7;
 * ``figures``: the selected network, the linear toy and the Gumbel convergence figure;
-* ``uci``, ``mnist``: the real-data artifacts (``uci``, ``mnist``, ``mnist-uq``, ``fmnist-cnn``);
+* ``uci``, ``mnist``, ``mnist_uq``, ``fmnist``: the real-data artifacts (``uci``, ``mnist``,
+  ``mnist-uq``, ``fmnist-cnn``; ``classifiers`` and ``classifier_runs`` hold what the last
+  three share);
 * ``baseline_methods``: VBNN, VD, HS-BNN, AGP and LOT as methods of the simulation artifacts.
 
 New artifacts (e.g. real-data ones) register with :func:`register_artifact` in a module
@@ -15,7 +17,7 @@ imported below; new methods with :func:`svbnn.experiments.methods.register_metho
 
 # isort: off
 # Import order is the order of `svbnn reproduce --list`; importing registers the artifacts.
-from . import simulations, sweeps, figures, uci, mnist  # noqa: F401
+from . import simulations, sweeps, figures, uci, mnist, mnist_uq, fmnist  # noqa: F401
 from . import baseline_methods  # noqa: F401
 
 # isort: on

@@ -36,8 +36,15 @@ from numpy.typing import NDArray
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..data import Standardization, UCISplit, load_uci, standardize, validation_split
-from ..data.real import UCI_DATASETS, uci_name
+from ..data import (
+    UCI_DATASETS,
+    Standardization,
+    UCISplit,
+    load_uci,
+    standardize,
+    uci_name,
+    validation_split,
+)
 from ..nn import SpikeSlabMLP
 from ..objectives import GaussianLikelihood
 from ..prediction import sample_outputs

@@ -1,0 +1,294 @@
+"""The ``mnist-uq`` artifact (supplement): three ambiguous images, each the pixel average of
+two test images (digits 5+6, 2+3, 2+7), and their predictive distributions: SVBNN's average
+of the softmax vectors of 100 posterior draws against AGP's softmax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import Tensor, nn
+
+from ..data import MNIST_MEAN, MNIST_STD, load_mnist
+from ..prediction import sample_outputs
+from .classifier_runs import classifier_spec, fit_classifier, load_images, load_trained
+from .classifiers import SEED_UQ, build_classifier
+from .common import RunConfig, derive_seed, read_csv, read_settings, write_csv
+from .mnist import MNIST_DEFAULTS, MNIST_QUICK
+from .paper_values import METHOD_LABELS
+from .plotting import pyplot
+from .realdata import (
+    EpochBook,
+    data_dir_param,
+)
+from .registry import Timing, register_artifact
+from .report import markdown_table, settings_section, write_report
+
+__all__ = ["UQ_DEFAULTS", "UQ_PAIRS", "mnist_uq", "overlay_images", "report_mnist_uq"]
+
+UQ_PAIRS: tuple[tuple[int, int], ...] = ((5, 6), (2, 3), (2, 7))
+"""Digit pairs of the supplement's overlaid images (top to bottom)."""
+
+
+# --------------------------------------------------------------------- mnist-uq artifact
+def overlay_images(
+    images: NDArray[np.uint8],
+    labels: NDArray[Any],
+    pairs: Sequence[tuple[int, int]] = UQ_PAIRS,
+    occurrence: int = 0,
+) -> tuple[NDArray[np.float64], list[tuple[int, int]]]:
+    """Pixel averages of two test images per digit pair.
+
+    Parameters
+    ----------
+    images : ndarray, shape (n, 28, 28)
+        0..255.
+    labels : ndarray, shape (n,)
+    pairs : sequence of (int, int)
+    occurrence : int
+        Use the ``occurrence``-th image (0-based) of each digit in test-set order.
+
+    Returns
+    -------
+    overlays : ndarray, shape (len(pairs), 28, 28)
+        On the 0..255 scale.
+    indices : list of (int, int)
+        Test-set indices of the two images of each pair.
+    """
+    out, idx = [], []
+    for a, b in pairs:
+        ia, ib = np.flatnonzero(labels == a), np.flatnonzero(labels == b)
+        if len(ia) <= occurrence or len(ib) <= occurrence:
+            raise ValueError(f"the test set has too few images of digits {a} and {b}")
+        i, j = int(ia[occurrence]), int(ib[occurrence])
+        out.append((images[i].astype(np.float64) + images[j].astype(np.float64)) / 2.0)
+        idx.append((i, j))
+    return np.stack(out), idx
+
+
+def _normalise(img: NDArray[np.float64]) -> Tensor:
+    x = (img / 255.0 - MNIST_MEAN) / MNIST_STD
+    return torch.tensor(x.reshape(len(img), -1), dtype=torch.float32)
+
+
+UQ_DEFAULTS: dict[str, Any] = {
+    **MNIST_DEFAULTS,
+    "epochs": 400,
+    "source": "",
+    "uq_draws": 100,
+    "occurrence": 0,
+}
+"""``source``: folder of a finished ``mnist`` run whose checkpoints are reused, named
+explicitly (``--set source=results/mnist``); without it, SVBNN and AGP are trained here.
+Nothing is loaded from a folder the user did not name."""
+
+
+@register_artifact(
+    "mnist-uq",
+    description="Supplement MNIST UQ figure: predictive distributions of overlaid digits vs AGP",
+    report=lambda out: report_mnist_uq(out),
+    defaults=UQ_DEFAULTS,
+    quick={**MNIST_QUICK, "uq_draws": 10},
+    group="real-data",
+    # With the mnist artifact's SVBNN checkpoint in place: AGP, 400 epochs at 5.0 s.
+    timing=Timing(quick_s=8.4, full_s=2000.0),
+)
+def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
+    P = cfg.params
+    source = Path(P["source"]) if P.get("source") else None
+    if source is not None and not (source / "checkpoints" / "meta.json").exists():
+        raise ValueError(f"--set source={source}: no mnist run there (no checkpoints/meta.json)")
+    raw = load_mnist(data_dir_param(P))
+    origins: dict[str, Any] = {}
+    models: dict[str, nn.Module] = {}
+    data: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+    book: EpochBook | None = None
+    for method in ("svbnn", "agp"):
+        found = (
+            load_trained(source, method)
+            if source is not None and source.resolve() != cfg.out.resolve()
+            else None
+        )
+        if found is not None:
+            models[method], origins[method] = found
+            origins[method]["origin"] = "reused"
+            continue
+        if data is None:
+            data, data_info = load_images(cfg, fashion=False, flatten=True)
+            book = EpochBook(cfg.out / "training.csv")
+        assert book is not None
+        spec = classifier_spec(cfg, method, "mlp")
+        model, info = build_classifier(
+            spec, int(data[0].shape[0]), torch.Generator().manual_seed(spec.seed)
+        )
+        ckpt_dir = cfg.out / "checkpoints"
+        fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book)
+        meta = {
+            "arch": "mlp",
+            "hidden": list(spec.hidden),
+            "n_train": int(data[0].shape[0]),
+            "methods": {method: {"lr": spec.lr}},
+        }
+        models[method] = model
+        origins[method] = {
+            "origin": "trained here",
+            **info,
+            **fit,
+            **meta,
+            "checkpoint": str(ckpt_dir / f"{method}.pt"),
+        }
+    overlays, idx = overlay_images(raw.x_test, raw.y_test, UQ_PAIRS, int(P["occurrence"]))
+    X = _normalise(overlays)
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UQ))
+    H = int(P["uq_draws"])
+    draws = sample_outputs(models["svbnn"], X, H, generator=gen, transform="softmax")  # (H, 3, 10)
+    svbnn_p, svbnn_sd = draws.mean(0).double().numpy(), draws.std(0).double().numpy()
+    with torch.no_grad():
+        models["agp"].eval()
+        agp_p = torch.softmax(models["agp"](X), -1).double().numpy()
+    rows = []
+    for k, ((a, b), (i, j)) in enumerate(zip(UQ_PAIRS, idx, strict=True)):
+        for method, probs, sds in (("svbnn", svbnn_p, svbnn_sd), ("agp", agp_p, None)):
+            p = probs[k]
+            row: dict[str, Any] = {
+                "pair": f"{a}+{b}",
+                "digit_a": a,
+                "digit_b": b,
+                "index_a": i,
+                "index_b": j,
+                "method": method,
+                "top_class": int(p.argmax()),
+                "top_prob": float(p.max()),
+                "entropy": float(-(p * np.log(np.clip(p, 1e-300, None))).sum()),
+            }
+            for c in range(10):
+                row[f"p{c}"] = float(p[c])
+            if sds is not None:
+                for c in range(10):
+                    row[f"sd{c}"] = float(sds[k, c])
+            rows.append(row)
+    write_csv(cfg.out / "results.csv", rows)
+    np.savez_compressed(
+        cfg.out / "overlays.npz",
+        first=np.stack([raw.x_test[i] for i, _ in idx]),
+        second=np.stack([raw.x_test[j] for _, j in idx]),
+        overlay=overlays,
+    )
+    return {
+        "source": str(source) if source is not None else "",
+        "models": origins,
+        "pairs": [list(p) for p in UQ_PAIRS],
+        "indices": [list(t) for t in idx],
+    }
+
+
+def _plot_uq(
+    rows: list[dict[str, Any]], images: dict[str, NDArray[Any]], path: Path, draws: Any
+) -> None:
+    plt = pyplot()
+    pairs = list(dict.fromkeys(r["pair"] for r in rows))
+    fig, axes = plt.subplots(
+        len(pairs),
+        4,
+        figsize=(11, 2.4 * len(pairs)),
+        gridspec_kw={"width_ratios": [1, 1, 1, 3.2]},
+        squeeze=False,
+    )
+    for k, pair in enumerate(pairs):
+        for c, key in enumerate(("first", "second", "overlay")):
+            ax = axes[k, c]
+            ax.imshow(images[key][k], cmap="gray_r", vmin=0, vmax=255)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if k == 0:
+                ax.set_title({"first": "image 1", "second": "image 2", "overlay": "overlaid"}[key])
+        ax = axes[k, 3]
+        width = 0.4
+        cls = np.arange(10)
+        for off, method, colour in ((-width / 2, "svbnn", "C0"), (width / 2, "agp", "C3")):
+            r = next(x for x in rows if x["pair"] == pair and x["method"] == method)
+            p = [float(r[f"p{c}"]) for c in cls]
+            err = [float(r[f"sd{c}"]) for c in cls] if method == "svbnn" else None
+            ax.bar(
+                cls + off,
+                p,
+                width,
+                color=colour,
+                yerr=err,
+                capsize=2,
+                label=f"SVBNN ({draws} draws)" if method == "svbnn" else "AGP (softmax)",
+            )
+        ax.set_xticks(cls)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel(f"P(class), {pair}")
+        if k == 0:
+            ax.legend(loc="upper right", fontsize=8)
+    axes[-1, 3].set_xlabel("digit")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report_mnist_uq(out: Path) -> None:
+    """``report.md`` and ``mnist_uq.png`` of the ``mnist-uq`` artifact."""
+    rows = read_csv(out / "results.csv")
+    settings = read_settings(out)
+    with np.load(out / "overlays.npz") as z:
+        images = {k: z[k] for k in ("first", "second", "overlay")}
+    draws = settings.get("config", {}).get("params", {}).get("uq_draws", "?")
+    _plot_uq(rows, images, out / "mnist_uq.png", draws)
+    headers = ["pair", "test indices", "method", "top class (prob.)", "entropy (nats)"] + [
+        str(c) for c in range(10)
+    ]
+    table = []
+    for r in rows:
+        table.append(
+            [
+                r["pair"],
+                f"{r['index_a']}, {r['index_b']}",
+                METHOD_LABELS.get(r["method"], r["method"]),
+                f"{r['top_class']} ({float(r['top_prob']):.3f})",
+                f"{float(r['entropy']):.3f}",
+                *[f"{float(r[f'p{c}']):.3f}" for c in range(10)],
+            ]
+        )
+    models = settings.get("models", {})
+    origin = []
+    for m, info in models.items():
+        origin.append(
+            f"- {METHOD_LABELS.get(m, m)}: {info.get('origin')} "
+            f"({info.get('checkpoint')}, epoch {info.get('epoch', info.get('epochs_done'))})"
+        )
+    write_report(
+        out,
+        "MNIST uncertainty quantification on overlaid digits (supplement figure)",
+        [
+            "Each ambiguous input is the pixel average of two MNIST test images (the first "
+            "test image of each digit unless `occurrence` says otherwise). SVBNN's predictive "
+            "distribution is the average of the softmax vectors of `uq_draws` posterior draws "
+            "(error bars: their sd across draws); AGP's is the softmax of its pruned network. "
+            "The paper's point: AGP is nearly certain of one digit, SVBNN spreads its "
+            "probability over the two digits.",
+            "![overlaid digits and predictive distributions](mnist_uq.png)",
+            markdown_table(headers, table),
+            "## Models\n\n" + "\n".join(origin),
+            "## Settings\n\n"
+            + settings_section(
+                settings,
+                [
+                    ("config.params.uq_draws", "posterior draws"),
+                    ("source", "checkpoint folder looked up"),
+                    ("config.epochs", "epochs (if trained here)"),
+                    ("config.seed", "base seed"),
+                    ("config.quick", "quick mode"),
+                    ("wall_time_s", "wall time (s)"),
+                    ("environment.git.commit", "git commit"),
+                ],
+            ),
+        ],
+    )
