@@ -67,8 +67,7 @@ from tqdm.auto import tqdm
 
 import svbnn
 from svbnn import SVBNNClassifier, SVBNNRegressor
-from svbnn.data import load_mnist, load_uci
-from svbnn.data.real import UCI_INFO
+from svbnn.data import UCI_INFO, load_mnist, load_uci
 
 Array = NDArray[np.float64]
 
