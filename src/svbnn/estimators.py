@@ -870,7 +870,9 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
                 seeds,
             )
             if learn:
-                self.noise_std_elbo_ = float(lik.noise_std) * self._y_scale_
+                self.noise_std_elbo_ = (
+                    float(torch.as_tensor(lik.noise_std).detach()) * self._y_scale_
+                )
                 self.noise_std_ = self._predictive_noise(Xv, z) * self._y_scale_
             else:
                 self.noise_std_ = float(self.noise_std)
