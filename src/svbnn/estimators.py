@@ -289,6 +289,7 @@ class _SVBNNBase(BaseEstimator):
         max_iter: int | str = "auto",
         tol: float | None = 1e-4,
         n_iter_no_change: int = 10,
+        kl_weight: float = 1.0,
         optimizer: str = "adam",
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
@@ -312,6 +313,7 @@ class _SVBNNBase(BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.n_iter_no_change = n_iter_no_change
+        self.kl_weight = kl_weight
         self.optimizer = optimizer
         self.n_mc_train = n_mc_train
         self.n_samples_predict = n_samples_predict
@@ -335,6 +337,7 @@ class _SVBNNBase(BaseEstimator):
             _check_int("max_iter", self.max_iter, 0)
         _check_real("tol", getattr(self, "tol", None), low=0.0, low_inclusive=True, allow_none=True)
         _check_int("n_iter_no_change", getattr(self, "n_iter_no_change", 10), 1)
+        _check_real("kl_weight", getattr(self, "kl_weight", 1.0), low=0.0)
         _check_choice("kernel_backend", getattr(self, "kernel_backend", "eager"), _KERNEL_BACKENDS)
         _check_int("n_mc_train", self.n_mc_train, 1)
         _check_int("n_samples_predict", self.n_samples_predict, 1)
@@ -509,13 +512,14 @@ class _SVBNNBase(BaseEstimator):
             if eb:
                 callbacks.insert(0, _empirical_bayes_inclusion)
             fitted: nn.Module = model
-            objective: Objective = elbo_objective(lik, n, int(self.n_mc_train))
+            w = float(getattr(self, "kl_weight", 1.0))
+            objective: Objective = elbo_objective(lik, n, int(self.n_mc_train), w)
             if any(q.requires_grad for q in lik.parameters()):
                 # A learned noise level is one more parameter of the same optimiser.
                 fitted = nn.ModuleDict({"net": model, "likelihood": lik})
 
                 def learned(m: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-                    return negative_elbo(model, lik, x, y, n, int(self.n_mc_train))
+                    return negative_elbo(model, lik, x, y, n, int(self.n_mc_train), w)
 
                 objective = learned
 
@@ -776,6 +780,7 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         max_iter: int | str = "auto",
         tol: float | None = 1e-4,
         n_iter_no_change: int = 10,
+        kl_weight: float = 1.0,
         optimizer: str = "adam",
         n_mc_train: int = 1,
         n_samples_predict: int = 30,
@@ -800,6 +805,7 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
             max_iter=max_iter,
             tol=tol,
             n_iter_no_change=n_iter_no_change,
+            kl_weight=kl_weight,
             optimizer=optimizer,
             n_mc_train=n_mc_train,
             n_samples_predict=n_samples_predict,
