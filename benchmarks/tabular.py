@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--splits", type=int, default=2, help="first K standard splits (UCI)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--noise-columns", type=int, default=10)
-    ap.add_argument("--gp-rows", type=int, default=1000)
+    ap.add_argument("--gp-rows", type=int, default=600)
     ap.add_argument("--image-train", type=int, default=3000)
     ap.add_argument("--quick", action="store_true", help="4 small tasks, 1 split")
     ap.add_argument("--threads", type=int, default=1)

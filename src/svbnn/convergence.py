@@ -86,7 +86,7 @@ class ConvergenceMonitor:
         tol: float = 1e-4,
         n_iter_no_change: int = 10,
         check_steps: int = 100,
-        gate_tol: float = 1e-4,
+        gate_tol: float = 1e-3,
         enabled: bool = True,
     ) -> None:
         if n_batches < 1 or n_iter_no_change < 1 or check_steps < 1:
