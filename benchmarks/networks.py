@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from svbnn.experiments.classifiers import paper_cnn
 from svbnn.nn.base import set_generator
 from svbnn.nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.priors import log_lambda_opt, mlp_log_lambda_opt
 from svbnn.training import make_optimizer, negative_elbo
+from svbnn_experiments.classifiers import paper_cnn
 
 from .reference import reference_cnn, reference_kl, reference_mlp
 

@@ -1,4 +1,4 @@
-"""Tests of the baselines as harness methods (svbnn.experiments.baseline_methods)."""
+"""Tests of the baselines as harness methods (svbnn_experiments.baseline_methods)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from svbnn.cli import main
-from svbnn.experiments import baseline_methods as bm
-from svbnn.experiments.methods import FitSpec, get_method
 from svbnn.pruning import agp_schedule, imp_densities, magnitude_prune
+from svbnn_experiments import baseline_methods as bm
+from svbnn_experiments.cli import main
+from svbnn_experiments.methods import FitSpec, get_method
 
 BASELINES = ("vbnn", "vd", "hsbnn", "agp", "lot")
 GRID = (0.5, 0.1)

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from svbnn import KernelBackend, get_kernel_backend
-from svbnn.cli import main
 from svbnn.data import dense_teacher
-from svbnn.experiments import ARTIFACTS, artifact_names, estimate, get_artifact, resolve_config
-from svbnn.experiments import methods as methods_mod
-from svbnn.experiments.common import (
+from svbnn_experiments import ARTIFACTS, artifact_names, estimate, get_artifact, resolve_config
+from svbnn_experiments import methods as methods_mod
+from svbnn_experiments.cli import main
+from svbnn_experiments.common import (
     Chunk,
     CoverageSpec,
     Problem,
@@ -28,9 +28,9 @@ from svbnn.experiments.common import (
     layout_chunks,
     run_chunk,
 )
-from svbnn.experiments.methods import FitSpec, FittedReplicates, Method
-from svbnn.experiments.paper_values import COVERAGE, TABLE1, TABLE2, paper_value
-from svbnn.experiments.report import fmt_mean_sd, mean_sd
+from svbnn_experiments.methods import FitSpec, FittedReplicates, Method
+from svbnn_experiments.paper_values import COVERAGE, TABLE1, TABLE2, paper_value
+from svbnn_experiments.report import fmt_mean_sd, mean_sd
 
 # Listed explicitly: removing or renaming an artifact must fail this test.
 EXPECTED_ARTIFACTS = [
@@ -168,7 +168,7 @@ def test_list_shows_all_artifacts(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_entry_point_lists() -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "svbnn.cli", "reproduce", "--list"],
+        [sys.executable, "-m", "svbnn_experiments.cli", "reproduce", "--list"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -195,7 +195,7 @@ def test_cli_errors_are_clear(
 
 
 def test_every_paper_method_is_registered() -> None:
-    # Importing svbnn.experiments registers the baselines next to SVBNN.
+    # Importing svbnn_experiments registers the baselines next to SVBNN.
     assert set(methods_mod.METHOD_NAMES) == {"svbnn", "vbnn", "vd", "hsbnn", "agp", "lot"}
     assert sorted(methods_mod.available_methods()) == sorted(methods_mod.METHOD_NAMES)
     for name in methods_mod.METHOD_NAMES:
@@ -205,7 +205,7 @@ def test_every_paper_method_is_registered() -> None:
 
 
 def test_same_seed_same_results(tmp_path: Path) -> None:
-    from svbnn.experiments import reproduce
+    from svbnn_experiments import reproduce
 
     ov: dict[str, Any] = {"reps": 2, "epochs": 3, "progress": False, "params": {"n_test": 50}}
     a = reproduce("table1-sparse", ov, quick=True, out=tmp_path / "a")
@@ -403,7 +403,7 @@ def test_svbnn_method_uses_one_prior_inclusion_per_replicate() -> None:
 
 
 def test_registry_rejects_duplicates() -> None:
-    from svbnn.experiments.registry import register_artifact
+    from svbnn_experiments.registry import register_artifact
 
     with pytest.raises(ValueError, match="already registered"):
         register_artifact("table2", description="x", report=lambda out: None)(lambda cfg: {})

@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 import torch
 
-import svbnn.experiments.classifiers as mnist_mod
-import svbnn.experiments.uci  # noqa: F401  (registers the uci artifact)
+import svbnn_experiments.classifiers as mnist_mod
+import svbnn_experiments.uci  # noqa: F401  (registers the uci artifact)
 from svbnn.checkpoint import load_checkpoint
-from svbnn.cli import main
 from svbnn.data import CHECKSUMS, ENV_DATA_DIR, ENV_DATA_URL, clear_checksum_cache
-from svbnn.experiments import get_artifact, resolve_config
-from svbnn.experiments.common import write_settings
-from svbnn.experiments.mnist_uq import overlay_images
-from svbnn.experiments.realdata import EpochBook, check_real_methods, parse_floats, parse_names
+from svbnn_experiments import get_artifact, resolve_config
+from svbnn_experiments.cli import main
+from svbnn_experiments.common import write_settings
+from svbnn_experiments.mnist_uq import overlay_images
+from svbnn_experiments.realdata import EpochBook, check_real_methods, parse_floats, parse_names
 
 torch.set_num_threads(1)
 

@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ..checkpoint import load_checkpoint
+from svbnn.checkpoint import load_checkpoint
+
 from .common import read_csv, write_csv
 from .paper_values import Value
 

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..data import (
+from svbnn.data import (
     UCI_DATASETS,
     Standardization,
     UCISplit,
@@ -45,12 +45,13 @@ from ..data import (
     uci_name,
     validation_split,
 )
-from ..nn import SpikeSlabMLP
-from ..objectives import GaussianLikelihood
-from ..prediction import sample_outputs
-from ..priors import mlp_log_lambda_opt
-from ..selection import density, sparsity
-from ..training import train
+from svbnn.nn import SpikeSlabMLP
+from svbnn.objectives import GaussianLikelihood
+from svbnn.prediction import sample_outputs
+from svbnn.priors import mlp_log_lambda_opt
+from svbnn.selection import density, sparsity
+from svbnn.training import train
+
 from .common import RunConfig, derive_seed, read_csv, read_settings, write_csv
 from .methods import _Squeeze
 from .plotting import pyplot

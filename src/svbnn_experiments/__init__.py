@@ -12,7 +12,7 @@ never imports it. Importing this package registers every artifact:
 * ``baseline_methods``: VBNN, VD, HS-BNN, AGP and LOT as methods of the simulation artifacts.
 
 New artifacts (e.g. real-data ones) register with :func:`register_artifact` in a module
-imported below; new methods with :func:`svbnn.experiments.methods.register_method`.
+imported below; new methods with :func:`svbnn_experiments.methods.register_method`.
 """
 
 # isort: off

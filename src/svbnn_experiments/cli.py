@@ -6,7 +6,6 @@ Application layer: prints to the terminal. The library itself never imports this
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import math
 import os
@@ -14,29 +13,54 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["build_parser", "main"]
 
 
-def _parse_set(items: Sequence[str] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _parse_set(items: Sequence[str] | None) -> dict[str, str]:
+    """``--set KEY=VALUE`` items as ``{KEY: VALUE}`` (text; the last of a repeated key wins).
+
+    The values stay text here: each artifact reads them against the type of its own
+    setting (:func:`svbnn_experiments.runner.check_setting`), so that ``n_test=1.5`` is
+    refused for an integer setting and ``datasets=1`` kept as text for a text one.
+    """
+    out: dict[str, str] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep or not key:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
+        if not key.isidentifier():
+            # Settings are Python names; anything else (spaces, newlines) is a typo, and
+            # echoing it raw could break the one-line error.
+            raise ValueError(f"--set expects KEY=VALUE with KEY a setting name, got {item!r}")
+        out[key] = value
     return out
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr (no usage block), status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be positive (an integer >= 1), got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``svbnn`` command."""
-    from . import __version__
+    from svbnn import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="svbnn",
         description="Sparse Bayesian deep learning with spike-and-slab priors "
         "(Bai, Song & Cheng, NeurIPS 2020).",
@@ -53,17 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("artifact", nargs="?", help="artifact name, or 'all'")
     rep.add_argument("--list", action="store_true", help="list the artifacts and their run times")
     rep.add_argument("--quick", action="store_true", help="tiny settings (a smoke run, ~1 min)")
-    rep.add_argument("--reps", type=int, help="replications (paper: 30; 60 for coverage)")
-    rep.add_argument("--epochs", type=int, help="training epochs")
+    rep.add_argument("--reps", type=_positive_int, help="replications (paper: 30; 60 for coverage)")
+    rep.add_argument("--epochs", type=_positive_int, help="training epochs")
     rep.add_argument("--seed", type=int, help="base seed (default 0); every seed derives from it")
     rep.add_argument("--out", type=Path, help="output folder (default results/<artifact>)")
     rep.add_argument(
         "--methods",
-        help="comma list from svbnn,vbnn,vd,hsbnn,agp,lot (default svbnn; only svbnn exists yet)",
+        help="comma list of methods (default svbnn): svbnn,vbnn,vd,hsbnn,agp,lot for table1-*, "
+        "table2 and coverage; svbnn,vbnn,vd,agp for mnist; svbnn,vbnn,vd for fmnist-cnn",
     )
-    rep.add_argument("--jobs", type=int, help="worker processes for chunks of replications")
-    rep.add_argument("--threads", type=int, help="torch threads per process (default 1)")
-    rep.add_argument("--batch", type=int, help="most replications trained as one network")
+    rep.add_argument(
+        "--jobs", type=_positive_int, help="worker processes for chunks of replications"
+    )
+    rep.add_argument("--threads", type=_positive_int, help="torch threads per process (default 1)")
+    rep.add_argument("--batch", type=_positive_int, help="most replications trained as one network")
     rep.add_argument(
         "--covariates",
         choices=["uniform", "normal"],
@@ -94,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument(
         "--estimate-epochs",
-        type=int,
+        type=_positive_int,
         metavar="E",
         help="time E epochs at full settings and extrapolate the full run time",
     )
@@ -107,10 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fit Simulation II (p = 200, n = 3000) with SVBNN for a few hundred epochs "
         "and print the selected variables, RMSE, sparsity and FPR/FNR beside Table 2.",
     )
-    demo.add_argument("--epochs", type=int, default=3000, help="epochs (paper: 7000; default 3000)")
-    demo.add_argument("--reps", type=int, default=2, help="replications, batched (default 2)")
+    demo.add_argument(
+        "--epochs", type=_positive_int, default=3000, help="epochs (paper: 7000; default 3000)"
+    )
+    demo.add_argument(
+        "--reps", type=_positive_int, default=2, help="replications, batched (default 2)"
+    )
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--threads", type=int, default=1)
+    demo.add_argument("--threads", type=_positive_int, default=1)
     demo.add_argument("--covariates", choices=["uniform", "normal"], default="uniform")
     demo.add_argument("--init", choices=["torch", "authors"], default="torch")
     demo.add_argument("--no-progress", action="store_true")
@@ -130,8 +161,8 @@ def _kernels_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from .experiments import artifact_names, estimate, get_artifact, list_text, reproduce
-    from .experiments.runner import format_duration, merge_runs
+    from svbnn_experiments import artifact_names, estimate, get_artifact, list_text, reproduce
+    from svbnn_experiments.runner import format_duration, merge_runs
 
     if args.list:
         print(list_text())
@@ -210,7 +241,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _real_data_available() -> bool:
-    from .data import DataNotFoundError, data_dir
+    from svbnn.data import DataNotFoundError, data_dir
 
     try:
         data_dir()
@@ -223,11 +254,11 @@ def _demo(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from .experiments.common import execute_chunks
-    from .experiments.paper_values import TABLE2
-    from .experiments.registry import get_artifact
-    from .experiments.runner import resolve_config
-    from .experiments.simulations import plan_table2
+    from svbnn_experiments.common import execute_chunks
+    from svbnn_experiments.paper_values import TABLE2
+    from svbnn_experiments.registry import get_artifact
+    from svbnn_experiments.runner import resolve_config
+    from svbnn_experiments.simulations import plan_table2
 
     torch.set_num_threads(args.threads)
     cfg = resolve_config(
@@ -292,7 +323,7 @@ def _kernel_setting(name: str | None) -> Iterator[None]:
     if name is None:
         yield
         return
-    from . import kernel_backend
+    from svbnn import kernel_backend
 
     saved = os.environ.get("SVBNN_KERNELS")
     os.environ["SVBNN_KERNELS"] = name
@@ -306,21 +337,43 @@ def _kernel_setting(name: str | None) -> Iterator[None]:
             os.environ["SVBNN_KERNELS"] = saved
 
 
+def _one_line(exc: BaseException) -> str:
+    # A message on one line: the contract of every user error.
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``svbnn`` console script; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
+    """Entry point of the ``svbnn`` console script; returns the exit status.
+
+    A user error (a bad option or setting, an unusable ``--out``, a locked or damaged output
+    folder) is one line on stderr and status 2; Ctrl-C is one line and status 130, with
+    ``settings.json`` of the run marked ``"status": "interrupted"``. Anything else is a bug
+    and keeps its traceback.
+    """
     try:
-        with _kernel_setting(args.kernels):
-            if args.command == "reproduce":
-                return _reproduce(args)
-            return _demo(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"svbnn: error: {exc}", file=sys.stderr)
-        return 2
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help, --version, or a one-line parse error
+            return exc.code if isinstance(exc.code, int) else 2
+        if args.command is None:
+            parser.print_help()
+            return 2
+        try:
+            with _kernel_setting(args.kernels):
+                if args.command == "reproduce":
+                    return _reproduce(args)
+                return _demo(args)
+        except (ValueError, OSError) as exc:
+            # OSError covers FileNotFoundError, PermissionError and OutputLockedError.
+            print(f"svbnn: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt as exc:
+        # A run's RunInterrupted names its folder (not imported here: it pulls in torch).
+        folder = getattr(exc, "folder", None)
+        where = f"; partial results in {folder}" if folder is not None else ""
+        print(f"svbnn: interrupted{where}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def _teacher_drawing(settings: dict[str, Any], kind: str) -> Any:
     from .common import _dense_teacher_layers
 
     if kind == "sparse-teacher":
-        from ..data import sparse_teacher
+        from svbnn.data import sparse_teacher
 
         params = sparse_teacher(n=1, n_test=1, random_state=0).params
         ws = [params[f"W{i}"] for i in (1, 2, 3)]

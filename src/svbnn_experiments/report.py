@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .common import atomic_write_text
 from .paper_values import METHOD_LABELS, Value
 
 __all__ = [
@@ -142,8 +143,6 @@ def settings_section(settings: Mapping[str, Any], keys: Sequence[tuple[str, str]
 
 
 def write_report(out: Path, title: str, sections: Sequence[str]) -> Path:
-    """Write ``report.md``: a title and the sections separated by blank lines."""
-    path = out / "report.md"
+    """Write ``report.md`` atomically: a title and the sections separated by blank lines."""
     body = "\n\n".join(s.strip() for s in sections if s and s.strip())
-    path.write_text(f"# {title}\n\n{body}\n")
-    return path
+    return atomic_write_text(out / "report.md", f"# {title}\n\n{body}\n")

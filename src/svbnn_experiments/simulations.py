@@ -327,7 +327,7 @@ COMMON_NOTES = """\
   time divided by its size.
 - Methods marked "not run" were not part of this run (`--methods`); their published
   values are shown for reference.
-- Baselines (`svbnn.experiments.baseline_methods`): VBNN keeps every weight (all inputs
+- Baselines (`svbnn_experiments.baseline_methods`): VBNN keeps every weight (all inputs
   selected); VD keeps weights with log alpha <= 3; HS-BNN prunes nodes, so FPR/FNR are not
   defined ("-"), as in the paper. Their "Sparsity" and "Density" are the fraction of the T
   weights and biases kept. AGP and LOT are deterministic networks (no coverage, f_H is the

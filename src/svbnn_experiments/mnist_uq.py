@@ -14,8 +14,9 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from ..data import MNIST_MEAN, MNIST_STD, load_mnist
-from ..prediction import sample_outputs
+from svbnn.data import MNIST_MEAN, MNIST_STD, load_mnist
+from svbnn.prediction import sample_outputs
+
 from .classifier_runs import classifier_spec, fit_classifier, load_images, load_trained
 from .classifiers import SEED_UQ, build_classifier
 from .common import RunConfig, derive_seed, read_csv, read_settings, write_csv

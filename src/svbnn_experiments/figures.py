@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data import linear_toy
-from ..nn import SpikeSlabLinear
-from ..objectives import GaussianLikelihood
-from ..selection import fpr_fnr, selected_features
-from ..training import train
+from svbnn.data import linear_toy
+from svbnn.nn import SpikeSlabLinear
+from svbnn.objectives import GaussianLikelihood
+from svbnn.selection import fpr_fnr, selected_features
+from svbnn.training import train
+
 from .common import (
     SEED_DATA,
     SEED_TRAIN,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..nn import (
+from svbnn.nn import (
     GaussianConv2d,
     GaussianLinear,
     GaussianMLP,
@@ -29,10 +29,10 @@ from ..nn import (
     VariationalDropoutMLP,
     variational_layers,
 )
-from ..prediction import sample_outputs
-from ..priors import log_lambda_opt, mlp_log_lambda_opt
-from ..pruning import make_mlp, mask_density
-from ..selection import density, sparsity, spike_slab_layers
+from svbnn.prediction import sample_outputs
+from svbnn.priors import log_lambda_opt, mlp_log_lambda_opt
+from svbnn.pruning import make_mlp, mask_density
+from svbnn.selection import density, sparsity, spike_slab_layers
 
 __all__ = [
     "CNN_METHODS",

@@ -22,11 +22,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..checkpoint import load_checkpoint
-from ..data import MNIST_MEAN, MNIST_STD, load_mnist
-from ..objectives import CategoricalLikelihood
-from ..pruning import AGPPruner, agp_schedule, apply_masks, ensure_masks
-from ..training import History, loss_objective, train
+from svbnn.checkpoint import load_checkpoint
+from svbnn.data import MNIST_MEAN, MNIST_STD, load_mnist
+from svbnn.objectives import CategoricalLikelihood
+from svbnn.pruning import AGPPruner, agp_schedule, apply_masks, ensure_masks
+from svbnn.training import History, loss_objective, train
+
 from .classifiers import (
     METHOD_CODE,
     SEED_CLS_EVAL,

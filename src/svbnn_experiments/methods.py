@@ -5,7 +5,7 @@ A :class:`Method` fits ``R`` replications at once (data ``(R, n, p)``, responses
 metric: Monte Carlo predictions, the median-model prediction, the selected inputs,
 sparsity and density, and the per-layer inclusion probabilities for network plots.
 SVBNN is defined here; the paper's baselines (VBNN, VD, HS-BNN, AGP, LOT) are in
-:mod:`svbnn.experiments.baseline_methods`. Methods plug in with :func:`register_method`.
+:mod:`svbnn_experiments.baseline_methods`. Methods plug in with :func:`register_method`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from ..nn import SpikeSlabLinear, SpikeSlabMLP, variational_layers
-from ..objectives import GaussianLikelihood
-from ..prediction import sample_outputs
-from ..priors import mlp_log_lambda_opt
-from ..selection import density, selected_features, sparsity
-from ..training import train
+from svbnn.nn import SpikeSlabLinear, SpikeSlabMLP, variational_layers
+from svbnn.objectives import GaussianLikelihood
+from svbnn.prediction import sample_outputs
+from svbnn.priors import mlp_log_lambda_opt
+from svbnn.selection import density, selected_features, sparsity
+from svbnn.training import train
 
 __all__ = [
     "METHOD_DESCRIPTIONS",

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..data import FASHION_MNIST_CLASSES
+from svbnn.data import FASHION_MNIST_CLASSES
+
 from .classifier_runs import (
     curve_table,
     per_epoch_table,

@@ -70,7 +70,7 @@ class Artifact:
     report : callable
         ``report(out_dir)``; rebuilds ``report.md`` and figures from saved files.
     defaults : mapping
-        Settings at the paper's values (keys of :class:`svbnn.experiments.common.RunConfig`
+        Settings at the paper's values (keys of :class:`svbnn_experiments.common.RunConfig`
         such as ``reps`` and ``epochs``, anything else goes to ``config.params``).
     quick : mapping
         Overrides applied by ``--quick``.

@@ -1,7 +1,7 @@
 """The paper's baselines as methods of the simulation harness: VBNN, VD, HS-BNN, AGP, LOT.
 
 Each method fits the ``R`` replications of a chunk (data ``(R, n, p)``) and returns a
-:class:`~svbnn.experiments.methods.FittedReplicates`, so every metric is computed by the
+:class:`~svbnn_experiments.methods.FittedReplicates`, so every metric is computed by the
 harness exactly as for SVBNN (RMSE of ``f_H`` with ``H`` draws, FPR/FNR, coverage, sparsity).
 
 Bayesian baselines (one replicated network per chunk, trained by :func:`svbnn.training.train`
@@ -79,12 +79,13 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from ..baselines import kept_features, kept_fraction
-from ..nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP, activation_module
-from ..nn.gaussian import VariationalMLP
-from ..prediction import sample_outputs
-from ..pruning import Scope, agp_schedule, agp_sparsity
-from ..training import train
+from svbnn.baselines import kept_features, kept_fraction
+from svbnn.nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP, activation_module
+from svbnn.nn.gaussian import VariationalMLP
+from svbnn.prediction import sample_outputs
+from svbnn.pruning import Scope, agp_schedule, agp_sparsity
+from svbnn.training import train
+
 from .methods import (
     INIT_MU_RANGE,
     FitSpec,

@@ -1,0 +1,257 @@
+"""Results folders (issue #15, item 2 and the interrupt half of item 5): atomic writes, one
+run per output folder, and a status in settings.json that says whether results are whole."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from svbnn_experiments import common
+from svbnn_experiments.cli import main
+from svbnn_experiments.common import (
+    LOCK_NAME,
+    OutputLockedError,
+    atomic_savefig,
+    atomic_write_text,
+    lock_output,
+    write_csv,
+    write_settings,
+)
+from svbnn_experiments.report import write_report
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+ENV = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".tmp" in p.name or "stale" in p.name)
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "svbnn_experiments.cli", *args]
+
+
+# ------------------------------------------------------------------------ atomic writes
+def test_atomic_write_text_replaces_whole(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    atomic_write_text(path, "x,y\r\n1,2\r\n")
+    assert path.read_bytes() == b"x,y\r\n1,2\r\n"  # line endings kept (csv writes \r\n)
+    atomic_write_text(path, "new")
+    assert path.read_text() == "new"
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda d: write_csv(d / "results.csv", [{"a": 1.0}]),
+        lambda d: write_settings(d, {"a": 1}),
+        lambda d: write_report(d, "T", ["body"]),
+        lambda d: atomic_write_text(d / "estimate.json", "{}"),
+    ],
+    ids=["write_csv", "write_settings", "write_report", "atomic_write_text"],
+)
+def test_a_failed_write_keeps_the_old_file_and_no_temporary(
+    write: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("results.csv", "settings.json", "report.md", "estimate.json"):
+        (tmp_path / name).write_text("old")
+
+    def fail(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    # Every results writer must go through the one atomic writer (the rename fails here).
+    monkeypatch.setattr(common.os, "replace", fail)
+    with pytest.raises(OSError, match="No space"):
+        write(tmp_path)
+    for name in ("results.csv", "settings.json", "report.md", "estimate.json"):
+        assert (tmp_path / name).read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
+def test_atomic_savefig(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    fig.add_subplot().plot([0, 1], [1, 0])
+    path = atomic_savefig(fig, tmp_path / "f.png", dpi=20)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _leftovers(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------ locks
+def test_a_held_folder_is_refused_naming_the_owner(tmp_path: Path) -> None:
+    with lock_output(tmp_path) as lock:
+        owner = json.loads(lock.read_text())
+        assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
+        with pytest.raises(OutputLockedError, match=rf"--out {tmp_path}: .*pid {os.getpid()}"):
+            with lock_output(tmp_path):
+                pass
+        assert lock.exists()  # the refused attempt left the owner's lock alone
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_stale_lock_is_taken_over(tmp_path: Path) -> None:
+    stale = {"pid": _dead_pid(), "host": socket.gethostname()}
+    (tmp_path / LOCK_NAME).write_text(json.dumps(stale))
+    with lock_output(tmp_path) as lock:
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert not lock.exists()
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_lock_from_another_host_is_respected(tmp_path: Path) -> None:
+    # Its pid cannot be checked from here: refuse, and say whose it is.
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere"}))
+    with pytest.raises(OutputLockedError, match="pid 1 on elsewhere"):
+        with lock_output(tmp_path):
+            pass
+
+
+def test_an_empty_lock_is_stale_only_when_old(tmp_path: Path) -> None:
+    # An empty lock is a run between creating the file and writing its record.
+    lock = tmp_path / LOCK_NAME
+    lock.write_text("")
+    with pytest.raises(OutputLockedError):
+        with lock_output(tmp_path):
+            pass
+    old = time.time() - 60
+    os.utime(lock, (old, old))
+    with lock_output(tmp_path):
+        pass
+    assert not lock.exists()
+
+
+def test_cli_refuses_a_folder_another_process_writes(tmp_path: Path) -> None:
+    # This process holds the lock; a real `svbnn` process must refuse at once.
+    with lock_output(tmp_path):
+        res = subprocess.run(
+            _cli("reproduce", "fig-gumbel-convergence", "--quick", "--out", str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=ENV,
+        )
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr
+    assert f"--out {tmp_path}" in lines[0] and f"pid {os.getpid()}" in lines[0]
+    assert not (tmp_path / "results.csv").exists()
+
+
+def test_merge_refuses_an_unfinished_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    part = tmp_path / "part"
+    part.mkdir()
+    write_settings(part, {"artifact": "table2", "status": "interrupted"})
+    out = tmp_path / "merged"
+    assert main(["reproduce", "table2", "--merge", str(part), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "interrupted" in err and str(part) in err
+
+
+# --------------------------------------------------------------------- status, SIGINT
+def test_a_complete_run_says_so_and_leaves_no_lock(tmp_path: Path) -> None:
+    assert main(["reproduce", "fig-gumbel-convergence", "--quick", "--out", str(tmp_path)]) == 0
+    settings = json.loads((tmp_path / "settings.json").read_text())
+    assert settings["status"] == "complete"
+    assert not (tmp_path / LOCK_NAME).exists()
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigint_marks_the_run_interrupted(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    # Far more epochs than the test waits for: the run is training when SIGINT arrives.
+    args = ("reproduce", "table2", "--quick", "--reps", "1", "--epochs", "100000")
+    proc = subprocess.Popen(
+        _cli(*args, "--no-progress", "--out", str(out)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            settings = out / "settings.json"
+            if settings.exists() and json.loads(settings.read_text())["status"] == "running":
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        else:
+            pytest.fail("the run never started")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [f"svbnn: interrupted; partial results in {out}"]
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["status"] == "interrupted" and settings["config"]["epochs"] == 100000
+    assert not (out / LOCK_NAME).exists()
+
+
+# ------------------------------------------------------------------ the issue's race
+def _data_seeds(seed: int) -> list[str]:
+    from svbnn_experiments import get_artifact, resolve_config
+    from svbnn_experiments.simulations import plan_table2
+
+    cfg = resolve_config(get_artifact("table2"), {"seed": seed, "reps": 1}, quick=True)
+    return [str(s) for ch in plan_table2(cfg) for s in ch.data_seeds]
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_folder_never_mix(tmp_path: Path) -> None:
+    # `for s in 1 2; do svbnn reproduce table2 --quick --seed $s --out cc & done; wait`
+    # mixed one run's results.csv with the other's settings.json in 3 of 10 trials.
+    for trial in range(3):
+        out = tmp_path / f"cc{trial}"
+        procs = {
+            s: subprocess.Popen(
+                _cli("reproduce", "table2", "--quick", "--reps", "1", "--no-progress")
+                + ["--seed", str(s), "--out", str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=ENV,
+            )
+            for s in (1, 2)
+        }
+        results = {
+            s: (p.wait(timeout=300), p.stderr.read() if p.stderr else "") for s, p in procs.items()
+        }
+        for p in procs.values():
+            if p.stderr:
+                p.stderr.close()
+        codes = sorted(rc for rc, _ in results.values())
+        assert codes in ([0, 0], [0, 2]), results
+        for rc, err in results.values():
+            if rc == 2:
+                assert "--out" in err and "pid" in err and err.count("\n") == 1
+        settings = json.loads((out / "settings.json").read_text())
+        assert settings["status"] == "complete"
+        with (out / "results.csv").open(newline="") as fh:
+            seeds = [r["data_seed"] for r in csv.DictReader(fh)]
+        assert seeds == _data_seeds(settings["config"]["seed"])
+        assert not (out / LOCK_NAME).exists()
