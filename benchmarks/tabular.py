@@ -67,6 +67,7 @@ from tqdm.auto import tqdm
 
 import svbnn
 from svbnn import SVBNNClassifier, SVBNNRegressor
+from svbnn.checkpoint import atomic_write_bytes
 from svbnn.data import UCI_INFO, load_mnist, load_uci
 
 Array = NDArray[np.float64]
@@ -278,9 +279,7 @@ def evaluate(task: Task, method: str, est: Any, k: int, seed: int, gp_rows: int)
 
 # -- report -------------------------------------------------------------------------------
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, text.encode())
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
