@@ -41,7 +41,6 @@ import inspect
 import io
 import json
 import math
-import os
 import platform
 import sys
 import time
