@@ -70,7 +70,7 @@ def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]
     network with plain ``nn.Linear`` weights (a dense step without its optimiser); the Adam
     step over the variational parameters; the full step.
     """
-    from svbnn.nn.spike_slab import _FlatMLP
+    from svbnn.nn._fused import FlatMLP
 
     step, model = build_step(net, SVBNN, seed=6)
     step()  # creates the gradients and the Adam state
@@ -88,7 +88,7 @@ def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]
 
     def draw_kl() -> None:
         model.zero_grad(set_to_none=True)
-        theta, kl = model._draw_with_kl(layers[0])
+        theta, kl = model._fused.draw_with_kl(model, layers[0])
         torch.autograd.backward([theta, kl], [ones, torch.ones_like(kl)])
 
     shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
@@ -96,7 +96,7 @@ def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]
 
     def flat_net() -> None:
         theta.grad = None
-        out = _FlatMLP.apply(theta, x, shapes, model.activation)
+        out = FlatMLP.apply(theta, x, shapes, model.activation)
         plain_loss(net, out, y).backward()
 
     def matmuls() -> None:

@@ -18,9 +18,9 @@ import torch
 from scipy import stats
 
 import svbnn._kernels as K
-import svbnn.nn.spike_slab as ss
+import svbnn.nn._fused as fused
 from svbnn._kernels import counter_noise
-from svbnn.nn import SpikeSlabMLP, set_generator
+from svbnn.nn import SpikeSlabMLP, VariationalContainer, set_generator
 from svbnn.objectives import (
     CategoricalLikelihood,
     GaussianLikelihood,
@@ -116,7 +116,7 @@ def test_fused_draw_and_kl_match_autograd_of_the_reference(
         args = (u, eps)
     var0 = 2.0
     log_1mlam = torch.log(-torch.expm1(lam_arg))
-    theta, kl = ss._FusedGumbelKL.apply(
+    theta, kl = fused.FusedGumbelKL.apply(
         mu, rho, alpha, lam_arg, log_1mlam, args, tau, 0.5 * math.log(var0), False
     )
     g = torch.Generator().manual_seed(5)
@@ -160,7 +160,7 @@ def test_fused_forward_is_finite_at_extreme_parameters(tau: float) -> None:
 def _fused_mlp(monkeypatch: pytest.MonkeyPatch, R: int | None) -> SpikeSlabMLP:
     # The fused path is taken where the kernels run compiled; forcing it on with the eager
     # backend runs the same formulas eagerly.
-    monkeypatch.setattr(ss, "_fused_path", lambda numel: True)
+    monkeypatch.setattr(fused, "_fused_path", lambda numel: True)
     model = SpikeSlabMLP(
         5,
         (4, 3),
@@ -183,13 +183,17 @@ def _eager_whole_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(fn.__name__)
         return lambda *tensors: fn(*tensors, *static)
 
-    monkeypatch.setattr(ss, "use_whole_network", lambda numel: True)
-    monkeypatch.setattr(ss, "whole_network_kernel", kernel)
+    monkeypatch.setattr(fused, "use_whole_network", lambda numel: True)
+    monkeypatch.setattr(fused, "whole_network_kernel", kernel)
     return calls
 
 
 class _OtherGaussian(GaussianLikelihood):
-    """A likelihood the whole-step graph does not know: the forward alone runs as a graph."""
+    """A likelihood the whole-step graph does not know (it overrides ``log_prob``): the
+    forward alone runs as a graph."""
+
+    def log_prob(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return super().log_prob(output, target)
 
 
 @pytest.mark.parametrize(
@@ -273,7 +277,7 @@ def test_whole_step_graph_equals_the_general_path(
     calls = _eager_whole_network(monkeypatch)
     fast = negative_elbo(model, lik, x, y, n_train=50, kl_weight=kl_weight)
     assert calls == ["mlp_negative_elbo"]
-    monkeypatch.setattr(ss.SpikeSlabMLP, "_whole_network_elbo", lambda *_: None)
+    monkeypatch.setattr(SpikeSlabMLP, "fused_negative_elbo", lambda *_: None)
     general = negative_elbo(twin, lik, x, y, n_train=50, kl_weight=kl_weight)
     assert calls == ["mlp_negative_elbo", "mlp_draw_forward"]
     # loss = nll + w KL / n, with the unweighted KL / n reported.
@@ -312,7 +316,7 @@ def test_cached_kl_is_used_once_and_only_while_parameters_are_unchanged(
     model = _fused_mlp(monkeypatch, None)
     x = torch.randn(8, 5, dtype=torch.float64)
     model(x)
-    cached = model._kl_cache
+    cached = model._fused.kl_cache
     assert cached is not None
     first = model.kl_divergence()
     assert first is cached[0]
@@ -331,7 +335,7 @@ def test_cached_kl_is_used_once_and_only_while_parameters_are_unchanged(
     import copy
 
     clone = copy.deepcopy(model)
-    assert clone._kl_cache is None
+    assert clone._fused.kl_cache is None
 
 
 def test_fused_draws_reproduce_from_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -350,7 +354,7 @@ def test_flat_mlp_gradients(activation: str) -> None:
     theta = torch.randn(T, generator=g, dtype=torch.float64, requires_grad=True)
     x = torch.randn(5, 3, generator=g, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda t, a: ss._FlatMLP.apply(t, a, shapes, activation), (theta, x)
+        lambda t, a: fused.FlatMLP.apply(t, a, shapes, activation), (theta, x)
     )
 
 
@@ -396,3 +400,67 @@ def test_a_new_prior_inclusion_reaches_the_next_step() -> None:
         model(x)
         want = spike_slab_kl(model.mu, model.rho, model.alpha, log_lam, 2.0)
         torch.testing.assert_close(model.kl_divergence(), want, rtol=1e-12, atol=1e-12)
+
+
+def test_likelihoods_tell_the_fused_path_what_they_are() -> None:
+    class OwnCategorical(CategoricalLikelihood):
+        def log_prob(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return super().log_prob(output, target)
+
+    assert GaussianLikelihood(0.5).fused_spec(1) == ("gaussian", 0.25)
+    assert GaussianLikelihood(0.5).fused_spec(2) is None  # several outputs
+    assert GaussianLikelihood(torch.ones(3, 1)).fused_spec(1) is None  # per replicate
+    assert _OtherGaussian().fused_spec(1) is None  # its own log_prob
+    assert CategoricalLikelihood().fused_spec(10) == ("categorical", 1.0)
+    assert OwnCategorical().fused_spec(10) is None
+
+
+class _Container(VariationalContainer):
+    """A container with a fused path that returns fixed numbers (and records its call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = SpikeSlabMLP(3, (2,), 1, generator=torch.Generator().manual_seed(0))
+        self.calls: list[float] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.inner(x)
+        return out
+
+    def kl_divergence(self) -> torch.Tensor:
+        return self.inner.kl_divergence()
+
+    def fused_negative_elbo(
+        self, likelihood: object, x: torch.Tensor, y: torch.Tensor, n_train: float
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        self.calls.append(n_train)
+        return torch.tensor(3.0), torch.tensor(2.0), torch.tensor(1.0)
+
+
+def test_negative_elbo_asks_the_container_hook_first() -> None:
+    x, y = torch.randn(4, 3), torch.randn(4)
+    lik = GaussianLikelihood()
+    # The default: no fused path, the general one runs.
+    plain = SpikeSlabMLP(3, (2,), 1)
+    assert VariationalContainer.fused_negative_elbo(plain, lik, x, y, 10.0) is None
+    model = _Container()
+    assert [float(t) for t in negative_elbo(model, lik, x, y, n_train=10)] == [3.0, 2.0, 1.0]
+    # A KL weight w: the hook spreads the KL over n / w, and the reported KL is unweighted.
+    loss, _, kl = negative_elbo(model, lik, x, y, n_train=10, kl_weight=0.5)
+    assert model.calls == [10.0, 20.0] and float(loss) == 3.0 and float(kl) == 2.0
+    # K > 1 draws: never the one-draw hook.
+    negative_elbo(model, lik, x, y, n_train=10, n_mc=2)
+    assert model.calls == [10.0, 20.0]
+
+
+def test_a_model_pickled_with_the_old_cache_attributes_loads() -> None:
+    model = SpikeSlabMLP(3, (2,), 1, generator=torch.Generator().manual_seed(0))
+    state = dict(model.__dict__)
+    del state["_fused"]
+    state.update(_kl_cache=None, _log_lam_cache=None, _scales_cache=None)
+    old = SpikeSlabMLP.__new__(SpikeSlabMLP)
+    old.__setstate__(state)
+    assert isinstance(old._fused, fused.FusedEngine) and not hasattr(old, "_kl_cache")
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(old.kl_divergence(), model.kl_divergence())
+    assert old(x).shape == (4, 1)

@@ -9,14 +9,18 @@ import torch
 
 import svbnn
 import svbnn._kernels as K
-import svbnn.nn.spike_slab as ss
+import svbnn.nn._fused as engine
 from svbnn.nn import SpikeSlabMLP, set_generator
 from svbnn.objectives import GaussianLikelihood
 from svbnn.training import negative_elbo
 
 
 class _OtherGaussian(GaussianLikelihood):
-    """Unknown to the whole-step graph: only the training forward runs as one graph."""
+    """Unknown to the whole-step graph (it overrides ``log_prob``): only the training
+    forward runs as one graph."""
+
+    def log_prob(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return super().log_prob(output, target)
 
 
 def _grads(
@@ -52,7 +56,7 @@ def test_compiled_backend_matches_eager(fused: bool, monkeypatch: pytest.MonkeyP
     # backend uses for SpikeSlabMLP; eagerly it runs when the backend claims "compiled".
     loss_c, grads_c = _grads("compiled", fused)
     if fused:
-        monkeypatch.setattr(ss, "_fused_path", lambda numel: True)
+        monkeypatch.setattr(engine, "_fused_path", lambda numel: True)
     loss_e, grads_e = _grads("eager", fused)
     torch.testing.assert_close(loss_c, loss_e, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_c, grads_e, strict=True):
@@ -68,8 +72,10 @@ def test_auto_backend_whole_network_matches_eager(
     # does not know its training forward (mlp_draw_forward), as one compiled graph; the
     # same formulas run eagerly when forced on.
     loss_c, grads_c = _grads("auto", True, likelihood)
-    monkeypatch.setattr(ss, "use_whole_network", lambda numel: True)
-    monkeypatch.setattr(ss, "whole_network_kernel", lambda fn, *static: lambda *t: fn(*t, *static))
+    monkeypatch.setattr(engine, "use_whole_network", lambda numel: True)
+    monkeypatch.setattr(
+        engine, "whole_network_kernel", lambda fn, *static: lambda *t: fn(*t, *static)
+    )
     loss_e, grads_e = _grads("eager", True, likelihood)
     torch.testing.assert_close(loss_c, loss_e, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_c, grads_e, strict=True):

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
+from svbnn._kernels import log_softplus
 from svbnn.nn import SpikeSlabLinear
 from svbnn.objectives import spike_slab_kl, spike_slab_kl_reference
 from svbnn.priors import log1mexp
@@ -115,3 +116,24 @@ def test_replicated_kl_is_per_replicate() -> None:
     for r, log_lam in enumerate([-1.0, -5.0, -50.0, -1000.0]):
         single = spike_slab_kl(layer.mu[r], layer.rho[r], layer.alpha[r], log_lam, 2.0)
         torch.testing.assert_close(kl[r], single)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log_softplus_is_accurate_and_has_finite_gradients_in_the_tail(
+    dtype: torch.dtype,
+) -> None:
+    # The one log(softplus) of the library (kernels, Gaussian and horseshoe layers): exact
+    # where softplus is representable, rho itself below -20 (where softplus(rho) = e^rho
+    # to the precision), and a finite gradient also where softplus underflows to 0.
+    rho = torch.tensor([-300.0, -120.0, -21.0, -19.0, -1.0, 0.0, 3.0, 40.0], dtype=dtype)
+    rho.requires_grad_()
+    got = log_softplus(rho)
+    want = torch.log(torch.nn.functional.softplus(rho.detach().double()))
+    want = torch.where(rho.detach() < -20, rho.detach().double(), want)
+    torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=1e-6)
+    (grad,) = torch.autograd.grad(got.sum(), rho)
+    assert bool(torch.isfinite(grad).all())
+    torch.testing.assert_close(grad[:3], torch.ones(3, dtype=dtype))
+    # Given sigma (as the kernels pass it), the same numbers bit for bit.
+    sigma = torch.nn.functional.softplus(rho.detach())
+    assert torch.equal(log_softplus(rho.detach(), sigma), got.detach())

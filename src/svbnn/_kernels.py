@@ -42,6 +42,7 @@ __all__ = [
     "counter_index",
     "counter_noise",
     "kernels",
+    "log_softplus",
     "mlp_draw_forward",
     "mlp_negative_elbo",
     "set_backend",
@@ -82,10 +83,26 @@ eager kernels): 5,151 parameters 0.72 / 0.90 / -; 7,921: 0.91 / 1.02 / -; 12,181
 1.12 / -; 15,201: 1.29 / 1.22 / 1.44; 20,301: 1.58 / 1.36 / 1.66; 80,601: 4.61 / 2.81 / -."""
 
 
-def _log_sigma(rho: Tensor, sigma: Tensor) -> Tensor:
-    # log(softplus(rho)); softplus(rho) = exp(rho)(1 + O(exp(rho))) below -20. The other
-    # branch's log stays finite (sigma underflows to 0 far below -20), so that autograd
-    # through this where (mlp_draw_forward) does not multiply a zero by an infinity.
+def log_softplus(rho: Tensor, sigma: Tensor | None = None) -> Tensor:
+    """``log(softplus(rho))``, accurate also where ``softplus(rho)`` underflows.
+
+    Parameters
+    ----------
+    rho : Tensor
+        Any shape ``S``.
+    sigma : Tensor, optional
+        ``softplus(rho)`` (shape ``S``) where the caller has it already, as the kernels do.
+
+    Returns
+    -------
+    Tensor
+        Shape ``S``; ``rho`` itself below ``-20``, where
+        ``softplus(rho) = exp(rho)(1 + O(exp(rho)))``.
+    """
+    if sigma is None:
+        sigma = F.softplus(rho)
+    # The unused branch's log stays finite (sigma underflows to 0 far below -20), so that
+    # autograd through this where does not multiply a zero by an infinity.
     tiny = rho < -20.0
     return torch.where(tiny, rho, torch.log(torch.where(tiny, 1.0, sigma)))
 
@@ -319,7 +336,7 @@ def _dsigma_over_sigma(rho: Tensor, sigma: Tensor, d_sigma: Tensor) -> Tensor:
 def _slab_kl(mu: Tensor, rho: Tensor, sigma: Tensor, log_sigma0: float, var0: float) -> Tensor:
     # Times the reciprocal: compiled, a division by a runtime scalar is a vector division
     # per element, several times a multiplication's cost.
-    return log_sigma0 - _log_sigma(rho, sigma) + (sigma * sigma + mu * mu) * (0.5 / var0) - 0.5
+    return log_sigma0 - log_softplus(rho, sigma) + (sigma * sigma + mu * mu) * (0.5 / var0) - 0.5
 
 
 def counter_index(like: Tensor) -> Tensor:
@@ -434,7 +451,7 @@ def fused_forward_given_noise(
     # log(sigma0) - 1/2 joins -logit(lambda) in a scalar c.
     logit_lam = log_lam - log_1mlam
     c = (log_sigma0 - 0.5) - logit_lam
-    slab_c = torch.addcmul(mu * mu, sigma, sigma) / (2.0 * var0) - _log_sigma(rho, sigma) + c
+    slab_c = torch.addcmul(mu * mu, sigma, sigma) / (2.0 * var0) - log_softplus(rho, sigma) + c
     # Bernoulli part: phi log(phi/lambda) + (1 - phi) log((1 - phi)/(1 - lambda))
     #   = -H(phi) - phi logit(lambda) - log(1 - lambda),
     # with the entropy H(phi) = BCE(alpha, phi), one fused (and stable) operation.

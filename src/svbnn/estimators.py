@@ -32,8 +32,8 @@ from torch import Tensor, nn
 
 from ._kernels import AUTO_MIN_NUMEL, backend_scope
 from .convergence import ConvergenceMonitor, default_max_steps
-from .nn.base import Sampler, set_generator
-from .nn.spike_slab import _ACTIVATIONS, SpikeSlabMLP
+from .nn.base import ACTIVATIONS, Sampler, set_generator
+from .nn.spike_slab import SpikeSlabMLP
 from .objectives import CategoricalLikelihood, GaussianLikelihood
 from .prediction import (
     credible_interval,
@@ -329,7 +329,7 @@ class _SVBNNBase(BaseEstimator):
     def _check_params(self) -> None:
         """Validate every hyperparameter; sets nothing, so a refusal leaves ``self`` as it was."""
         _hidden_sizes(self.hidden_layer_sizes)
-        _check_choice("activation", self.activation, sorted(_ACTIVATIONS))
+        _check_choice("activation", self.activation, sorted(ACTIVATIONS))
         _check_choice("dtype", self.dtype, sorted(_DTYPES))
         _check_choice("optimizer", self.optimizer, [o.value for o in Optimizer])
         _check_int("batch_size", self.batch_size, 1)

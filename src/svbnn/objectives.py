@@ -15,7 +15,6 @@ lambda in (0, 1), including log-lambda = -1000. Its gradient is written in close
 from __future__ import annotations
 
 import math
-from enum import Enum
 from typing import Any
 
 import torch
@@ -27,6 +26,7 @@ from ._kernels import (
     kl_backward_saved,
     kl_forward,
     kl_forward_saving,
+    log_softplus,
     use_compiled,
 )
 from .priors import log1mexp
@@ -34,19 +34,10 @@ from .priors import log1mexp
 __all__ = [
     "CategoricalLikelihood",
     "GaussianLikelihood",
-    "Likelihood",
     "log_softplus",
     "spike_slab_kl",
     "spike_slab_kl_reference",
 ]
-
-
-def log_softplus(rho: Tensor) -> Tensor:
-    """``log(softplus(rho))``, accurate also where ``softplus(rho)`` underflows.
-
-    For ``rho < -20``, ``softplus(rho) = exp(rho)(1 + O(exp(rho)))`` so the log is ``rho``.
-    """
-    return torch.where(rho < -20.0, rho, torch.log(F.softplus(rho)))
 
 
 class _SpikeSlabKL(torch.autograd.Function):
@@ -138,32 +129,57 @@ def spike_slab_kl_reference(
     )
 
 
-class Likelihood(str, Enum):
-    """Names of the supported likelihoods (for estimators and the CLI)."""
-
-    GAUSSIAN = "gaussian"
-    CATEGORICAL = "categorical"
-
-
 class GaussianLikelihood(torch.nn.Module):
-    """``y ~ N(f(x), noise_std^2)`` with known noise standard deviation.
+    """``y ~ N(f(x), noise_std^2)`` with a known or a learned noise standard deviation.
 
     Parameters
     ----------
     noise_std : float or Tensor
-        ``sigma_eps`` (a hyperparameter: the paper fixes it to 1 in the simulations and
-        grid-searches it on UCI data). A tensor of shape ``(R, 1)`` gives each replicate of
-        a replicated model its own noise level (e.g. a grid search trained as one net).
+        ``sigma_eps``, known (the paper fixes it to 1 in the simulations and grid-searches
+        it on UCI data), or the starting value of a learned one. A tensor of shape
+        ``(R, 1)`` gives each replicate of a replicated model its own known noise level
+        (e.g. a grid search trained as one net).
+    learn_noise : bool
+        Learn ``sigma_eps``: a parameter ``log_noise_std`` (a scalar, started at
+        ``log(noise_std)``) that the optimiser trains with the variational parameters,
+        i.e. a type-II (empirical-Bayes) point estimate maximising the ELBO. The model's
+        fused ELBO path does not apply (it takes a fixed noise level); the general path
+        computes the same objective.
+
+    Attributes
+    ----------
+    noise_std : float or Tensor
+        The known value, or, when learned, ``exp(log_noise_std)`` (a 0-dim tensor that
+        carries the gradient).
     """
 
-    def __init__(self, noise_std: float | Tensor = 1.0) -> None:
+    def __init__(self, noise_std: float | Tensor = 1.0, learn_noise: bool = False) -> None:
         super().__init__()
         std = torch.as_tensor(noise_std, dtype=torch.float64)
         if not bool(torch.all(torch.isfinite(std) & (std > 0))):
             raise ValueError(f"noise_std must be positive, got {noise_std}")
-        self.noise_std: float | Tensor = (
+        self.learn_noise = bool(learn_noise)
+        if self.learn_noise:
+            if std.dim() != 0:
+                raise ValueError("learn_noise needs one scalar noise_std (its starting value)")
+            # Parametrised on the log scale: positive, and Adam's steps are relative.
+            self.log_noise_std = torch.nn.Parameter(torch.tensor(math.log(float(std))))
+        self._noise_std: float | Tensor = (
             float(std) if std.dim() == 0 else torch.as_tensor(noise_std).detach().clone()
         )
+
+    @property
+    def noise_std(self) -> float | Tensor:
+        """The noise sd (see the class attributes)."""
+        if self.__dict__.get("learn_noise", False):
+            return self.log_noise_std.exp()
+        return self._noise_std
+
+    @noise_std.setter
+    def noise_std(self, value: float | Tensor) -> None:
+        if self.__dict__.get("learn_noise", False):
+            raise AttributeError("a learned noise_std is set through log_noise_std")
+        self._noise_std = value
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
         """Log density per datum.
@@ -191,6 +207,32 @@ class GaussianLikelihood(torch.nn.Module):
         const = diff.new_full((), -0.5 * math.log(2 * math.pi * var_f))
         return torch.addcmul(const, diff, diff, value=-0.5 / var_f)
 
+    def fused_spec(self, out_features: int) -> tuple[str, float] | None:
+        """What a model's fused ELBO path needs to know of this likelihood.
+
+        Parameters
+        ----------
+        out_features : int
+            The model's output width.
+
+        Returns
+        -------
+        (str, float) or None
+            ``("gaussian", noise variance)`` for one output and a float noise level;
+            ``None`` otherwise (a per-replicate noise tensor, several outputs) and in a
+            subclass that overrides :meth:`log_prob` (the fused path would not compute
+            it): the model then runs its general path (see
+            :meth:`svbnn.nn.VariationalContainer.fused_negative_elbo`).
+        """
+        noise = self.noise_std
+        if (
+            type(self).log_prob is not GaussianLikelihood.log_prob
+            or out_features != 1
+            or not isinstance(noise, float)
+        ):
+            return None
+        return "gaussian", noise * noise
+
 
 class CategoricalLikelihood(torch.nn.Module):
     """``y ~ Categorical(softmax(f(x)))``."""
@@ -199,3 +241,11 @@ class CategoricalLikelihood(torch.nn.Module):
         """Log probability per datum: ``output`` ``(..., m, C)`` logits, ``target`` ``(..., m)``."""
         logp = F.log_softmax(output, dim=-1)
         return logp.gather(-1, target.long().unsqueeze(-1)).squeeze(-1)
+
+    def fused_spec(self, out_features: int) -> tuple[str, float] | None:
+        """``("categorical", 1.0)`` for a model's fused ELBO path (see
+        :meth:`GaussianLikelihood.fused_spec`); ``None`` in a subclass that overrides
+        :meth:`log_prob`. ``out_features``: the number of classes (any)."""
+        if type(self).log_prob is not CategoricalLikelihood.log_prob:
+            return None
+        return "categorical", 1.0

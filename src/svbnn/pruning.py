@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from .nn.spike_slab import activation_module
+from .nn.base import activation_module
 from .training import loss_objective, train
 
 __all__ = [

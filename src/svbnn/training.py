@@ -26,8 +26,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .nn.base import kl_divergence, set_generator, variational_layers
-from .nn.spike_slab import SpikeSlabMLP
+from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
 from .selection import sparsity, spike_slab_layers, unresolved_fraction
 
 __all__ = [
@@ -133,10 +132,11 @@ def negative_elbo(
     """
     if not (kl_weight > 0 and math.isfinite(kl_weight)):
         raise ValueError(f"kl_weight must be positive and finite, got {kl_weight}")
-    if n_mc == 1 and isinstance(model, SpikeSlabMLP):
-        # A small network under the auto backend: the whole step as one compiled graph,
-        # whose KL scale 1 / n becomes w / n.
-        fast = model._whole_network_elbo(likelihood, x, y, n_train / kl_weight)
+    if n_mc == 1 and isinstance(model, VariationalContainer):
+        # The model's own fused path, where it has one (e.g. a small SpikeSlabMLP under the
+        # auto backend: the whole step as one compiled graph), with the KL scale 1 / n
+        # made w / n.
+        fast = model.fused_negative_elbo(likelihood, x, y, n_train / kl_weight)
         if fast is not None:
             if kl_weight == 1.0:
                 return fast

@@ -38,7 +38,7 @@ from .classifiers import (
     kept_fraction,
     set_flip_generator,
 )
-from .common import RunConfig, derive_seed
+from .common import RunConfig, atomic_savefig, atomic_write_text, derive_seed
 from .paper_values import METHOD_LABELS
 from .plotting import pyplot
 from .realdata import (
@@ -357,7 +357,7 @@ def run_comparison(
         meta["methods"][method] = {"lr": spec.lr, "epochs_planned": spec.epochs}
         if method == "svbnn":
             meta["methods"][method]["kl_weight"] = spec.kl_weight
-        meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+        atomic_write_text(meta_path, json.dumps(meta, indent=2) + "\n")
         fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book)
         runs[method] = {**info, **fit, "lr": spec.lr, "seed": spec.seed}
     return {"data": data_info, "runs": runs, "checkpoints": str(ckpt_dir)}
@@ -395,7 +395,7 @@ def plot_curves(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.legend()
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_savefig(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -32,9 +32,9 @@ def _parse_set(items: Sequence[str] | None) -> dict[str, str]:
         if not sep or not key:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         if not key.isidentifier():
-            # Settings are Python names; anything else (spaces, newlines) is a typo, and
-            # echoing it raw could break the one-line error.
-            raise ValueError(f"--set expects KEY=VALUE with KEY a setting name, got {item!r}")
+            # Every setting name is an identifier; anything else is a typo (shown quoted,
+            # so that a stray newline or quote cannot break the one-line message).
+            raise ValueError(f"--set {key!r}: not a setting name (--set expects KEY=VALUE)")
         out[key] = value
     return out
 
@@ -43,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr (no usage block), status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
 
 
 def _positive_int(text: str) -> int:
@@ -337,9 +337,11 @@ def _kernel_setting(name: str | None) -> Iterator[None]:
             os.environ["SVBNN_KERNELS"] = saved
 
 
-def _one_line(exc: BaseException) -> str:
-    # A message on one line: the contract of every user error.
-    return " ".join(str(exc).split()) or type(exc).__name__
+def _one_line(message: object) -> str:
+    """``message`` as one line: whitespace runs become one space, other control characters
+    (from a user's argument, say) are shown escaped."""
+    text = " ".join(str(message).split())
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -366,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _demo(args)
         except (ValueError, OSError) as exc:
             # OSError covers FileNotFoundError, PermissionError and OutputLockedError.
-            print(f"svbnn: error: {_one_line(exc)}", file=sys.stderr)
+            print(f"svbnn: error: {_one_line(exc) or type(exc).__name__}", file=sys.stderr)
             return 2
     except KeyboardInterrupt as exc:
         # A run's RunInterrupted names its folder (not imported here: it pulls in torch).

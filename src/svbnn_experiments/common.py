@@ -467,10 +467,16 @@ def execute_chunks(
     except BaseException:
         # Ctrl-C (or a failed chunk): stop the workers now rather than let them finish
         # their chunks. Workers ignore SIGINT, so only this process reports the interrupt.
-        pool.shutdown(wait=False, cancel_futures=True)
+        # (The worker handles are taken before shutdown(), which drops them.)
         procs: dict[int, Any] = getattr(pool, "_processes", None) or {}
-        for proc in list(procs.values()):
+        workers = list(procs.values())
+        for proc in workers:
             proc.terminate()
+        for proc in workers:
+            proc.join(timeout=10)
+        # With its workers gone the pool winds down at once; waiting for that releases its
+        # queues (else the resource tracker warns of leaked semaphores on stderr).
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
     return sorted(results, key=lambda r: r.index)

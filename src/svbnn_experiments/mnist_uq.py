@@ -5,6 +5,7 @@ of the softmax vectors of 100 posterior draws against AGP's softmax.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,13 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
+from svbnn.checkpoint import atomic_write_bytes
 from svbnn.data import MNIST_MEAN, MNIST_STD, load_mnist
 from svbnn.prediction import sample_outputs
 
 from .classifier_runs import classifier_spec, fit_classifier, load_images, load_trained
 from .classifiers import SEED_UQ, build_classifier
-from .common import RunConfig, derive_seed, read_csv, read_settings, write_csv
+from .common import RunConfig, atomic_savefig, derive_seed, read_csv, read_settings, write_csv
 from .mnist import MNIST_DEFAULTS, MNIST_QUICK
 from .paper_values import METHOD_LABELS
 from .plotting import pyplot
@@ -174,12 +176,14 @@ def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
                     row[f"sd{c}"] = float(sds[k, c])
             rows.append(row)
     write_csv(cfg.out / "results.csv", rows)
+    buf = io.BytesIO()
     np.savez_compressed(
-        cfg.out / "overlays.npz",
+        buf,
         first=np.stack([raw.x_test[i] for i, _ in idx]),
         second=np.stack([raw.x_test[j] for _, j in idx]),
         overlay=overlays,
     )
+    atomic_write_bytes(cfg.out / "overlays.npz", buf.getvalue())
     return {
         "source": str(source) if source is not None else "",
         "models": origins,
@@ -231,7 +235,7 @@ def _plot_uq(
             ax.legend(loc="upper right", fontsize=8)
     axes[-1, 3].set_xlabel("digit")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_savefig(fig, path, dpi=120)
     plt.close(fig)
 
 

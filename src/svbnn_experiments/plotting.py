@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .common import atomic_savefig
+
 __all__ = [
     "draw_network",
     "plot_gumbel",
@@ -162,7 +164,7 @@ def plot_network(
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     draw_network(ax, masks, weights=weights, relevant=relevant, title=title)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    atomic_savefig(fig, path, dpi=150)
     plt.close(fig)
     return path
 
@@ -228,7 +230,7 @@ def plot_lambda_sweep(
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    atomic_savefig(fig, path, dpi=150)
     plt.close(fig)
     return path
 
@@ -248,7 +250,7 @@ def plot_linear_toy(path: Path, beta: NDArray[Any], estimates: Mapping[str, NDAr
         ax.legend(fontsize=8)
     axes[0].set_ylabel("beta_j")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    atomic_savefig(fig, path, dpi=150)
     plt.close(fig)
     return path
 
@@ -279,7 +281,7 @@ def plot_gumbel(
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    atomic_savefig(fig, path, dpi=150)
     plt.close(fig)
     return path
 

@@ -424,11 +424,12 @@ def reproduce(
             "environment": environment_info(),
             "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        # Written first, so that an output folder always says whether its results are
-        # whole, even after a kill that no handler sees.
-        write_settings(cfg.out, {**base, "status": "running"})
         t0 = time.perf_counter()
         try:
+            # Written first, so that an output folder always says whether its results are
+            # whole, even after a kill that no handler sees. Inside the try: a Ctrl-C that
+            # lands just after it must still mark the run interrupted.
+            write_settings(cfg.out, {**base, "status": "running"})
             extra = artifact.run(cfg)
         except KeyboardInterrupt:
             wall = round(time.perf_counter() - t0, 3)

@@ -52,7 +52,7 @@ from svbnn.priors import mlp_log_lambda_opt
 from svbnn.selection import density, sparsity
 from svbnn.training import train
 
-from .common import RunConfig, derive_seed, read_csv, read_settings, write_csv
+from .common import RunConfig, atomic_savefig, derive_seed, read_csv, read_settings, write_csv
 from .methods import _Squeeze
 from .plotting import pyplot
 from .realdata import UCI_PAPER, data_dir_param, parse_floats, parse_names
@@ -499,7 +499,7 @@ def _plot_grid(grid_rows: list[dict[str, Any]], path: Path) -> None:
         fontsize=9,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_savefig(fig, path, dpi=120)
     plt.close(fig)
 
 

@@ -3,7 +3,9 @@
 from .base import (
     ForwardMode,
     Sampler,
+    VariationalContainer,
     VariationalLayer,
+    activation_module,
     forward_mode,
     frozen_sample,
     kl_divergence,
@@ -22,7 +24,6 @@ from .spike_slab import (
     SpikeSlabConv2d,
     SpikeSlabLinear,
     SpikeSlabMLP,
-    activation_module,
     gumbel_spike_slab,
     inverse_cdf_spike_slab,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "SpikeSlabConv2d",
     "SpikeSlabLinear",
     "SpikeSlabMLP",
+    "VariationalContainer",
     "VariationalLayer",
     "activation_module",
     "forward_mode",

@@ -1,4 +1,5 @@
-"""What every variational layer of the library shares: forward modes, generators, KL sums."""
+"""What every variational layer of the library shares: forward modes, generators, KL sums,
+activations."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "ACTIVATIONS",
+    "activation_module",
     "conv_geometry",
     "ForwardMode",
     "Sampler",
@@ -34,6 +37,26 @@ def conv_geometry(
         raise ValueError("in_channels and out_channels must be divisible by groups")
     shape = (out_channels, in_channels // groups, int(ks[0]), int(ks[1]))
     return shape, shape[1] * shape[2] * shape[3]
+
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    "logistic": nn.Sigmoid,
+    "identity": nn.Identity,
+}
+"""The hidden activations the networks know, by name."""
+
+
+def activation_module(name: str) -> nn.Module:
+    """The activation module for a name: relu, tanh, sigmoid/logistic or identity."""
+    try:
+        return ACTIVATIONS[name]()
+    except KeyError:
+        raise ValueError(
+            f"unknown activation {name!r}; choose from {sorted(ACTIVATIONS)}"
+        ) from None
 
 
 class ForwardMode(str, Enum):
@@ -97,11 +120,50 @@ class VariationalLayer(nn.Module):
 
 
 class VariationalContainer(nn.Module):
-    """A module that computes the KL of all its variational layers itself (e.g. fused)."""
+    """A module that computes the KL of all its variational layers itself (e.g. fused).
+
+    It may also offer a faster route to the whole per-datum negative ELBO of a minibatch
+    through :meth:`fused_negative_elbo`, which :func:`svbnn.training.negative_elbo` asks
+    first; the model, the likelihood and the objective stay separate pieces otherwise.
+    """
 
     def kl_divergence(self) -> Tensor:
         """KL(q || prior) of every variational layer inside: scalar or ``(R,)``."""
         raise NotImplementedError
+
+    def fused_negative_elbo(
+        self, likelihood: object, x: Tensor, y: Tensor, n_train: float
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """The one-draw per-datum negative ELBO by a fused path of this model, or ``None``.
+
+        :func:`svbnn.training.negative_elbo` calls this (with one Monte Carlo draw) before
+        its general path (forward, ``likelihood.log_prob``, :meth:`kl_divergence`). An
+        override returns what that general path returns for the same draw, up to
+        rounding, and consumes the model's random numbers as it would; it returns ``None``
+        wherever it does not apply (an unknown likelihood, a shape or mode it does not
+        handle), and the general path runs instead. A likelihood tells a fused path what
+        it is through ``likelihood.fused_spec(out_features)`` (see
+        :meth:`svbnn.objectives.GaussianLikelihood.fused_spec`).
+
+        Parameters
+        ----------
+        likelihood : object
+            The likelihood (``log_prob(output, target) -> (..., m)``).
+        x : Tensor
+            ``(m, ...)`` inputs.
+        y : Tensor
+            ``(m,)`` targets.
+        n_train : float
+            The training-set size the KL is spread over (``n / w`` for a KL weight ``w``).
+
+        Returns
+        -------
+        (loss, nll, kl) : tuple of Tensor, or None
+            Scalars: ``loss = nll + KL / n_train`` (differentiable), ``nll`` and
+            ``KL / n_train`` detached. ``None`` (the default): no fused path, use the
+            general one.
+        """
+        return None
 
 
 def variational_layers(model: nn.Module) -> list[VariationalLayer]:

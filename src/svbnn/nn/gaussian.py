@@ -24,9 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..objectives import log_softplus
-from .base import ForwardMode, VariationalLayer, conv_geometry
-from .spike_slab import activation_module
+from .._kernels import log_softplus
+from .base import ForwardMode, VariationalLayer, activation_module, conv_geometry
 
 __all__ = [
     "GaussianConv2d",

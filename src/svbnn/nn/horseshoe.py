@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..objectives import log_softplus
+from .._kernels import log_softplus
 from .base import ForwardMode, VariationalLayer
 from .gaussian import VariationalMLP, _check_sizes
 

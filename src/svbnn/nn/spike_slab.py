@@ -8,6 +8,8 @@ Storage: a layer keeps its weights and bias in *one* matrix per variational para
 ``(out, fan_in + 1)`` with the bias in the last column (``(R, out, fan_in + 1)`` when
 replicated). One random draw, one fused sampling kernel and one fused KL per layer per
 step, instead of two of each, halves the per-operation overhead that dominates small nets.
+:class:`SpikeSlabMLP` goes further (all layers in one flat tensor, one draw + KL for the
+network): that speed path lives in :mod:`svbnn.nn._fused`.
 """
 
 from __future__ import annotations
@@ -19,20 +21,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._kernels import (
-    activate,
-    gumbel_backward_saved,
-    gumbel_forward_saving,
-    kernels,
-    mlp_draw_forward,
-    mlp_negative_elbo,
-    use_compiled,
-    use_whole_network,
-    whole_network_kernel,
+from ..objectives import spike_slab_kl
+from ..priors import resolve_log_inclusion
+from ._fused import FusedEngine, GumbelSpikeSlab, run_feature_major
+from .base import (
+    ForwardMode,
+    Sampler,
+    VariationalContainer,
+    VariationalLayer,
+    activation_module,
+    conv_geometry,
 )
-from ..objectives import CategoricalLikelihood, GaussianLikelihood, spike_slab_kl
-from ..priors import log1mexp, resolve_log_inclusion
-from .base import ForwardMode, Sampler, VariationalContainer, VariationalLayer, conv_geometry
 
 __all__ = [
     "SpikeSlabConv2d",
@@ -41,161 +40,6 @@ __all__ = [
     "gumbel_spike_slab",
     "inverse_cdf_spike_slab",
 ]
-
-
-class _GumbelSpikeSlab(torch.autograd.Function):
-    """Straight-through Gumbel-softmax spike-and-slab draw with a fused backward pass.
-
-    Forward: ``theta = 1[eta > 0] (mu + sigma eps)``, ``eta = alpha + logit(u)``.
-    Backward uses the relaxed gate ``g~ = sigmoid(eta / tau)`` (Algorithm 1), i.e. the same
-    gradients as autograd through ``gate = g + g~ - g~.detach()``.
-    """
-
-    @staticmethod
-    def forward(
-        ctx: Any, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
-    ) -> Tensor:
-        ctx.tau = tau
-        ctx.compiled = use_compiled(mu.numel())
-        if ctx.compiled:
-            # Fused kernels on 1-D views; the backward recomputes from the inputs.
-            flat = [t.reshape(-1) for t in (mu, rho, alpha, u, eps)]
-            ctx.save_for_backward(*flat)
-            out: Tensor = kernels(True)["gumbel_forward"](*flat).view(mu.shape)
-            return out
-        w, saved = gumbel_forward_saving(mu, rho, alpha, u, eps, tau)
-        ctx.save_for_backward(*saved)
-        return w
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        if ctx.compiled:
-            shape = grad.shape
-            grads = kernels(True)["gumbel_backward"](grad.reshape(-1), *ctx.saved_tensors, ctx.tau)
-            g_mu, g_rho, g_alpha = (g.view(shape) for g in grads)
-        else:
-            g_mu, g_rho, g_alpha = gumbel_backward_saved(grad, ctx.saved_tensors)
-        return g_mu, g_rho, g_alpha, None, None, None
-
-
-class _FusedGumbelKL(torch.autograd.Function):
-    """Gumbel straight-through draw and exact KL of flat parameters in one fused pass.
-
-    Forward returns ``(theta, kl)``; the backward takes both incoming gradients and returns
-    ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more pass from
-    elementwise factors the forward saved. Noise: either ``u, eps`` (drawn from torch's
-    generator, eager kernels) or a two-word ``seed`` for the counter-based noise of the
-    compiled kernel (:func:`svbnn._kernels.counter_noise`).
-    """
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        mu: Tensor,
-        rho: Tensor,
-        alpha: Tensor,
-        log_lam: Tensor,
-        log_1mlam: Tensor,
-        noise: tuple[Tensor, ...],
-        tau: float,
-        log_sigma0: float,
-        compiled: bool,
-    ) -> tuple[Tensor, Tensor]:
-        var0 = math.exp(2.0 * log_sigma0)
-        consts = (log_lam, log_1mlam, log_sigma0, var0, tau)
-        if len(noise) == 1:
-            out = kernels(compiled)["fused_forward"](mu, rho, alpha, noise[0], *consts)
-        else:
-            compiled = False
-            out = kernels(False)["fused_forward_given_noise"](mu, rho, alpha, *noise, *consts)
-        ctx.compiled = compiled
-        theta, kl, *saved = out
-        ctx.save_for_backward(theta, *saved)
-        return theta, kl
-
-    @staticmethod
-    def backward(
-        ctx: Any, g_theta: Tensor | None, g_kl: Tensor | None
-    ) -> tuple[Tensor | None, ...]:
-        saved = ctx.saved_tensors
-        shape = saved[0].shape
-        if g_theta is None:
-            g_theta = torch.zeros(shape, dtype=saved[0].dtype, device=saved[0].device)
-        if g_kl is None:
-            g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
-        grads = kernels(ctx.compiled)["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved)
-        return (*grads, None, None, None, None, None, None)
-
-
-def _activation_grad(g: Tensor, out: Tensor, name: str) -> Tensor:
-    """``g * act'(pre)`` from the activation's output ``out``."""
-    if name == "relu":
-        return torch.ops.aten.threshold_backward(g, out, 0.0)
-    if name == "tanh":
-        return g * (1.0 - out * out)
-    if name in ("sigmoid", "logistic"):
-        return g * (out * (1.0 - out))
-    return g
-
-
-class _FlatMLP(torch.autograd.Function):
-    """A whole fully connected network on flat weights ``theta``: its gradient is written
-    straight into one flat buffer.
-
-    Layer ``i`` reads ``theta[start_i:end_i]`` as an ``(out, in + 1)`` matrix (bias in the
-    last column) without copying (BLAS takes the row stride ``in + 1``); the backward
-    writes each layer's weight gradient into its rows of the flat gradient with
-    ``mm(out=...)``. Through ``split`` and per-layer views, autograd would instead zero-fill
-    a padded copy of every weight gradient and concatenate them (three extra passes over
-    the parameters; about 3 ms of a profiled MNIST step).
-    """
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        theta: Tensor,
-        x: Tensor,
-        shapes: tuple[tuple[int, int], ...],
-        activation: str,
-    ) -> Tensor:
-        hs = [x]
-        weights = []
-        start = 0
-        for i, (n_out, n_in) in enumerate(shapes):
-            wb = theta[start : start + n_out * (n_in + 1)].view(n_out, n_in + 1)
-            start += n_out * (n_in + 1)
-            weights.append(wb[:, :n_in])
-            h = torch.addmm(wb[:, n_in], hs[-1], weights[-1].t())
-            hs.append(activate(h, activation) if i < len(shapes) - 1 else h)
-        ctx.shapes = shapes
-        ctx.activation = activation
-        ctx.weights = weights  # views of theta, which nothing modifies in place
-        ctx.save_for_backward(theta, *hs[:-1])
-        return hs[-1]
-
-    @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
-        theta, *hs = ctx.saved_tensors  # theta: its version is checked, not read
-        shapes = ctx.shapes
-        grad = torch.empty_like(theta)
-        ends = []
-        end = 0
-        for n_out, n_in in shapes:
-            end += n_out * (n_in + 1)
-            ends.append(end)
-        g_x = None
-        for i in range(len(shapes) - 1, -1, -1):
-            n_out, n_in = shapes[i]
-            gwb = grad[ends[i] - n_out * (n_in + 1) : ends[i]].view(n_out, n_in + 1)
-            torch.mm(g.t(), hs[i], out=gwb[:, :n_in])
-            torch.sum(g, 0, out=gwb[:, n_in])
-            if i > 0 or ctx.needs_input_grad[1]:
-                g = g @ ctx.weights[i]
-                if i > 0:
-                    g = _activation_grad(g, hs[i], ctx.activation)
-                else:
-                    g_x = g
-        return grad, g_x, None, None
 
 
 def gumbel_spike_slab(
@@ -219,7 +63,7 @@ def gumbel_spike_slab(
     Tensor
         Weights of shape ``S``; ``P(theta != 0) = phi`` exactly.
     """
-    out: Tensor = _GumbelSpikeSlab.apply(mu, rho, alpha, u, eps, float(temperature))
+    out: Tensor = GumbelSpikeSlab.apply(mu, rho, alpha, u, eps, float(temperature))
     return out
 
 
@@ -291,11 +135,28 @@ def _draw(
     return inverse_cdf_spike_slab(mu, rho, alpha, u)
 
 
-_SHARED_PARAMS = ("mu", "rho", "alpha")
+def _check_layer_args(
+    out_features: int,
+    fan_in: int,
+    temperature: float,
+    init_inclusion: float,
+    n_replicates: int | None,
+    prior_variance: float,
+) -> None:
+    """Raise ``ValueError`` for a layer argument out of its range."""
+    if out_features < 1 or fan_in < 1:
+        raise ValueError("layer sizes must be positive")
+    if not (temperature > 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if not (0.0 < init_inclusion < 1.0):
+        raise ValueError(f"init_inclusion must lie in (0, 1), got {init_inclusion}")
+    if n_replicates is not None and n_replicates < 1:
+        raise ValueError(f"n_replicates must be positive, got {n_replicates}")
+    if not (math.isfinite(prior_variance) and prior_variance > 0):
+        raise ValueError(f"prior_variance must be positive, got {prior_variance}")
 
-# SpikeSlabMLP's draw + KL uses the counter-based noise and the compiled kernel where the
-# kernels run compiled (a name of its own so that tests can run that path eagerly).
-_fused_path = use_compiled
+
+_SHARED_PARAMS = ("mu", "rho", "alpha")
 
 
 class _SpikeSlabLayer(VariationalLayer):
@@ -334,16 +195,9 @@ class _SpikeSlabLayer(VariationalLayer):
         _flat: tuple[dict[str, Any], dict[str, Any], int, int] | None = None,
     ) -> None:
         super().__init__()
-        if out_features < 1 or fan_in < 1:
-            raise ValueError("layer sizes must be positive")
-        if not (temperature > 0 and math.isfinite(temperature)):
-            raise ValueError(f"temperature must be positive, got {temperature}")
-        if not (0.0 < init_inclusion < 1.0):
-            raise ValueError(f"init_inclusion must lie in (0, 1), got {init_inclusion}")
-        if n_replicates is not None and n_replicates < 1:
-            raise ValueError(f"n_replicates must be positive, got {n_replicates}")
-        if not (math.isfinite(prior_variance) and prior_variance > 0):
-            raise ValueError(f"prior_variance must be positive, got {prior_variance}")
+        _check_layer_args(
+            out_features, fan_in, temperature, init_inclusion, n_replicates, prior_variance
+        )
         self.sampler = Sampler(sampler)
         self.temperature = float(temperature)
         self.prior_variance = float(prior_variance)
@@ -551,25 +405,6 @@ class SpikeSlabConv2d(_SpikeSlabLayer):
         return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
 
 
-_ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "relu": nn.ReLU,
-    "tanh": nn.Tanh,
-    "sigmoid": nn.Sigmoid,
-    "logistic": nn.Sigmoid,
-    "identity": nn.Identity,
-}
-
-
-def activation_module(name: str) -> nn.Module:
-    """The activation module for a name: relu, tanh, sigmoid/logistic or identity."""
-    try:
-        return _ACTIVATIONS[name]()
-    except KeyError:
-        raise ValueError(
-            f"unknown activation {name!r}; choose from {sorted(_ACTIVATIONS)}"
-        ) from None
-
-
 class SpikeSlabMLP(VariationalContainer):
     """Feed-forward network of :class:`SpikeSlabLinear` layers.
 
@@ -645,281 +480,68 @@ class SpikeSlabMLP(VariationalContainer):
             if i < len(sizes) - 2:
                 mods.append(activation_module(activation))
         self.net = nn.Sequential(*mods)
-        self._kl_cache: tuple[Tensor, tuple[Any, ...]] | None = None
-        self._log_lam_cache: tuple[tuple[Any, ...], Tensor, Tensor] | None = None
-        self._scales_cache: tuple[tuple[Any, ...], Tensor] | None = None
+        # The fused training path (svbnn/nn/_fused.py) and its caches.
+        self._fused = FusedEngine()
 
     def layers(self) -> list[SpikeSlabLinear]:
         """The spike-and-slab layers, input to output."""
         return [m for m in self.net if isinstance(m, SpikeSlabLinear)]
 
-    def _fused_draw_ok(self, layers: list[SpikeSlabLinear]) -> bool:
-        if not (self.fused and layers and "mu" in self._parameters):
-            return False
-        first = layers[0]
-        return first.mode is ForwardMode.SAMPLE and all(
-            layer._flat is not None
-            and layer._frozen is None
-            and layer.mode is first.mode
-            and layer.sampler is first.sampler
-            and layer.temperature == first.temperature
-            for layer in layers
-        )
-
     def _run(self, x: Tensor) -> Tensor:
-        if x.dim() != 3 or not self.layers() or self.layers()[0].n_replicates is None:
-            out: Tensor = self.net(x)
-            return out
-        # Replicated: run feature-major, h = W h with h of shape (R, features, m). BLAS is
-        # several times faster on (R, out, in) @ (R, in, m) than on (R, m, in) @ (R, in, out)
-        # for the narrow layers of these networks (measured: 0.04 vs 0.39 ms for 7x7, m=512).
-        h = x.transpose(1, 2)
-        for module in self.net:
-            if isinstance(module, SpikeSlabLinear):
-                if h.shape[0] != module.n_replicates:
-                    raise ValueError(
-                        f"replicated network expects input (R={module.n_replicates}, m, in), "
-                        f"got {tuple(x.shape)}"
-                    )
-                w, b = module._weights()
-                h = torch.bmm(w, h) if b is None else torch.baddbmm(b.unsqueeze(-1), w, h)
-            else:
-                h = module(h)
-        return h.transpose(1, 2)
-
-    def forward(self, x: Tensor) -> Tensor:
-        layers = self.layers()
-        if not self._fused_draw_ok(layers):
-            return self._run(x)
-        first = layers[0]
-        self._kl_cache = None
-        if self._whole_network_ok(x, layers):
-            # Small network, training step: draw, KL and layers as one compiled graph.
-            key = self._kl_key()
-            tensors, static = self._whole_network_inputs(first, layers, key)
-            out, kl = whole_network_kernel(mlp_draw_forward, *static)(x, *tensors)
-            self._kl_cache = (kl, key)
-            return out
-        if self._fused_kl_ok(layers):
-            # Training step: draw and KL in one fused pass; kl_divergence() picks the KL up
-            # (as long as the parameters are unchanged), so its gradient joins the draw's.
-            key = self._kl_key()
-            flat, kl = self._draw_with_kl(first, key)
-            self._kl_cache = (kl, key)
-        else:
-            flat = _draw(
-                self.mu,
-                self.rho,
-                self.alpha,
-                first.mode,
-                first.sampler,
-                first.temperature,
-                first.generator,
-            )
-        if self._flat_mlp_ok(x, layers):
-            shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
-            out_flat: Tensor = _FlatMLP.apply(flat, x, shapes, self.activation)
-            return out_flat
-        widths = [layer.n_params() for layer in layers]
-        try:
-            for layer, chunk in zip(layers, flat.split(widths, dim=-1), strict=True):
-                layer._frozen = layer._weights_from_flat(chunk.view(layer._param_shape))
-            out = self._run(x)
-        finally:
-            for layer in layers:
-                layer._frozen = None
+        # The layers one by one (each draws its own weights unless frozen).
+        if x.dim() == 3 and self.layers() and self.layers()[0].n_replicates is not None:
+            return run_feature_major(self.net, x)
+        out: Tensor = self.net(x)
         return out
 
-    def _whole_network_ok(self, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
-        return (
-            use_whole_network(self.mu.numel())
-            and self._fused_kl_ok(layers)
-            and self._flat_mlp_ok(x, layers)
-        )
+    def forward(self, x: Tensor) -> Tensor:
+        """Sampling and fused: every weight drawn at once (with the KL, when training), then
+        the network on the flat weights; otherwise the layers one by one.
 
-    def _whole_network_inputs(
-        self, first: SpikeSlabLinear, layers: list[SpikeSlabLinear], key: tuple[Any, ...]
-    ) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
-        """The tensors ``(mu, rho, alpha, seed, log_lam, log_1mlam)`` and the static
-        arguments ``(shapes, activation, log_sigma0, var0, tau)`` of
-        :func:`~svbnn._kernels.mlp_draw_forward`; draws the seed."""
-        log_lam, log_1mlam = self._log_lams(key)
-        seed = self._counter_seed(first)
-        shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
-        static = (
-            shapes,
-            self.activation,
-            0.5 * math.log(first.prior_variance),
-            float(first.prior_variance),
-            float(first.temperature),
-        )
-        return (self.mu, self.rho, self.alpha, seed, log_lam, log_1mlam), static
+        Shapes: ``(m, p) -> (m, out)``; replicated ``(R, m, p) -> (R, m, out)``.
+        """
+        out = self._fused.forward(self, x)
+        return self._run(x) if out is None else out
 
-    def _whole_network_elbo(
-        self, likelihood: object, x: Tensor, y: Tensor, n_train: float
-    ) -> tuple[Tensor, Tensor, Tensor] | None:
-        """:func:`svbnn.training.negative_elbo` (one draw) as one compiled graph with the
-        likelihood, where the ``auto`` backend runs this network's training forward as one
-        graph: ``(loss, nll, kl / n)``. ``None`` where that does not apply (then the caller
-        runs the general path, which gives the same values)."""
-        mu = self._parameters.get("mu")
-        if mu is None or not use_whole_network(mu.numel()):
-            return None  # every step off the auto backend or of a large net: decide first
-        if type(likelihood) is GaussianLikelihood and self.out_features == 1:
-            noise = likelihood.noise_std
-            if not isinstance(noise, float):
-                return None
-            kind, var = "gaussian", noise * noise
-        elif type(likelihood) is CategoricalLikelihood:
-            kind, var = "categorical", 1.0
-        else:
-            return None
-        layers = self.layers()
-        if not (
-            y.dim() == 1
-            and x.dim() == 2
-            and y.shape[0] == x.shape[0]
-            and self._fused_draw_ok(layers)
-            and self._whole_network_ok(x, layers)
-        ):
-            return None
-        self._kl_cache = None
-        tensors, static = self._whole_network_inputs(layers[0], layers, self._kl_key())
-        scales_key = (n_train, var, mu.dtype, mu.device)
-        cache = getattr(self, "_scales_cache", None)  # absent in modules pickled before it
-        if cache is None or cache[0] != scales_key:
-            scales = torch.tensor([1.0 / n_train, var], dtype=mu.dtype, device=mu.device)
-            cache = self._scales_cache = (scales_key, scales)
-        shapes, activation, *prior = static
-        kernel = whole_network_kernel(mlp_negative_elbo, shapes, activation, kind, *prior)
-        elbo: tuple[Tensor, Tensor, Tensor] = kernel(x, y, *tensors, cache[1])
-        return elbo
-
-    def _draw_with_kl(
-        self, first: SpikeSlabLinear, key: tuple[Any, ...] | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """One training draw of all weights and the exact KL, as one fused function:
-        ``(theta, kl)``, flat ``(T,)`` or ``(R, T)`` and ``()`` or ``(R,)``. ``key``: the
-        current :meth:`_kl_key`, if the caller has it."""
-        gen = first.generator
-        compiled = use_compiled(self.mu.numel())
-        if _fused_path(self.mu.numel()):
-            noise: tuple[Tensor, ...] = (self._counter_seed(first),)
-        else:  # torch's generator, in the order of the unfused draw (u, then eps)
-            dt, dev = self.mu.dtype, self.mu.device
-            u = torch.rand(self.mu.shape, generator=gen, dtype=dt, device=dev)
-            noise = (u, torch.randn(self.mu.shape, generator=gen, dtype=dt, device=dev))
-        log_lam, log_1mlam = self._log_lams(self._kl_key() if key is None else key)
-        flat, kl = _FusedGumbelKL.apply(
-            self.mu,
-            self.rho,
-            self.alpha,
-            log_lam,
-            log_1mlam,
-            noise,
-            float(first.temperature),
-            0.5 * math.log(first.prior_variance),
-            compiled,
-        )
-        return flat, kl
-
-    def _counter_seed(self, first: SpikeSlabLinear) -> Tensor:
-        """The two seed words of one counter-based draw, from the layers' generator."""
-        seed = torch.randint(
-            -(2**31), 2**31 - 1, (2,), generator=first.generator, dtype=torch.int32
-        )
-        return seed.to(self.mu.device)
-
-    def _log_lams(self, key: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
-        """``log(lambda)`` as ``(R, 1)`` or ``()``, and ``log(1 - lambda)``: recomputed only
-        when the prior changes (``key``: the current :meth:`_kl_key`)."""
-        if self._log_lam_cache is None or self._log_lam_cache[0] != key[-2:]:
-            lam = self.log_prior_inclusion
-            lam = lam.reshape(-1, 1) if lam.dim() > 0 else lam
-            self._log_lam_cache = (key[-2:], lam, log1mexp(lam))
-        return self._log_lam_cache[1], self._log_lam_cache[2]
-
-    def _flat_mlp_ok(self, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
-        # One matrix input, every layer with a bias, a known activation, and no hooks that
-        # running the modules one by one would have called.
-        return (
-            x.dim() == 2
-            and layers[0].n_replicates is None
-            and self.activation in _ACTIVATIONS
-            and all(layer.has_bias for layer in layers)
-            and not any(
-                m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-                for m in (self.net, *self.net)
-            )
-            and not nn.modules.module._global_forward_hooks
-            and not nn.modules.module._global_forward_pre_hooks
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        # A cached KL holds an autograd graph (not copyable, not worth pickling).
-        state = dict(self.__dict__)
-        state["_kl_cache"] = None
-        state["_log_lam_cache"] = None
-        return state
-
-    def _fused_kl_ok(self, layers: list[SpikeSlabLinear]) -> bool:
-        # The one-pass draw + KL: Gumbel sampler, training (grad enabled), one prior
-        # variance.
-        first = layers[0]
-        return (
-            first.sampler is Sampler.GUMBEL
-            and torch.is_grad_enabled()
-            and all(layer.prior_variance == first.prior_variance for layer in layers)
-        )
-
-    def _kl_key(self) -> tuple[Any, ...]:
-        # Identity and version of everything the KL depends on: a cached KL is valid only
-        # while none of them changed (an optimiser step bumps the parameters' versions).
-        # (The caches hold the tensors they were computed from, so an id is never reused
-        # while a cache refers to it.) Read through the module dictionaries: this runs twice
-        # a step, and nn.Module's attribute lookup is most of its cost on small networks.
-        params = self._parameters
-        mu = params["mu"]
-        lam = self._buffers["log_prior_inclusion"]
-        assert mu is not None and lam is not None
-        return (
-            mu._version,
-            params["rho"]._version,  # type: ignore[union-attr]
-            params["alpha"]._version,  # type: ignore[union-attr]
-            id(mu),
-            next(iter(self.net._modules.values())).prior_variance,
-            id(lam),
-            lam._version,
-        )
+    def _draw_flat(self, first: SpikeSlabLinear) -> Tensor:
+        """All weights at once from the flat storage with the layers' sampler (``first``
+        holds its settings): ``(T,)`` or ``(R, T)``."""
+        args = (first.mode, first.sampler, first.temperature, first.generator)
+        return _draw(self.mu, self.rho, self.alpha, *args)
 
     def kl_divergence(self) -> Tensor:
         """KL of all layers: one fused call on the flat parameters when ``fused``.
 
-        After a compiled training forward (see :func:`svbnn._kernels.set_backend`), the KL
-        computed in the same loop as the draw is returned once, if the parameters have not
-        changed since.
+        After a fused training forward, the KL computed in the same pass as the draw is
+        returned once, if the parameters have not changed since.
         """
-        cache, self._kl_cache = self._kl_cache, None
-        if cache is not None and cache[1] == self._kl_key() and torch.is_grad_enabled():
-            kl: Tensor = cache[0]
+        kl = self._fused.kl_divergence(self)
+        if kl is not None:
             return kl
         layers = self.layers()
-        if not (self.fused and "mu" in self._parameters) or any(
-            layer.prior_variance != layers[0].prior_variance for layer in layers
-        ):
-            total = layers[0].kl_divergence()
-            for layer in layers[1:]:
-                total = total + layer.kl_divergence()
-            return total
-        batch_dims = 0 if layers[0].n_replicates is None else 1
-        return spike_slab_kl(
-            self.mu,
-            self.rho,
-            self.alpha,
-            self.log_prior_inclusion,
-            layers[0].prior_variance,
-            batch_dims=batch_dims,
-        )
+        total = layers[0].kl_divergence()
+        for layer in layers[1:]:
+            total = total + layer.kl_divergence()
+        return total
+
+    def fused_negative_elbo(
+        self, likelihood: object, x: Tensor, y: Tensor, n_train: float
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """The whole one-draw negative ELBO as one compiled graph, where the ``auto``
+        kernel backend (:func:`svbnn.kernel_backend`) runs this network's training step
+        as one graph: a small network, sampling with the Gumbel sampler, gradients on,
+        ``x`` ``(m, p)`` and ``y`` ``(m,)``, and a likelihood whose ``fused_spec`` knows
+        it (Gaussian with a float noise and one output, or categorical). ``None``
+        otherwise. See :meth:`VariationalContainer.fused_negative_elbo`.
+        """
+        return self._fused.negative_elbo(self, likelihood, x, y, n_train)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Modules pickled before the engine held the caches in attributes of their own.
+        for name in ("_kl_cache", "_log_lam_cache", "_scales_cache"):
+            state.pop(name, None)
+        state.setdefault("_fused", FusedEngine())
+        super().__setstate__(state)
 
     def n_params(self) -> int:
         """``T``: weights and biases (per replicate)."""

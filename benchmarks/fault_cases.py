@@ -1,0 +1,311 @@
+"""Re-run the bad inputs and faults of issue #15 and count the outcomes.
+
+``python -m benchmarks.fault_cases`` runs each case in a fresh subprocess (library calls) or
+through the ``svbnn`` command, in a temporary folder, and classifies it:
+
+* ``clear error``: a ValueError/TypeError (library) or one line on stderr with rc 2 (CLI);
+* ``ok``: the call is valid and gave a finite result (or the warning the case calls for);
+* ``CODE EXECUTION``: a planted checkpoint ran code (a marker file appeared);
+* ``DATA LOSS`` / ``SILENT WRONG``: results mixed or lost, or a wrong result without a word;
+* ``TRACEBACK``: a raw traceback or an exception type that does not name the problem.
+
+It prints one line per case and the counts; the exit status is 1 if any case is bad. The
+MNIST cases need the data (``SVBNN_DATA``) and are skipped, and said to be, without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+GOOD = ("clear error", "ok")
+
+_PLANT = """
+import os, torch
+class E:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+torch.save({"model": E(), "epoch": 1}, PATH)
+"""
+
+_FIT = (
+    "import numpy as np, warnings; from svbnn import SVBNNRegressor, SVBNNClassifier;"
+    "rng = np.random.default_rng(0); X = rng.normal(size=(60, 4)); y = X[:, 0];"
+)
+
+
+@dataclass
+class Case:
+    name: str
+    run: Callable[[Path], str]
+
+
+def _py(code: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _cli(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    code = f"import sys; from svbnn_experiments.cli import main; sys.exit(main({args!r}))"
+    return _py(code, cwd, timeout)
+
+
+def _classify_py(res: subprocess.CompletedProcess[str], cwd: Path, expect: str) -> str:
+    """``expect``: 'error' (a ValueError/TypeError/CheckpointError), 'ok', or 'warn:TEXT'."""
+    if (cwd / "PWNED").exists():
+        return "CODE EXECUTION"
+    err = res.stderr
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    if expect == "error":
+        if res.returncode != 0 and last.split(":")[0].endswith(
+            ("ValueError", "TypeError", "CheckpointError", "NotFittedError", "DataNotFoundError")
+        ):
+            return "clear error"
+        return "TRACEBACK" if res.returncode else "SILENT WRONG"
+    if res.returncode != 0:
+        return "TRACEBACK"
+    if expect.startswith("warn:") and expect[5:] not in err:
+        return "SILENT WRONG"
+    return "ok"
+
+
+def _classify_cli(res: subprocess.CompletedProcess[str], cwd: Path) -> str:
+    if (cwd / "PWNED").exists():
+        return "CODE EXECUTION"
+    lines = res.stderr.strip().splitlines()
+    if "Traceback" in res.stderr:
+        return "TRACEBACK"
+    if res.returncode == 2 and len(lines) == 1:
+        return "clear error"
+    return "SILENT WRONG" if res.returncode == 0 else "TRACEBACK"
+
+
+def _py_case(name: str, code: str, expect: str) -> Case:
+    def run(tmp: Path) -> str:
+        return _classify_py(_py(code.replace("PATH", repr(str(tmp / "c.pt"))), tmp), tmp, expect)
+
+    return Case(name, run)
+
+
+def _cli_case(name: str, args: list[str], prepare: Callable[[Path], None] | None = None) -> Case:
+    def run(tmp: Path) -> str:
+        if prepare is not None:
+            prepare(tmp)
+        argv = [a.replace("TMP", str(tmp)) for a in args]
+        return _classify_cli(_cli(argv, tmp), tmp)
+
+    return Case(name, run)
+
+
+def _plant(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _py(_PLANT.replace("PATH", repr(str(path))), path.parent)
+    (path.parent / "PWNED").unlink(missing_ok=True)  # the plant itself must not count
+
+
+def _train_resume(tail: str) -> str:
+    return (
+        "import torch; from svbnn.nn import SpikeSlabMLP; from svbnn.objectives import "
+        "GaussianLikelihood; from svbnn.training import train;"
+        + tail
+        + "train(SpikeSlabMLP(3,(4,),1),torch.randn(8,3),torch.randn(8),GaussianLikelihood(1.),"
+        "epochs=3,batch_size=4,lr=1e-3,checkpoint_path=PATH,resume=True)"
+    )
+
+
+def _two_runs_same_out(tmp: Path) -> str:
+    out = tmp / "cc"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from svbnn_experiments.cli import main; sys.exit(main(["
+                f"'reproduce','table2','--quick','--no-progress','--seed','{s}','--out',"
+                f"{str(out)!r}]))",
+            ],
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in (1, 2)
+    ]
+    codes = [p.wait(timeout=600) for p in procs]
+    if sorted(codes) not in ([0, 0], [0, 2]):
+        return "TRACEBACK"
+    settings = json.loads((out / "settings.json").read_text())
+    seed = settings["config"]["seed"]
+    # The folder must hold one run, whole: its results.csv is the one a lone run with the
+    # seed its settings.json names writes (timings aside).
+    ref = tmp / f"ref{seed}"
+    _cli(
+        ["reproduce", "table2", "--quick", "--no-progress", "--seed", str(seed), "--out", str(ref)],
+        tmp,
+    )
+    if settings.get("status") != "complete":
+        return "DATA LOSS"
+    return "ok" if _rows(out) == _rows(ref) else "DATA LOSS"
+
+
+def _rows(folder: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(folder / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows]
+
+
+def cases(with_mnist: bool) -> list[Case]:
+    sets = ["reproduce", "table2", "--quick", "--no-progress", "--out", "TMP/o"]
+    out: list[Case] = [
+        # 1. checkpoints run no code
+        _py_case("1 train(resume) on a planted pickle", _PLANT + _train_resume(""), "error"),
+        # 3. integrity
+        _py_case(
+            "3 checkpoint with 14 bytes overwritten",
+            _train_resume("")
+            + ";b=bytearray(open(PATH,'rb').read());m=len(b)//2;b[m:m+14]=b'\\xff'*14;"
+            "open(PATH,'wb').write(bytes(b));"
+            + _train_resume("").split(";")[-1].replace("epochs=3", "epochs=6"),
+            "error",
+        ),
+        _py_case("3 empty checkpoint", "open(PATH,'wb').close();" + _train_resume(""), "error"),
+        _py_case(
+            "3 garbage checkpoint", "open(PATH,'wb').write(b'x'*99);" + _train_resume(""), "error"
+        ),
+        # 4. failed refit
+        _py_case(
+            "4 failed refit keeps the previous fit",
+            _FIT + "m=SVBNNRegressor(max_iter=2).fit(X,y)\n"
+            "try: m.set_params(learning_rate_init=-1).fit(X[:,:3],y)\n"
+            "except ValueError: pass\nm.predict(X[:2])",
+            "ok",
+        ),
+        # 6. estimator edge cases
+        _py_case(
+            "6 hidden_layer_sizes=5 (one layer)",
+            _FIT + "SVBNNRegressor(hidden_layer_sizes=5,max_iter=2).fit(X,y)",
+            "ok",
+        ),
+        _py_case("6 init_mu_range=-1", _FIT + "SVBNNRegressor(init_mu_range=-1).fit(X,y)", "error"),
+        _py_case("6 string y", _FIT + "SVBNNRegressor(max_iter=2).fit(X,['a']*60)", "error"),
+        _py_case(
+            "6 predict(n_samples=2.5)",
+            _FIT + "SVBNNRegressor(max_iter=2).fit(X,y).predict(X,n_samples=2.5)",
+            "error",
+        ),
+        _py_case(
+            "6 predict_interval(n_samples=1)",
+            _FIT + "SVBNNRegressor(max_iter=2).fit(X,y).predict_interval(X,n_samples=1)",
+            "error",
+        ),
+        _py_case(
+            "6 learning_rate_init=1e6 warns",
+            _FIT + "SVBNNRegressor(learning_rate_init=1e6,max_iter=30).fit(X,y)",
+            "warn:UserWarning",
+        ),
+        _py_case(
+            "6 device='cuda' without CUDA",
+            _FIT + "import torch; assert not torch.cuda.is_available();"
+            "SVBNNRegressor(device='cuda').fit(X,y)",
+            "error",
+        ),
+        _py_case(
+            "6 np.random.Generator random_state",
+            _FIT + "SVBNNRegressor(max_iter=2,random_state=np.random.default_rng(0)).fit(X,y)",
+            "ok",
+        ),
+        # 7. data loaders
+        _py_case(
+            "7 load_uci path traversal",
+            "from svbnn.data import load_uci; import tempfile,os; d=tempfile.mkdtemp();"
+            "load_uci('../../../evil', data_dir=d, verify=False, download=True,"
+            " base_url='file:///nonexistent')",
+            "error",
+        ),
+        # 5. CLI
+        _cli_case("5 --out an existing file", [*sets[:-1], "TMP/f"], lambda t: (t / "f").touch()),
+        _cli_case("5 --out file/sub", [*sets[:-1], "TMP/f/sub"], lambda t: (t / "f").touch()),
+        _cli_case("5 --out unwritable", [*sets[:-1], "/proc/svbnn/x"]),
+        _cli_case("5 --estimate-epochs 0", ["reproduce", "table2", "--estimate-epochs", "0"]),
+        _cli_case("5 --set n_test=[1,2]", [*sets, "--set", "n_test=[1,2]"]),
+        _cli_case("5 --set n_test=0", [*sets, "--set", "n_test=0"]),
+        _cli_case("5 --set n_test=1.5", [*sets, "--set", "n_test=1.5"]),
+        _cli_case("5 --set n_train=-3", [*sets, "--set", "n_train=-3"]),
+        _cli_case(
+            "5 --report-only on a bad results.csv",
+            ["reproduce", "table2", "--report-only", "--out", "TMP/r"],
+            lambda t: (
+                (t / "r").mkdir(),
+                (t / "r" / "results.csv").write_text("a,b\n1\n"),
+                (t / "r" / "settings.json").write_text("{}"),
+            ),
+        ),
+        Case("2 two runs into one --out", _two_runs_same_out),
+    ]
+    if with_mnist:
+        out += [
+            _cli_case(
+                "1 reproduce mnist on a planted --out checkpoint",
+                ["reproduce", "mnist", "--quick", "--no-progress", "--out", "TMP/D"],
+                lambda t: _plant(t / "D" / "checkpoints" / "svbnn.pt"),
+            ),
+            Case("1 mnist-uq beside a planted sibling mnist run", _uq_sibling),
+        ]
+    return out
+
+
+def _uq_sibling(tmp: Path) -> str:
+    _plant(tmp / "X" / "mnist" / "checkpoints" / "svbnn.pt")
+    (tmp / "X" / "mnist" / "checkpoints" / "meta.json").write_text(
+        json.dumps({"arch": "mlp", "hidden": [512, 512], "n_train": 512, "methods": {"svbnn": {}}})
+    )
+    res = _cli(
+        ["reproduce", "mnist-uq", "--quick", "--no-progress", "--out", str(tmp / "X/uq")], tmp
+    )
+    if (tmp / "PWNED").exists() or (tmp / "X" / "mnist" / "checkpoints" / "PWNED").exists():
+        return "CODE EXECUTION"
+    if res.returncode != 0:
+        return "TRACEBACK"
+    origins = json.loads((tmp / "X" / "uq" / "settings.json").read_text())["models"]
+    return "ok" if all(v["origin"] == "trained here" for v in origins.values()) else "SILENT WRONG"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="run the cases whose name contains this text")
+    args = parser.parse_args(argv)
+    with_mnist = bool(os.environ.get("SVBNN_DATA"))
+    counts: Counter[str] = Counter()
+    for case in cases(with_mnist):
+        if args.only and args.only not in case.name:
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            outcome = case.run(Path(d))
+        counts[outcome] += 1
+        print(f"{outcome:15s} {case.name}", flush=True)
+    if not with_mnist:
+        print("(the two MNIST checkpoint cases need SVBNN_DATA; not run)")
+    print("counts: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    return 0 if set(counts) <= set(GOOD) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

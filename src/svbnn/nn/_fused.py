@@ -1,0 +1,513 @@
+"""The speed path of the spike-and-slab layers: fused draw + KL, flat network, one graph.
+
+:class:`GumbelSpikeSlab` is one layer's straight-through draw with a fused backward. A
+:class:`~svbnn.nn.SpikeSlabMLP` keeps the variational parameters of all its layers in one
+flat ``(T,)`` (or ``(R, T)``) tensor each; this module holds what makes a training step of
+such a network cheap (DESIGN section 6), so that the model itself only says *what* it
+computes:
+
+* :class:`FusedGumbelKL`: the Gumbel straight-through draw of every weight and the exact KL
+  in one elementwise pass (one more for the backward), instead of a draw and a KL per layer;
+* :class:`FlatMLP`: the network on the flat weights, writing its weight gradient straight
+  into one flat buffer;
+* under the ``auto`` backend, small networks run their whole training forward
+  (:func:`~svbnn._kernels.mlp_draw_forward`), or their whole negative ELBO with the
+  likelihood (:func:`~svbnn._kernels.mlp_negative_elbo`), as one compiled graph.
+
+:class:`FusedEngine` decides which of these applies and holds their caches (the KL computed
+with the draw, ``log(lambda)`` and ``log(1 - lambda)``, the ELBO's scale tensor). Every path
+gives the same values as the general, layer-by-layer one up to rounding (tests/test_fused.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from .._kernels import (
+    activate,
+    gumbel_backward_saved,
+    gumbel_forward_saving,
+    kernels,
+    mlp_draw_forward,
+    mlp_negative_elbo,
+    use_compiled,
+    use_whole_network,
+    whole_network_kernel,
+)
+from ..objectives import spike_slab_kl
+from ..priors import log1mexp
+from .base import ACTIVATIONS, ForwardMode, Sampler, VariationalLayer
+
+if TYPE_CHECKING:
+    from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
+
+__all__ = [
+    "FlatMLP",
+    "FusedEngine",
+    "FusedGumbelKL",
+    "GumbelSpikeSlab",
+    "activation_grad",
+    "run_feature_major",
+]
+
+# The draw + KL uses the counter-based noise and the compiled kernel where the kernels run
+# compiled (a name of its own so that tests can run that path eagerly).
+_fused_path = use_compiled
+
+
+class GumbelSpikeSlab(torch.autograd.Function):
+    """Straight-through Gumbel-softmax spike-and-slab draw with a fused backward pass.
+
+    Forward: ``theta = 1[eta > 0] (mu + sigma eps)``, ``eta = alpha + logit(u)``.
+    Backward uses the relaxed gate ``g~ = sigmoid(eta / tau)`` (Algorithm 1), i.e. the same
+    gradients as autograd through ``gate = g + g~ - g~.detach()``. One layer's parameters
+    (any shape ``S``, all inputs alike), through the per-layer kernels.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
+    ) -> Tensor:
+        ctx.tau = tau
+        ctx.compiled = use_compiled(mu.numel())
+        if ctx.compiled:
+            # Fused kernels on 1-D views; the backward recomputes from the inputs.
+            flat = [t.reshape(-1) for t in (mu, rho, alpha, u, eps)]
+            ctx.save_for_backward(*flat)
+            out: Tensor = kernels(True)["gumbel_forward"](*flat).view(mu.shape)
+            return out
+        w, saved = gumbel_forward_saving(mu, rho, alpha, u, eps, tau)
+        ctx.save_for_backward(*saved)
+        return w
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        if ctx.compiled:
+            shape = grad.shape
+            grads = kernels(True)["gumbel_backward"](grad.reshape(-1), *ctx.saved_tensors, ctx.tau)
+            g_mu, g_rho, g_alpha = (g.view(shape) for g in grads)
+        else:
+            g_mu, g_rho, g_alpha = gumbel_backward_saved(grad, ctx.saved_tensors)
+        return g_mu, g_rho, g_alpha, None, None, None
+
+
+class FusedGumbelKL(torch.autograd.Function):
+    """Gumbel straight-through draw and exact KL of flat parameters in one fused pass.
+
+    Forward returns ``(theta, kl)``; the backward takes both incoming gradients and returns
+    ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more pass from
+    elementwise factors the forward saved. Noise: either ``u, eps`` (drawn from torch's
+    generator, eager kernels) or a two-word ``seed`` for the counter-based noise of the
+    compiled kernel (:func:`svbnn._kernels.counter_noise`).
+
+    Shapes: ``mu, rho, alpha`` (and ``u, eps``) ``(T,)`` or ``(R, T)``; ``log_lam`` and
+    ``log_1mlam`` ``()`` or ``(R, 1)``; ``theta`` like ``mu``, ``kl`` ``()`` or ``(R,)``.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        mu: Tensor,
+        rho: Tensor,
+        alpha: Tensor,
+        log_lam: Tensor,
+        log_1mlam: Tensor,
+        noise: tuple[Tensor, ...],
+        tau: float,
+        log_sigma0: float,
+        compiled: bool,
+    ) -> tuple[Tensor, Tensor]:
+        var0 = math.exp(2.0 * log_sigma0)
+        consts = (log_lam, log_1mlam, log_sigma0, var0, tau)
+        if len(noise) == 1:
+            out = kernels(compiled)["fused_forward"](mu, rho, alpha, noise[0], *consts)
+        else:
+            compiled = False
+            out = kernels(False)["fused_forward_given_noise"](mu, rho, alpha, *noise, *consts)
+        ctx.compiled = compiled
+        theta, kl, *saved = out
+        ctx.save_for_backward(theta, *saved)
+        return theta, kl
+
+    @staticmethod
+    def backward(
+        ctx: Any, g_theta: Tensor | None, g_kl: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        saved = ctx.saved_tensors
+        shape = saved[0].shape
+        if g_theta is None:
+            g_theta = torch.zeros(shape, dtype=saved[0].dtype, device=saved[0].device)
+        if g_kl is None:
+            g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
+        grads = kernels(ctx.compiled)["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved)
+        return (*grads, None, None, None, None, None, None)
+
+
+def activation_grad(g: Tensor, out: Tensor, name: str) -> Tensor:
+    """``g * act'(pre)`` from the activation's output ``out`` (all of one shape)."""
+    if name == "relu":
+        return torch.ops.aten.threshold_backward(g, out, 0.0)
+    if name == "tanh":
+        return g * (1.0 - out * out)
+    if name in ("sigmoid", "logistic"):
+        return g * (out * (1.0 - out))
+    return g
+
+
+class FlatMLP(torch.autograd.Function):
+    """A whole fully connected network on flat weights ``theta``: its gradient is written
+    straight into one flat buffer.
+
+    Layer ``i`` reads ``theta[start_i:end_i]`` as an ``(out, in + 1)`` matrix (bias in the
+    last column) without copying (BLAS takes the row stride ``in + 1``); the backward
+    writes each layer's weight gradient into its rows of the flat gradient with
+    ``mm(out=...)``. Through ``split`` and per-layer views, autograd would instead zero-fill
+    a padded copy of every weight gradient and concatenate them (three extra passes over
+    the parameters; about 3 ms of a profiled MNIST step).
+
+    Shapes: ``theta`` ``(T,)``, ``x`` ``(m, in)``, output ``(m, out)``; ``shapes`` the
+    layers' ``(out, in)``.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        theta: Tensor,
+        x: Tensor,
+        shapes: tuple[tuple[int, int], ...],
+        activation: str,
+    ) -> Tensor:
+        hs = [x]
+        weights = []
+        start = 0
+        for i, (n_out, n_in) in enumerate(shapes):
+            wb = theta[start : start + n_out * (n_in + 1)].view(n_out, n_in + 1)
+            start += n_out * (n_in + 1)
+            weights.append(wb[:, :n_in])
+            h = torch.addmm(wb[:, n_in], hs[-1], weights[-1].t())
+            hs.append(activate(h, activation) if i < len(shapes) - 1 else h)
+        ctx.shapes = shapes
+        ctx.activation = activation
+        ctx.weights = weights  # views of theta, which nothing modifies in place
+        ctx.save_for_backward(theta, *hs[:-1])
+        return hs[-1]
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        theta, *hs = ctx.saved_tensors  # theta: its version is checked, not read
+        shapes = ctx.shapes
+        grad = torch.empty_like(theta)
+        ends = []
+        end = 0
+        for n_out, n_in in shapes:
+            end += n_out * (n_in + 1)
+            ends.append(end)
+        g_x = None
+        for i in range(len(shapes) - 1, -1, -1):
+            n_out, n_in = shapes[i]
+            gwb = grad[ends[i] - n_out * (n_in + 1) : ends[i]].view(n_out, n_in + 1)
+            torch.mm(g.t(), hs[i], out=gwb[:, :n_in])
+            torch.sum(g, 0, out=gwb[:, n_in])
+            if i > 0 or ctx.needs_input_grad[1]:
+                g = g @ ctx.weights[i]
+                if i > 0:
+                    g = activation_grad(g, hs[i], ctx.activation)
+                else:
+                    g_x = g
+        return grad, g_x, None, None
+
+
+def run_feature_major(net: nn.Sequential, x: Tensor) -> Tensor:
+    """A replicated network's layers one by one, feature-major: ``h = W h`` with ``h`` of
+    shape ``(R, features, m)``. BLAS is several times faster on ``(R, out, in) @ (R, in, m)``
+    than on ``(R, m, in) @ (R, in, out)`` for the narrow layers of these networks (measured:
+    0.04 vs 0.39 ms for 7x7, m=512).
+
+    Shapes: ``x`` ``(R, m, in)`` to ``(R, m, out)``; ``net`` holds replicated
+    :class:`~svbnn.nn.SpikeSlabLinear` layers and activations.
+    """
+    h = x.transpose(1, 2)
+    for module in net:
+        if isinstance(module, VariationalLayer):  # the linear layers; the rest activations
+            if h.shape[0] != module.n_replicates:
+                raise ValueError(
+                    f"replicated network expects input (R={module.n_replicates}, m, in), "
+                    f"got {tuple(x.shape)}"
+                )
+            w, b = module._weights()
+            h = torch.bmm(w, h) if b is None else torch.baddbmm(b.unsqueeze(-1), w, h)
+        else:
+            h = module(h)
+    return h.transpose(1, 2)
+
+
+def _shapes(layers: list[SpikeSlabLinear]) -> tuple[tuple[int, int], ...]:
+    return tuple((layer.out_features, layer.fan_in) for layer in layers)
+
+
+def _draw_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
+    # A sampling forward of a network on flat storage, its layers alike and not frozen.
+    if not (model.fused and layers and "mu" in model._parameters):
+        return False
+    first = layers[0]
+    return first.mode is ForwardMode.SAMPLE and all(
+        layer._flat is not None
+        and layer._frozen is None
+        and layer.mode is first.mode
+        and layer.sampler is first.sampler
+        and layer.temperature == first.temperature
+        for layer in layers
+    )
+
+
+def _fused_kl_ok(layers: list[SpikeSlabLinear]) -> bool:
+    # The one-pass draw + KL: Gumbel sampler, training (grad enabled), one prior variance.
+    first = layers[0]
+    return (
+        first.sampler is Sampler.GUMBEL
+        and torch.is_grad_enabled()
+        and all(layer.prior_variance == first.prior_variance for layer in layers)
+    )
+
+
+def _flat_mlp_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
+    # One matrix input, every layer with a bias, a known activation, and no hooks that
+    # running the modules one by one would have called.
+    return (
+        x.dim() == 2
+        and layers[0].n_replicates is None
+        and model.activation in ACTIVATIONS
+        and all(layer.has_bias for layer in layers)
+        and not any(
+            m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+            for m in (model.net, *model.net)
+        )
+        and not nn.modules.module._global_forward_hooks
+        and not nn.modules.module._global_forward_pre_hooks
+    )
+
+
+def _whole_network_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
+    return (
+        use_whole_network(model.mu.numel())
+        and _fused_kl_ok(layers)
+        and _flat_mlp_ok(model, x, layers)
+    )
+
+
+def _kl_key(model: SpikeSlabMLP) -> tuple[Any, ...]:
+    # Identity and version of everything the KL depends on: a cached KL is valid only
+    # while none of them changed (an optimiser step bumps the parameters' versions).
+    # (The caches hold the tensors they were computed from, so an id is never reused
+    # while a cache refers to it.) Read through the module dictionaries: this runs twice
+    # a step, and nn.Module's attribute lookup is most of its cost on small networks.
+    params = model._parameters
+    mu = params["mu"]
+    lam = model._buffers["log_prior_inclusion"]
+    assert mu is not None and lam is not None
+    return (
+        mu._version,
+        params["rho"]._version,  # type: ignore[union-attr]
+        params["alpha"]._version,  # type: ignore[union-attr]
+        id(mu),
+        next(iter(model.net._modules.values())).prior_variance,
+        id(lam),
+        lam._version,
+    )
+
+
+def _counter_seed(model: SpikeSlabMLP, first: SpikeSlabLinear) -> Tensor:
+    """The two seed words of one counter-based draw, from the layers' generator."""
+    seed = torch.randint(-(2**31), 2**31 - 1, (2,), generator=first.generator, dtype=torch.int32)
+    return seed.to(model.mu.device)
+
+
+class FusedEngine:
+    """The fused training path of one :class:`~svbnn.nn.SpikeSlabMLP`, and its caches.
+
+    The model holds one engine and hands itself to every call (the engine holds no
+    reference to it). Each entry point returns ``None`` where its fast path does not apply;
+    the model then runs its general path, which gives the same values up to rounding.
+    Copies and pickles of an engine start with empty caches: a cached KL holds an autograd
+    graph (neither copyable nor worth saving), and the others are recomputed on first use.
+    """
+
+    def __init__(self) -> None:
+        self.kl_cache: tuple[Tensor, tuple[Any, ...]] | None = None
+        self.log_lam_cache: tuple[tuple[Any, ...], Tensor, Tensor] | None = None
+        self.scales_cache: tuple[tuple[Any, ...], Tensor] | None = None
+
+    def __reduce__(self) -> tuple[type[FusedEngine], tuple[()]]:
+        return FusedEngine, ()
+
+    # -- the entry points --------------------------------------------------------------
+    def forward(self, model: SpikeSlabMLP, x: Tensor) -> Tensor | None:
+        """The network's sampling forward on its flat storage, ``None`` where the layers
+        must run on their own (not sampling, not fused, frozen or unlike layers).
+
+        Training (Gumbel, grad enabled), the KL is computed in the same pass as the draw
+        and cached; :meth:`kl_divergence` returns it once, if the parameters are unchanged.
+        Shapes as :meth:`SpikeSlabMLP.forward`.
+        """
+        layers = model.layers()
+        if not _draw_ok(model, layers):
+            return None
+        first = layers[0]
+        self.kl_cache = None
+        if _whole_network_ok(model, x, layers):
+            # Small network, training step: draw, KL and layers as one compiled graph.
+            key = _kl_key(model)
+            tensors, static = self._whole_network_inputs(model, layers, key)
+            out, kl = whole_network_kernel(mlp_draw_forward, *static)(x, *tensors)
+            self.kl_cache = (kl, key)
+            out_whole: Tensor = out
+            return out_whole
+        if _fused_kl_ok(layers):
+            key = _kl_key(model)
+            flat, kl = self.draw_with_kl(model, first, key)
+            self.kl_cache = (kl, key)
+        else:
+            flat = model._draw_flat(first)
+        if _flat_mlp_ok(model, x, layers):
+            out_flat: Tensor = FlatMLP.apply(flat, x, _shapes(layers), model.activation)
+            return out_flat
+        return self._run_layers(model, layers, flat, x)
+
+    def kl_divergence(self, model: SpikeSlabMLP) -> Tensor | None:
+        """The KL cached by the last training forward (once, while the parameters are
+        unchanged), else one fused KL of the flat storage: ``()`` or ``(R,)``. ``None``
+        where the layers must sum their own (no flat storage, unlike prior variances)."""
+        cache, self.kl_cache = self.kl_cache, None
+        if cache is not None and cache[1] == _kl_key(model) and torch.is_grad_enabled():
+            return cache[0]
+        layers = model.layers()
+        if not (model.fused and "mu" in model._parameters) or any(
+            layer.prior_variance != layers[0].prior_variance for layer in layers
+        ):
+            return None
+        batch_dims = 0 if layers[0].n_replicates is None else 1
+        return spike_slab_kl(
+            model.mu,
+            model.rho,
+            model.alpha,
+            model.log_prior_inclusion,
+            layers[0].prior_variance,
+            batch_dims=batch_dims,
+        )
+
+    def negative_elbo(
+        self, model: SpikeSlabMLP, likelihood: object, x: Tensor, y: Tensor, n_train: float
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """One-draw :func:`svbnn.training.negative_elbo` as one compiled graph with the
+        likelihood, where the ``auto`` backend runs this network's training forward as one
+        graph: ``(loss, nll, kl / n)``, scalars. ``x`` ``(m, p)``, ``y`` ``(m,)``.
+        ``None`` where that does not apply (see :meth:`SpikeSlabMLP.fused_negative_elbo`).
+        """
+        mu = model._parameters.get("mu")
+        if mu is None or not use_whole_network(mu.numel()):
+            return None  # every step off the auto backend or of a large net: decide first
+        fused_spec = getattr(likelihood, "fused_spec", None)
+        spec = fused_spec(model.out_features) if fused_spec is not None else None
+        if spec is None:
+            return None
+        kind, var = spec
+        layers = model.layers()
+        if not (
+            y.dim() == 1
+            and x.dim() == 2
+            and y.shape[0] == x.shape[0]
+            and _draw_ok(model, layers)
+            and _whole_network_ok(model, x, layers)
+        ):
+            return None
+        self.kl_cache = None
+        tensors, static = self._whole_network_inputs(model, layers, _kl_key(model))
+        shapes, activation, *prior = static
+        kernel = whole_network_kernel(mlp_negative_elbo, shapes, activation, kind, *prior)
+        elbo: tuple[Tensor, Tensor, Tensor] = kernel(x, y, *tensors, self._scales(mu, n_train, var))
+        return elbo
+
+    def draw_with_kl(
+        self, model: SpikeSlabMLP, first: SpikeSlabLinear, key: tuple[Any, ...] | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """One training draw of all weights and the exact KL, as one fused function:
+        ``(theta, kl)``, flat ``(T,)`` or ``(R, T)`` and ``()`` or ``(R,)``. ``first``: the
+        first layer (sampler settings, generator); ``key``: the current KL key, if the
+        caller has it."""
+        mu = model.mu
+        if _fused_path(mu.numel()):
+            noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
+        else:  # torch's generator, in the order of the unfused draw (u, then eps)
+            gen = first.generator
+            u = torch.rand(mu.shape, generator=gen, dtype=mu.dtype, device=mu.device)
+            noise = (u, torch.randn(mu.shape, generator=gen, dtype=mu.dtype, device=mu.device))
+        log_lam, log_1mlam = self._log_lams(model, _kl_key(model) if key is None else key)
+        flat, kl = FusedGumbelKL.apply(
+            mu,
+            model.rho,
+            model.alpha,
+            log_lam,
+            log_1mlam,
+            noise,
+            float(first.temperature),
+            0.5 * math.log(first.prior_variance),
+            use_compiled(mu.numel()),
+        )
+        return flat, kl
+
+    # -- helpers -----------------------------------------------------------------------
+    def _whole_network_inputs(
+        self, model: SpikeSlabMLP, layers: list[SpikeSlabLinear], key: tuple[Any, ...]
+    ) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
+        """The tensors ``(mu, rho, alpha, seed, log_lam, log_1mlam)`` and the static
+        arguments ``(shapes, activation, log_sigma0, var0, tau)`` of
+        :func:`~svbnn._kernels.mlp_draw_forward`; draws the seed."""
+        first = layers[0]
+        log_lam, log_1mlam = self._log_lams(model, key)
+        seed = _counter_seed(model, first)
+        static = (
+            _shapes(layers),
+            model.activation,
+            0.5 * math.log(first.prior_variance),
+            float(first.prior_variance),
+            float(first.temperature),
+        )
+        return (model.mu, model.rho, model.alpha, seed, log_lam, log_1mlam), static
+
+    def _log_lams(self, model: SpikeSlabMLP, key: tuple[Any, ...]) -> tuple[Tensor, Tensor]:
+        """``log(lambda)`` as ``(R, 1)`` or ``()``, and ``log(1 - lambda)``: recomputed only
+        when the prior changes (``key``: the current KL key)."""
+        if self.log_lam_cache is None or self.log_lam_cache[0] != key[-2:]:
+            lam = model.log_prior_inclusion
+            lam = lam.reshape(-1, 1) if lam.dim() > 0 else lam
+            self.log_lam_cache = (key[-2:], lam, log1mexp(lam))
+        return self.log_lam_cache[1], self.log_lam_cache[2]
+
+    def _scales(self, mu: Tensor, n_train: float, var: float) -> Tensor:
+        """``(1 / n_train, var)`` as a tensor like ``mu`` (an argument of the compiled
+        graph, so that a new value does not compile a new one); made once per value."""
+        key = (n_train, var, mu.dtype, mu.device)
+        if self.scales_cache is None or self.scales_cache[0] != key:
+            scales = torch.tensor([1.0 / n_train, var], dtype=mu.dtype, device=mu.device)
+            self.scales_cache = (key, scales)
+        return self.scales_cache[1]
+
+    @staticmethod
+    def _run_layers(
+        model: SpikeSlabMLP, layers: list[SpikeSlabLinear], flat: Tensor, x: Tensor
+    ) -> Tensor:
+        # Hooks, replicates or layers without bias: the modules run one by one, each on
+        # its chunk of the one draw.
+        widths = [layer.n_params() for layer in layers]
+        try:
+            for layer, chunk in zip(layers, flat.split(widths, dim=-1), strict=True):
+                layer._frozen = layer._weights_from_flat(chunk.view(layer._param_shape))
+            out = model._run(x)
+        finally:
+            for layer in layers:
+                layer._frozen = None
+        return out
