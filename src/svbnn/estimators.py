@@ -14,6 +14,7 @@ import logging
 import math
 import numbers
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -63,6 +64,8 @@ _KERNEL_BACKENDS = ["auto", "compiled", "eager"]
 _NOISE_INIT = 0.1  # initial learned noise sd, in units of the training sd of y
 _UNRESOLVED_EXPORT = 0.01  # export_sparse warns above this fraction of unresolved gates
 _compile_failed = False  # set once the compiled kernels failed to build in this process
+# Fitted module -> its float64 copy for prediction (see _SVBNNBase._module64).
+_MODULE64: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
 
 
 class CollapseWarning(UserWarning):
@@ -646,19 +649,15 @@ class _SVBNNBase(BaseEstimator):
         ~1e-16 (float32 matrix products sum in an order that depends on the batch shape,
         ~1e-7) at a cost that is small next to training.
         """
-        cached = self.__dict__.get("_module64_cache")
-        if cached is None or cached[0] is not self.module_:
+        # Cached outside the estimator (predict must not change its __dict__, and the
+        # copy is not worth pickling): keyed weakly by the fitted module itself.
+        module = _MODULE64.get(self.module_)
+        if module is None:
             module = copy.deepcopy(self.module_)
             if next(module.parameters()).dtype != torch.float64:
                 module = module.double()
-            cached = (self.module_, module)
-            self.__dict__["_module64_cache"] = cached
-        return cached[1]
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(super().__getstate__())
-        state.pop("_module64_cache", None)  # derived from module_: rebuilt on demand
-        return state
+            _MODULE64[self.module_] = module
+        return module
 
     def _predict_generator(self) -> torch.Generator:
         gen = torch.Generator(device=next(self.module_.parameters()).device)
