@@ -607,7 +607,8 @@ class _SVBNNBase(BaseEstimator):
         """CollapseWarning for a fit that selected nothing or predicts a constant."""
         reasons = []
         fi = getattr(self, "feature_inclusion_", None)
-        if fi is not None and fi.size and not np.any(fi > 0.5):
+        resolved = getattr(self, "unresolved_", 0.0) <= _UNRESOLVED_EXPORT
+        if resolved and fi is not None and fi.size and not np.any(fi > 0.5):
             reasons.append(f"no input selected (largest feature_inclusion_ {fi.max():.2g})")
         if constant:
             reasons.append(what)
@@ -631,7 +632,10 @@ class _SVBNNBase(BaseEstimator):
                 UserWarning,
                 stacklevel=3,
             )
-        if not _reaches_output(self._kept_weight_masks()):
+        # With unresolved gates the posterior still predicts through edges of phi < 0.5
+        # (the ConvergenceWarning says so): the median model's paths tell nothing yet.
+        resolved = getattr(self, "unresolved_", 0.0) <= _UNRESOLVED_EXPORT
+        if resolved and not _reaches_output(self._kept_weight_masks()):
             warnings.warn(
                 f"{type(self).__name__}: the fitted network keeps no path from any input to "
                 "the output (every path has a pruned weight), so it predicts a constant. "
