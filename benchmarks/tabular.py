@@ -267,6 +267,8 @@ def evaluate(task: Task, method: str, est: Any, k: int, seed: int, gp_rows: int)
         row["accuracy"] = float(np.mean(proba.argmax(1) == y))
         row["log_loss"] = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-15, 1))))
         row["ece"] = ece(proba, y)
+    if hasattr(est, "converged_"):
+        row["epochs"], row["converged"] = int(est.n_iter_), bool(est.converged_)
     sel = _selected(est, p)
     if sel is not None:
         n_orig = p - k
