@@ -42,6 +42,7 @@ import io
 import json
 import math
 import platform
+import subprocess
 import sys
 import time
 import warnings
@@ -392,6 +393,16 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     return out.getvalue()
 
 
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("results/tabular"))
@@ -417,6 +428,7 @@ def main(argv: list[str] | None = None) -> None:
         "gp_rows": args.gp_rows,
         "image_train": args.image_train,
         "threads": args.threads,
+        "git_commit": _git_commit(),
         "versions": {
             "svbnn": svbnn.__version__,
             "torch": torch.__version__,
