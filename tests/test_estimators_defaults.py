@@ -155,3 +155,35 @@ def test_median_model_export_warns_when_gates_unresolved() -> None:
     with pytest.warns(UserWarning, match="unresolved"):
         module, _ = reg.export_sparse()
     assert module is not None
+
+
+def test_compile_failure_falls_back_to_eager_with_one_message(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    import svbnn.estimators as E
+    from svbnn import get_kernel_backend
+
+    class FakeCompileError(RuntimeError):  # what inductor raises without a C++ compiler
+        __module__ = "torch._inductor.exc"
+
+    real_train = E.train
+    seen = []
+
+    def train(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(get_kernel_backend().value)
+        if seen[-1] != "eager":
+            raise FakeCompileError("no working C++ compiler found")
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(E, "train", train)
+    monkeypatch.setattr(E, "_compile_failed", False)
+    X, y, _ = _sparse_problem(100, 9)
+    before = get_kernel_backend()
+    with caplog.at_level(logging.WARNING, logger="svbnn.estimators"):
+        for _ in range(2):
+            SVBNNRegressor(kernel_backend="compiled", max_iter=2, tol=None, random_state=0).fit(
+                X, y
+            )
+    assert seen == ["compiled", "eager", "eager"]
+    assert sum("could not be built" in r.getMessage() for r in caplog.records) == 1
+    assert get_kernel_backend() == before  # the process-wide setting is untouched
