@@ -15,6 +15,7 @@ from torch import nn
 
 from svbnn.pruning import agp_schedule, imp_densities, magnitude_prune
 from svbnn_experiments import baseline_methods as bm
+from svbnn_experiments import pruned_methods as pm
 from svbnn_experiments.cli import main
 from svbnn_experiments.methods import FitSpec, get_method
 
@@ -132,12 +133,12 @@ def _data(R: int = 2, n: int = 40, p: int = 5, seed: int = 0) -> tuple[torch.Ten
 @pytest.mark.parametrize("scope", ["global", "layer"])
 def test_batched_pruning_matches_the_library(scope: str) -> None:
     g = torch.Generator().manual_seed(1)
-    net = bm.ReplicatedMLP(6, (5, 4), 1, "relu", 3, generator=g)
+    net = pm.ReplicatedMLP(6, (5, 4), 1, "relu", 3, generator=g)
     with torch.no_grad():
         net.weights[1][0, 0, :2] = 0.0  # ties at zero
     net.prune([0.7, 0.7, 0.7], scope)  # a first round, so that pruned weights exist
     dens = [0.5, 0.2, 0.05]
-    new = bm.replicated_magnitude_prune(list(net.weights), net.masks, dens, scope)
+    new = pm.replicated_magnitude_prune(list(net.weights), net.masks, dens, scope)
     for s, d in enumerate(dens):
         ref = nn.Sequential(*(nn.Linear(w.shape[2], w.shape[1]) for w in net.weights))
         lins = [m for m in ref if isinstance(m, nn.Linear)]
@@ -151,8 +152,8 @@ def test_batched_pruning_matches_the_library(scope: str) -> None:
 
 
 def test_lot_path_reaches_every_grid_value_at_the_prune_rate() -> None:
-    assert bm.lot_path([0.05], 0.2) == pytest.approx(imp_densities(0.05, 0.2))
-    path = bm.lot_path([0.5, 0.3, 0.1, 0.05], 0.2)
+    assert pm.lot_path([0.05], 0.2) == pytest.approx(imp_densities(0.05, 0.2))
+    path = pm.lot_path([0.5, 0.3, 0.1, 0.05], 0.2)
     for d in (0.5, 0.3, 0.1, 0.05):
         assert d in path
     prev = 1.0
@@ -179,9 +180,9 @@ def test_density_options_are_validated() -> None:
     assert bm._densities("0.3,0.05", "k") == (0.3, 0.05)
     assert bm._densities(0.3, "k") == (0.3,)
     assert bm._densities([1, 0.5], "k") == (1.0, 0.5)
-    assert bm._flag("False", "k") is False and bm._flag(True, "k") is True
+    assert pm._flag("False", "k") is False and pm._flag(True, "k") is True
     with pytest.raises(ValueError, match="true or false"):
-        bm._flag("maybe", "prune_output")
+        pm._flag("maybe", "prune_output")
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         bm._densities((30, 5), "agp_densities")
     with pytest.raises(ValueError, match="empty"):
@@ -197,7 +198,7 @@ def test_agp_ends_at_each_grid_density_and_keeps_biases(scope: str) -> None:
     fit = get_method("agp").fit(
         X, y, _spec(agp_densities=(0.6, 0.2), prune_scope=scope), torch.Generator().manual_seed(0)
     )
-    assert isinstance(fit, bm.GridFitted) and not fit.bayesian
+    assert isinstance(fit, pm.GridFitted) and not fit.bayesian
     for d, cand in fit.candidates:
         net = cand.model
         *pruned, out_mask = net.masks
@@ -226,8 +227,8 @@ def test_lot_tickets_are_rewound_initial_weights() -> None:
     spec = FitSpec(**{**spec.__dict__, "epochs": 0})
     gen = torch.Generator().manual_seed(3)
     fit = get_method("lot").fit(X, y, spec, gen)
-    assert isinstance(fit, bm.GridFitted)
-    init = bm.ReplicatedMLP(5, (4, 3), 1, "tanh", 2, generator=torch.Generator().manual_seed(3))
+    assert isinstance(fit, pm.GridFitted)
+    init = pm.ReplicatedMLP(5, (4, 3), 1, "tanh", 2, generator=torch.Generator().manual_seed(3))
     for d, cand in fit.candidates:
         net = cand.model
         for w, w0, m in zip(net.weights, init.weights, net.masks, strict=True):
@@ -238,21 +239,21 @@ def test_lot_tickets_are_rewound_initial_weights() -> None:
         ref.prune([d, d], "layer", prune_output=False)
         for m, m_ref in zip(net.masks, ref.masks, strict=True):
             assert torch.equal(m, m_ref)
-    assert fit.info["lot_rounds"] == len(bm.lot_path((0.5, 0.2), 0.2)) + 1
+    assert fit.info["lot_rounds"] == len(pm.lot_path((0.5, 0.2), 0.2)) + 1
 
 
 def test_tune_on_test_picks_the_smallest_mean_rmse() -> None:
     # Candidates that predict constants 0, 1, 2 (zero weights, biases set) for y = 0.9.
     cands = []
     for c in (0.0, 1.0, 2.0):
-        net = bm.ReplicatedMLP(3, (2,), 1, "relu", 2)
+        net = pm.ReplicatedMLP(3, (2,), 1, "relu", 2)
         with torch.no_grad():
             for w in net.weights:
                 w.zero_()
             net.biases[0].zero_()
             net.biases[1].fill_(c)
-        cands.append((0.1 * (c + 1), bm.PrunedFitted(net, 0.1 * (c + 1))))
-    fit = bm.GridFitted(cands, {"steps": 7})
+        cands.append((0.1 * (c + 1), pm.PrunedFitted(net, 0.1 * (c + 1))))
+    fit = pm.GridFitted(cands, {"steps": 7})
     X = torch.zeros(2, 4, 3)
     cols = fit.tune_on_test(X, np.full(4, 0.9), 5, None)
     assert fit.chosen == 1 and fit.best is cands[1][1]

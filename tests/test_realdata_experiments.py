@@ -25,7 +25,7 @@ from svbnn.checkpoint import load_checkpoint
 from svbnn.data import CHECKSUMS, ENV_DATA_DIR, ENV_DATA_URL, clear_checksum_cache
 from svbnn_experiments import get_artifact, resolve_config
 from svbnn_experiments.cli import main
-from svbnn_experiments.common import write_settings
+from svbnn_experiments.files import write_settings
 from svbnn_experiments.mnist_uq import overlay_images
 from svbnn_experiments.realdata import EpochBook, check_real_methods, parse_floats, parse_names
 

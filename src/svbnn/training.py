@@ -246,6 +246,7 @@ class Minibatches:
         if X.shape[: sample_dim + 1] != y.shape[: sample_dim + 1]:
             raise ValueError(f"X and y disagree on the number of samples: {X.shape} vs {y.shape}")
         self.n = int(X.shape[sample_dim])
+        self.device = X.device
         if self.n == 0:
             raise ValueError("no training data")
         if batch_size < 1:
@@ -398,85 +399,104 @@ def train(
     track_sparsity = track_sparsity and bool(spike_slab_layers(model))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, optimizer, lr)
-    history = History()
-    start = 0
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
+    history, start = History(), 0
     if resume and ckpt is not None and ckpt.exists():
-        state = load_checkpoint(ckpt)
-        try:
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            generator.set_state(state["generator"])
-            history = History(**state["history"])
-            start = int(state["epoch"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as err:
-            raise CheckpointError(
-                f"checkpoint {ckpt} does not fit this model or training run ({err}); "
-                "delete it or use another checkpoint path"
-            ) from None
-        logger.info("resumed from %s at epoch %d", ckpt, start)
+        history, start = _resume(ckpt, model, opt, generator)
 
     def save(epoch: int) -> None:
-        if ckpt is None:
-            return
-        save_checkpoint(
-            {
+        if ckpt is not None:
+            extra = checkpoint_extra() if checkpoint_extra is not None else {}
+            state = {
                 "model": model.state_dict(),
                 "optimizer": opt.state_dict(),
                 "generator": generator.get_state(),
                 "history": history.as_dict(),
                 "epoch": epoch,
-                "extra": checkpoint_extra() if checkpoint_extra is not None else {},
-            },
-            ckpt,
-        )
+                "extra": extra,
+            }
+            save_checkpoint(state, ckpt)
 
-    n_batches = batches.n_batches
     model.train()
     bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
-    step = start * n_batches
-    stop = False
     last = start
     for epoch in bar:
-        tot_loss = tot_nll = tot_kl = torch.zeros((), device=X.device)
-        for xb, yb in batches.epoch():
-            loss, nll, kl = objective(model, xb, yb)
-            opt.zero_grad(set_to_none=True)
-            loss.sum().backward()
-            opt.step()
-            if on_step is not None:
-                on_step(step)
-            step += 1
-            tot_loss = tot_loss + loss.detach()
-            tot_nll = tot_nll + nll
-            tot_kl = tot_kl + kl
-        ep_loss = tot_loss / n_batches
-        if not bool(torch.all(torch.isfinite(ep_loss))):
-            bad = (
-                ""
-                if ep_loss.dim() == 0
-                else f" (replicates {torch.nonzero(~torch.isfinite(ep_loss)).flatten().tolist()})"
-            )
-            raise FloatingPointError(
-                f"the loss became {_to_list(ep_loss)} at epoch {epoch + 1}{bad}; "
-                "lower the learning rate or check the data for extreme values"
-            )
+        loss, nll, kl = _run_epoch(model, objective, opt, batches, on_step, epoch)
+        _check_finite(loss, epoch + 1)
         history.epoch.append(epoch + 1)
-        history.loss.append(_to_list(ep_loss))
-        history.nll.append(_to_list(tot_nll / n_batches))
-        history.kl.append(_to_list(tot_kl / n_batches))
+        history.loss.append(_to_list(loss))
+        history.nll.append(_to_list(nll))
+        history.kl.append(_to_list(kl))
         if track_sparsity:
             history.sparsity.append(_to_list(sparsity(model)))
             history.unresolved.append(_to_list(unresolved_fraction(model)))
         if verbose:
-            bar.set_postfix(loss=f"{float(ep_loss.mean()):.4f}", refresh=False)
-        for cb in callbacks:
-            stop = bool(cb(epoch + 1, model, history)) or stop
+            bar.set_postfix(loss=f"{float(loss.mean()):.4f}", refresh=False)
+        # Every callback runs, even after one asked to stop (e.g. the last epoch's record).
+        stop = [bool(cb(epoch + 1, model, history)) for cb in callbacks]
         last = epoch + 1
-        if stop:
+        if any(stop):
             logger.info("a callback stopped training after epoch %d", last)
             break
-        if checkpoint_every and (epoch + 1) % checkpoint_every == 0:
-            save(epoch + 1)
+        if checkpoint_every and last % checkpoint_every == 0:
+            save(last)
     save(max(last, start))
     return history
+
+
+def _resume(
+    ckpt: Path, model: nn.Module, opt: torch.optim.Optimizer, generator: torch.Generator
+) -> tuple[History, int]:
+    """Load model, optimiser and generator state from ``ckpt``: ``(history, epoch)``."""
+    state = load_checkpoint(ckpt)
+    try:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        history, start = History(**state["history"]), int(state["epoch"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise CheckpointError(
+            f"checkpoint {ckpt} does not fit this model or training run ({err}); "
+            "delete it or use another checkpoint path"
+        ) from None
+    logger.info("resumed from %s at epoch %d", ckpt, start)
+    return history, start
+
+
+def _run_epoch(
+    model: nn.Module,
+    objective: Objective,
+    opt: torch.optim.Optimizer,
+    batches: Minibatches,
+    on_step: Callable[[int], None] | None,
+    epoch: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One pass over the minibatches: the epoch's mean ``(loss, nll, kl)``."""
+    step = epoch * batches.n_batches  # the global step count, also across a resume
+    tot_loss = tot_nll = tot_kl = torch.zeros((), device=batches.device)
+    for xb, yb in batches.epoch():
+        loss, nll, kl = objective(model, xb, yb)
+        opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        opt.step()
+        if on_step is not None:
+            on_step(step)
+        step += 1
+        tot_loss = tot_loss + loss.detach()
+        tot_nll = tot_nll + nll
+        tot_kl = tot_kl + kl
+    k = batches.n_batches
+    return tot_loss / k, tot_nll / k, tot_kl / k
+
+
+def _check_finite(loss: Tensor, epoch: int) -> None:
+    if not bool(torch.all(torch.isfinite(loss))):
+        bad = (
+            ""
+            if loss.dim() == 0
+            else f" (replicates {torch.nonzero(~torch.isfinite(loss)).flatten().tolist()})"
+        )
+        raise FloatingPointError(
+            f"the loss became {_to_list(loss)} at epoch {epoch}{bad}; "
+            "lower the learning rate or check the data for extreme values"
+        )

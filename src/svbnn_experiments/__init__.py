@@ -9,7 +9,8 @@ never imports it. Importing this package registers every artifact:
 * ``uci``, ``mnist``, ``mnist_uq``, ``fmnist``: the real-data artifacts (``uci``, ``mnist``,
   ``mnist-uq``, ``fmnist-cnn``; ``classifiers`` and ``classifier_runs`` hold what the last
   three share);
-* ``baseline_methods``: VBNN, VD, HS-BNN, AGP and LOT as methods of the simulation artifacts.
+* ``baseline_methods``, ``pruned_methods``: VBNN, VD and HS-BNN; AGP and LOT, as methods of
+  the simulation artifacts.
 
 New artifacts (e.g. real-data ones) register with :func:`register_artifact` in a module
 imported below; new methods with :func:`svbnn_experiments.methods.register_method`.
@@ -18,7 +19,7 @@ imported below; new methods with :func:`svbnn_experiments.methods.register_metho
 # isort: off
 # Import order is the order of `svbnn reproduce --list`; importing registers the artifacts.
 from . import simulations, sweeps, figures, uci, mnist, mnist_uq, fmnist  # noqa: F401
-from . import baseline_methods  # noqa: F401
+from . import baseline_methods, pruned_methods  # noqa: F401
 
 # isort: on
 from .methods import METHOD_NAMES, available_methods, get_method, register_method

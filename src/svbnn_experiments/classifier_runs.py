@@ -38,7 +38,8 @@ from .classifiers import (
     kept_fraction,
     set_flip_generator,
 )
-from .common import RunConfig, atomic_savefig, atomic_write_text, derive_seed
+from .common import RunConfig, derive_seed
+from .files import atomic_savefig, atomic_write_text
 from .paper_values import METHOD_LABELS
 from .plotting import pyplot
 from .realdata import (

@@ -22,7 +22,7 @@ def _parse_set(items: Sequence[str] | None) -> dict[str, str]:
     """``--set KEY=VALUE`` items as ``{KEY: VALUE}`` (text; the last of a repeated key wins).
 
     The values stay text here: each artifact reads them against the type of its own
-    setting (:func:`svbnn_experiments.runner.check_setting`), so that ``n_test=1.5`` is
+    setting (:func:`svbnn_experiments.settings.check_setting`), so that ``n_test=1.5`` is
     refused for an integer setting and ``datasets=1`` kept as text for a text one.
     """
     out: dict[str, str] = {}

@@ -17,15 +17,8 @@ from svbnn.objectives import GaussianLikelihood
 from svbnn.selection import fpr_fnr, selected_features
 from svbnn.training import train
 
-from .common import (
-    SEED_DATA,
-    SEED_TRAIN,
-    RunConfig,
-    derive_seed,
-    read_csv,
-    read_settings,
-    write_csv,
-)
+from .common import SEED_DATA, SEED_TRAIN, RunConfig, derive_seed
+from .files import read_csv, read_settings, write_csv
 from .plotting import plot_gumbel, plot_linear_toy, plot_network
 from .registry import Timing, register_artifact
 from .report import markdown_table, settings_section, write_report

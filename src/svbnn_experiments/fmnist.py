@@ -18,7 +18,8 @@ from .classifier_runs import (
     settings_text,
 )
 from .classifiers import CNN_METHODS
-from .common import RunConfig, read_csv, read_settings
+from .common import RunConfig
+from .files import read_csv, read_settings
 from .paper_values import METHOD_LABELS
 from .registry import Timing, register_artifact
 from .report import write_report

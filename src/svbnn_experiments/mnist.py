@@ -19,7 +19,8 @@ from .classifier_runs import (
     settings_text,
 )
 from .classifiers import MLP_METHODS
-from .common import RunConfig, read_csv, read_settings
+from .common import RunConfig
+from .files import read_csv, read_settings
 from .paper_values import METHOD_LABELS
 from .realdata import (
     MNIST_PAPER_SPARSITY,

@@ -21,7 +21,8 @@ from svbnn.prediction import sample_outputs
 
 from .classifier_runs import classifier_spec, fit_classifier, load_images, load_trained
 from .classifiers import SEED_UQ, build_classifier
-from .common import RunConfig, atomic_savefig, derive_seed, read_csv, read_settings, write_csv
+from .common import RunConfig, derive_seed
+from .files import atomic_savefig, read_csv, read_settings, write_csv
 from .mnist import MNIST_DEFAULTS, MNIST_QUICK
 from .paper_values import METHOD_LABELS
 from .plotting import pyplot

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .common import atomic_savefig
+from .files import atomic_savefig
 
 __all__ = [
     "draw_network",

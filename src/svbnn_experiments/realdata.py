@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from svbnn.checkpoint import load_checkpoint
 
-from .common import read_csv, write_csv
+from .files import read_csv, write_csv
 from .paper_values import Value
 
 __all__ = [

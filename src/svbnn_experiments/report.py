@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import atomic_write_text
+from .files import atomic_write_text
 from .paper_values import METHOD_LABELS, Value
 
 __all__ = [

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import math
-import numbers
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .common import (
-    COMMON_DEFAULTS,
-    RunConfig,
+from .common import COMMON_DEFAULTS, RunConfig, execute_chunks
+from .files import (
     atomic_write_text,
     environment_info,
-    execute_chunks,
     lock_output,
     read_csv,
     read_settings,
@@ -30,11 +26,11 @@ from .common import (
 )
 from .methods import METHOD_NAMES, check_methods, method_options
 from .registry import ARTIFACTS, Artifact, get_artifact
+from .settings import _is_int, check_setting
 
 __all__ = [
     "OPTIONAL_SETTINGS",
     "RunInterrupted",
-    "check_setting",
     "estimate",
     "format_duration",
     "list_text",
@@ -48,193 +44,6 @@ _CONFIG_KEYS = {f.name for f in fields(RunConfig)} - {"artifact", "out", "params
 
 OPTIONAL_SETTINGS = ("covariates", "init", "methods", "dtype")
 """Settings that only some artifacts use (each lists them in ``Artifact.options``)."""
-
-
-# --------------------------------------------------------------------- --set values
-@dataclass(frozen=True)
-class _Range:
-    """An interval of allowed numbers (``None``: unbounded on that side)."""
-
-    lo: float | None = None
-    hi: float | None = None
-    lo_open: bool = False
-    hi_open: bool = False
-
-    def contains(self, v: float) -> bool:
-        if self.lo is not None and (v < self.lo or (self.lo_open and v == self.lo)):
-            return False
-        return not (self.hi is not None and (v > self.hi or (self.hi_open and v == self.hi)))
-
-    def text(self) -> str:
-        def num(x: float) -> str:
-            return f"{x:g}" if x < 1e6 else str(int(x))
-
-        if self.lo is not None and self.hi is not None:
-            if self.lo == self.hi:
-                return f"equal to {num(self.lo)}"
-            left = "(" if self.lo_open else "["
-            right = ")" if self.hi_open else "]"
-            return f"in {left}{num(self.lo)}, {num(self.hi)}{right}"
-        if self.lo is not None:
-            return f"{'>' if self.lo_open else '>='} {num(self.lo)}"
-        if self.hi is not None:
-            return f"{'<' if self.hi_open else '<='} {num(self.hi)}"
-        return "finite"
-
-
-_UNIT_OPEN = _Range(0.0, 1.0, lo_open=True, hi_open=True)
-_UNIT_HALF_OPEN = _Range(0.0, 1.0, lo_open=True)
-_SEED = _Range(0, 2**32 - 1)
-
-# Allowed ranges of --set settings where the default's sign alone does not say it
-# (otherwise: an int setting must be >= 1, or >= 0 when its default is 0 ("all" / "auto");
-# a float setting > 0, or any finite number when its default is 0 or negative).
-_SETTING_RANGES: dict[str, _Range] = {
-    "teacher_seed": _SEED,
-    "xstar_seed": _SEED,
-    "occurrence": _Range(0),
-    # Quantiles and grids of a single point are degenerate (zero-width intervals).
-    "coverage_draws": _Range(2),
-    "coverage_grid": _Range(2),
-    "n_points": _Range(2),
-    "uq_draws": _Range(2),
-    "prior_inclusion": _UNIT_OPEN,
-    "phi": _UNIT_OPEN,
-    "u": _UNIT_OPEN,
-    "val_fraction": _UNIT_OPEN,
-    "lot_prune_rate": _UNIT_OPEN,
-    "agp_density": _UNIT_HALF_OPEN,
-    "agp_end_fraction": _UNIT_HALF_OPEN,
-    "agp_end": _UNIT_HALF_OPEN,
-    "agp_densities": _UNIT_HALF_OPEN,
-    "lot_densities": _UNIT_HALF_OPEN,
-    "agp_begin": _Range(0.0, 1.0, hi_open=True),
-    # Simulation II's f0 reads x1..x5.
-    "p": _Range(5),
-}
-
-# Per-artifact ranges: the teachers of Simulation I have a fixed input size, the linear toy
-# places its coefficients up to x150.
-_ARTIFACT_RANGES: dict[tuple[str, str], _Range] = {
-    ("table1-dense", "p"): _Range(20, 20),
-    ("fig-lambda-dense-teacher", "p"): _Range(20, 20),
-    ("table1-sparse", "p"): _Range(100, 100),
-    ("fig-lambda-sparse-teacher", "p"): _Range(100, 100),
-    ("fig-linear-toy", "p"): _Range(150),
-}
-
-_SETTING_CHOICES: dict[str, tuple[str, ...]] = {
-    "sampler": ("gumbel", "inverse_cdf"),
-    "activation": ("relu", "tanh", "sigmoid", "logistic", "identity"),
-    "optimizer": ("adam", "rmsprop", "sgd"),
-    "prune_scope": ("layer", "global"),
-}
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _is_real(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
-
-def _range_for(artifact: str, key: str, example: Any) -> _Range:
-    rule = _ARTIFACT_RANGES.get((artifact, key)) or _SETTING_RANGES.get(key)
-    if rule is not None:
-        return rule
-    if _is_int(example):
-        return _Range(1 if example >= 1 else 0)
-    if _is_real(example) and example > 0:
-        return _Range(0.0, lo_open=True)
-    return _Range()
-
-
-def _check_number(where: str, v: Any, example: Any, rule: _Range) -> int | float:
-    if _is_int(example):
-        if not _is_int(v):
-            raise ValueError(f"{where}: expects an integer, got {v!r}")
-        if not rule.contains(int(v)):
-            raise ValueError(f"{where}: must be {rule.text()}, got {v!r}")
-        return int(v)
-    if not _is_real(v):
-        raise ValueError(f"{where}: expects a number, got {v!r}")
-    f = float(v)
-    if not math.isfinite(f) or not rule.contains(f):
-        what = "finite" if rule.text() == "finite" else f"finite and {rule.text()}"
-        raise ValueError(f"{where}: must be {what}, got {v!r}")
-    return f
-
-
-def check_setting(artifact: str, key: str, value: Any, default: Any) -> Any:
-    """Check one ``--set`` value against the type and range of the setting's default.
-
-    Integer settings take integers only (``1.5`` is refused, not truncated) within their
-    range; float settings take finite numbers within theirs; list settings take a non-empty
-    list of such numbers (or one number, a list of one); text settings take text (one of
-    the allowed values, where there is a fixed set); flags take ``True`` or ``False``. A
-    text ``value`` (from the command line) is first read as a Python literal, except for
-    text settings, which take it as is.
-
-    Parameters
-    ----------
-    artifact : str
-        Artifact name (some ranges depend on it).
-    key : str
-    value : Any
-        The given value: text from ``--set KEY=VALUE``, or a Python object.
-    default : Any
-        The setting's default (its type is the setting's type).
-
-    Returns
-    -------
-    Any
-        The value, converted (a float setting given ``2`` gets ``2.0``).
-
-    Raises
-    ------
-    ValueError
-        Naming ``--set KEY``, the value and what is expected.
-    """
-    where = f"--set {key}"
-    if isinstance(default, str):
-        if not isinstance(value, str):
-            raise ValueError(f"{where}: expects text, got {value!r}")
-        choices = _SETTING_CHOICES.get(key)
-        if choices is not None and value not in choices:
-            raise ValueError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            try:
-                # "nan" and "inf" are no Python literals: read them, to refuse them by name.
-                value = float(text)
-            except ValueError:
-                raise ValueError(f"{where}: cannot read {text!r} as a value") from None
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ValueError(f"{where}: expects True or False, got {value!r}")
-        return value
-    if isinstance(default, (list, tuple)):
-        if _is_real(value):
-            value = [value]  # one number for a list setting: a list of one (noise_grid=0.5)
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ValueError(
-                f"{where}: expects a non-empty list such as {list(default)!r}, got {value!r}"
-            )
-        example = default[0] if default else 1.0
-        rule = _range_for(artifact, key, example)
-        items = [
-            _check_number(f"{where} (item {i + 1})", v, example, rule) for i, v in enumerate(value)
-        ]
-        return tuple(items) if isinstance(default, tuple) else items
-    if _is_real(default):
-        return _check_number(where, value, default, _range_for(artifact, key, default))
-    # A setting of another type (none today): take the value as given.
-    return value
 
 
 def resolve_config(
@@ -399,7 +208,7 @@ def reproduce(
     """Run one artifact (or only rebuild its report) and return its output folder.
 
     Every setting is checked before any work. The output folder is locked for the run
-    (another run writing it is refused, see :func:`svbnn_experiments.common.lock_output`);
+    (another run writing it is refused, see :func:`svbnn_experiments.files.lock_output`);
     ``settings.json`` says ``"status"``: ``"running"`` from the start, then ``"complete"``,
     ``"interrupted"`` (Ctrl-C: :class:`RunInterrupted` is raised) or ``"failed"``.
     """

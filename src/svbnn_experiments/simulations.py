@@ -34,10 +34,8 @@ from .common import (
     execute_chunks,
     lambda_opt_for,
     layout_chunks,
-    read_csv,
-    read_settings,
-    write_csv,
 )
+from .files import read_csv, read_settings, write_csv
 from .methods import METHOD_NAMES, FitSpec, method_options
 from .paper_values import paper_value
 from .registry import Timing, register_artifact

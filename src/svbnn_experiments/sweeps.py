@@ -13,7 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .common import Chunk, RunConfig, lambda_opt_for, read_csv, read_settings, write_csv
+from .common import Chunk, RunConfig, lambda_opt_for
+from .files import read_csv, read_settings, write_csv
 from .plotting import plot_lambda_sweep
 from .registry import Timing, register_artifact
 from .report import group_rows, markdown_table, mean_sd, settings_section, write_report

@@ -104,6 +104,8 @@ class FusedGumbelKL(torch.autograd.Function):
     generator, eager kernels) or a two-word ``seed`` for the counter-based noise of the
     compiled kernel (:func:`svbnn._kernels.counter_noise`).
 
+    Notes
+    -----
     Shapes: ``mu, rho, alpha`` (and ``u, eps``) ``(T,)`` or ``(R, T)``; ``log_lam`` and
     ``log_1mlam`` ``()`` or ``(R, 1)``; ``theta`` like ``mu``, ``kl`` ``()`` or ``(R,)``.
     """
@@ -169,6 +171,8 @@ class FlatMLP(torch.autograd.Function):
     a padded copy of every weight gradient and concatenate them (three extra passes over
     the parameters; about 3 ms of a profiled MNIST step).
 
+    Notes
+    -----
     Shapes: ``theta`` ``(T,)``, ``x`` ``(m, in)``, output ``(m, out)``; ``shapes`` the
     layers' ``(out, in)``.
     """
@@ -227,6 +231,8 @@ def run_feature_major(net: nn.Sequential, x: Tensor) -> Tensor:
     than on ``(R, m, in) @ (R, in, out)`` for the narrow layers of these networks (measured:
     0.04 vs 0.39 ms for 7x7, m=512).
 
+    Notes
+    -----
     Shapes: ``x`` ``(R, m, in)`` to ``(R, m, out)``; ``net`` holds replicated
     :class:`~svbnn.nn.SpikeSlabLinear` layers and activations.
     """

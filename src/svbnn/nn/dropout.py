@@ -202,6 +202,9 @@ class VariationalDropoutLinear(_VDLayer):
         Layer sizes.
     bias : bool
         Whether the layer has a (deterministic) bias.
+
+    Other Parameters
+    ----------------
     threshold : float
         Prune weights with ``log_alpha > threshold`` (default 3, the authors').
     log_alpha_min, log_alpha_max : float
@@ -215,6 +218,8 @@ class VariationalDropoutLinear(_VDLayer):
     generator : torch.Generator, optional
         Source of the layer's randomness.
 
+    Notes
+    -----
     Shapes: input ``(..., in)`` (``(R, m, in)`` replicated), output ``(..., out)``.
     """
 
@@ -239,6 +244,8 @@ class VariationalDropoutConv2d(_VDLayer):
     reparameterisation trick on the output feature maps: mean ``conv(x, theta)``, variance
     ``conv(x^2, sigma^2)``.
 
+    Notes
+    -----
     Shapes: input ``(m, C_in, H, W)``, output ``(m, C_out, H', W')``.
     """
 

@@ -194,6 +194,9 @@ class GaussianLinear(_GaussianLayer):
         Layer sizes.
     bias : bool
         Whether the layer has (variational) biases.
+
+    Other Parameters
+    ----------------
     prior_variance : float
         ``sigma_0^2`` of the ``N(0, sigma_0^2)`` prior on every weight and bias (default 2).
     init_rho, init_mu_range : float
@@ -204,6 +207,8 @@ class GaussianLinear(_GaussianLayer):
     generator : torch.Generator, optional
         Source of the layer's randomness (initialisation and draws).
 
+    Notes
+    -----
     Shapes: input ``(..., in)`` (``(R, m, in)`` replicated), output ``(..., out)``.
     """
 
@@ -222,6 +227,8 @@ class GaussianConv2d(_GaussianLayer):
     Parameters follow :class:`torch.nn.Conv2d` plus the variational options of
     :class:`GaussianLinear` (no replicates).
 
+    Notes
+    -----
     Shapes: input ``(m, C_in, H, W)``, output ``(m, C_out, H', W')``.
     """
 
@@ -277,6 +284,8 @@ class VariationalMLP(nn.Module):
     **layer_kwargs
         Passed to every layer.
 
+    Notes
+    -----
     Shapes: ``(m, p) -> (m, out)``; replicated ``(R, m, p) -> (R, m, out)``.
     """
 

@@ -170,6 +170,8 @@ class HorseshoeLinear(VariationalLayer):
     generator : torch.Generator, optional
         Source of the layer's randomness.
 
+    Notes
+    -----
     Shapes: input ``(..., in)`` (``(R, m, in)`` replicated), output ``(..., out)``.
     """
 

@@ -324,6 +324,9 @@ class SpikeSlabLinear(_SpikeSlabLayer):
         Layer sizes.
     bias : bool
         Whether the layer has biases (each with its own spike-and-slab law).
+
+    Other Parameters
+    ----------------
     prior_variance : float
         Slab variance ``sigma_0^2`` of the prior (paper: 2).
     prior_inclusion, log_prior_inclusion : float, optional
@@ -341,6 +344,8 @@ class SpikeSlabLinear(_SpikeSlabLayer):
     generator : torch.Generator, optional
         Source of the layer's randomness (initialisation and draws).
 
+    Notes
+    -----
     Shapes: input ``(..., in)`` (``(R, m, in)`` replicated), output ``(..., out)``.
     """
 
@@ -369,6 +374,8 @@ class SpikeSlabConv2d(_SpikeSlabLayer):
     ``kernel_size``, ``stride``, ``padding``, ``dilation``, ``groups``, ``bias``) plus the
     variational options of :class:`SpikeSlabLinear` (no replicates).
 
+    Notes
+    -----
     Shapes: input ``(m, C_in, H, W)``, output ``(m, C_out, H', W')``.
     """
 
@@ -427,6 +434,8 @@ class SpikeSlabMLP(VariationalContainer):
     **layer_kwargs
         Passed to every :class:`SpikeSlabLinear` (prior, sampler, init, replicates, ...).
 
+    Notes
+    -----
     Shapes: ``(m, p) -> (m, out)``; replicated ``(R, m, p) -> (R, m, out)``.
     """
 
@@ -498,6 +507,8 @@ class SpikeSlabMLP(VariationalContainer):
         """Sampling and fused: every weight drawn at once (with the KL, when training), then
         the network on the flat weights; otherwise the layers one by one.
 
+        Notes
+        -----
         Shapes: ``(m, p) -> (m, out)``; replicated ``(R, m, p) -> (R, m, out)``.
         """
         out = self._fused.forward(self, x)
