@@ -42,6 +42,8 @@ def main() -> None:
         max_iter=epochs,
         batch_size=500,
         learning_rate_init=1e-2 if args.quick else 5e-3,
+        tol=None,  # the paper's fixed number of epochs
+        dtype="float64",
         random_state=args.seed,
     )
     reg.fit(d.X_train, d.y_train)

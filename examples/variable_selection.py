@@ -39,6 +39,9 @@ def main() -> None:
         max_iter=epochs,
         batch_size=batch,
         learning_rate_init=lr,
+        noise_std=1.0,  # the paper's known noise (y's units)
+        tol=None,  # the paper's fixed number of epochs
+        dtype="float64",  # as the authors' code
         random_state=args.seed,
     )
     start = time.perf_counter()

@@ -142,6 +142,9 @@ class _BaselineMixin:
     device: str
     verbose: bool
 
+    # The baselines keep the paper's setting: y as given, noise_std known.
+    _scales_target = False
+
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         raise NotImplementedError
 

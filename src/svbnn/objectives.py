@@ -130,24 +130,56 @@ def spike_slab_kl_reference(
 
 
 class GaussianLikelihood(torch.nn.Module):
-    """``y ~ N(f(x), noise_std^2)`` with known noise standard deviation.
+    """``y ~ N(f(x), noise_std^2)`` with a known or a learned noise standard deviation.
 
     Parameters
     ----------
     noise_std : float or Tensor
-        ``sigma_eps`` (a hyperparameter: the paper fixes it to 1 in the simulations and
-        grid-searches it on UCI data). A tensor of shape ``(R, 1)`` gives each replicate of
-        a replicated model its own noise level (e.g. a grid search trained as one net).
+        ``sigma_eps``, known (the paper fixes it to 1 in the simulations and grid-searches
+        it on UCI data), or the starting value of a learned one. A tensor of shape
+        ``(R, 1)`` gives each replicate of a replicated model its own known noise level
+        (e.g. a grid search trained as one net).
+    learn_noise : bool
+        Learn ``sigma_eps``: a parameter ``log_noise_std`` (a scalar, started at
+        ``log(noise_std)``) that the optimiser trains with the variational parameters,
+        i.e. a type-II (empirical-Bayes) point estimate maximising the ELBO. The model's
+        fused ELBO path does not apply (it takes a fixed noise level); the general path
+        computes the same objective.
+
+    Attributes
+    ----------
+    noise_std : float or Tensor
+        The known value, or, when learned, ``exp(log_noise_std)`` (a 0-dim tensor that
+        carries the gradient).
     """
 
-    def __init__(self, noise_std: float | Tensor = 1.0) -> None:
+    def __init__(self, noise_std: float | Tensor = 1.0, learn_noise: bool = False) -> None:
         super().__init__()
         std = torch.as_tensor(noise_std, dtype=torch.float64)
         if not bool(torch.all(torch.isfinite(std) & (std > 0))):
             raise ValueError(f"noise_std must be positive, got {noise_std}")
-        self.noise_std: float | Tensor = (
+        self.learn_noise = bool(learn_noise)
+        if self.learn_noise:
+            if std.dim() != 0:
+                raise ValueError("learn_noise needs one scalar noise_std (its starting value)")
+            # Parametrised on the log scale: positive, and Adam's steps are relative.
+            self.log_noise_std = torch.nn.Parameter(torch.tensor(math.log(float(std))))
+        self._noise_std: float | Tensor = (
             float(std) if std.dim() == 0 else torch.as_tensor(noise_std).detach().clone()
         )
+
+    @property
+    def noise_std(self) -> float | Tensor:
+        """The noise sd (see the class attributes)."""
+        if self.__dict__.get("learn_noise", False):
+            return self.log_noise_std.exp()
+        return self._noise_std
+
+    @noise_std.setter
+    def noise_std(self, value: float | Tensor) -> None:
+        if self.__dict__.get("learn_noise", False):
+            raise AttributeError("a learned noise_std is set through log_noise_std")
+        self._noise_std = value
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
         """Log density per datum.

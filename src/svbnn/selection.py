@@ -21,7 +21,9 @@ __all__ = [
     "SparseLinear",
     "density",
     "export_sparse",
+    "feature_inclusion",
     "fpr_fnr",
+    "unresolved_fraction",
     "module_size_bytes",
     "selected_features",
     "sparsity",
@@ -80,6 +82,61 @@ def selected_features(
     if keep.dim() == 1:
         return np.flatnonzero(keep.cpu().numpy())
     return [np.flatnonzero(k) for k in keep.cpu().numpy()]
+
+
+def feature_inclusion(model: nn.Module) -> NDArray[np.float64]:
+    """Per input, the posterior probability that it reaches the output through the gates.
+
+    With independent gates ``z ~ Bernoulli(phi)`` (the mean-field posterior), let
+    ``r_l(j)`` be the probability that unit ``j`` of hidden layer ``l`` has a path of
+    included edges to some output. For the last hidden layer
+    ``r_L(j) = 1 - prod_o (1 - phi[o, j])`` and, going back,
+    ``r_l(j) = 1 - prod_k (1 - phi_{l+1}[k, j] r_{l+1}(k))``; input ``i`` gets
+    ``1 - prod_j (1 - phi_1[j, i] r_1(j))``. Exact for one hidden layer; with more, the
+    paths through a shared unit are not independent and this is the standard
+    approximation of the path-reachability probability (biases are ignored: they carry
+    no input). Unlike "some first-layer edge has ``phi > 0.5``", many edges of middling
+    ``phi`` add up, and an edge into a unit that reaches nothing counts for nothing.
+
+    Parameters
+    ----------
+    model : nn.Module
+        A network of :class:`SpikeSlabLinear` layers (input to output, not replicated),
+        e.g. :class:`~svbnn.nn.SpikeSlabMLP`.
+
+    Returns
+    -------
+    ndarray of float64, shape (p,)
+    """
+    layers = spike_slab_layers(model)
+    if not layers or not all(isinstance(layer, SpikeSlabLinear) for layer in layers):
+        raise ValueError("feature inclusion needs a network of SpikeSlabLinear layers")
+    if any(layer.n_replicates is not None for layer in layers):
+        raise ValueError("feature inclusion of a replicated model: use one replicate")
+    with torch.no_grad():
+        phis = [layer.inclusion_probs()["weight"].double().cpu() for layer in layers]
+        reach = torch.ones(phis[-1].shape[0], dtype=torch.float64)  # outputs reach themselves
+        for phi in reversed(phis):  # phi: (out, in); reach: (out,) -> (in,)
+            # log1p(-x) keeps products of many probabilities close to 1 accurate.
+            reach = -torch.expm1(torch.log1p(-(phi * reach[:, None]).clamp(max=1.0)).sum(0))
+    return reach.numpy()
+
+
+def unresolved_fraction(model: nn.Module, low: float = 0.1, high: float = 0.9) -> Tensor:
+    """Fraction of all gates with ``low < phi < high`` (scalar, or ``(R,)`` replicated)."""
+    layers = spike_slab_layers(model)
+    if not layers:
+        raise ValueError("model has no spike-and-slab layers")
+    total: Tensor | None = None
+    count = 0
+    with torch.no_grad():
+        for layer in layers:
+            phi = torch.sigmoid(layer.alpha)
+            s = ((phi > low) & (phi < high)).to(phi.dtype).sum(dim=(-2, -1))
+            total = s if total is None else total + s
+            count += layer.n_params()
+    assert total is not None
+    return total / count
 
 
 def fpr_fnr(

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
-from .selection import sparsity, spike_slab_layers
+from .selection import sparsity, spike_slab_layers, unresolved_fraction
 
 __all__ = [
     "History",
@@ -68,6 +68,8 @@ class History:
     nll: list[Any] = field(default_factory=list)
     kl: list[Any] = field(default_factory=list)
     sparsity: list[Any] = field(default_factory=list)
+    unresolved: list[Any] = field(default_factory=list)
+    """Fraction of gates with ``0.1 < phi < 0.9`` (recorded with ``sparsity``)."""
 
     def as_dict(self) -> dict[str, list[Any]]:
         """Plain dict for JSON."""
@@ -353,8 +355,8 @@ def train(
         ``True`` stops training after that epoch (early stopping; the checkpoint, if any, is
         written first).
     track_sparsity : bool
-        Record ``sum(phi)/T`` every epoch (models with spike-and-slab layers only; the list
-        stays empty for other models).
+        Record ``sum(phi)/T`` and the fraction of unresolved gates every epoch (models
+        with spike-and-slab layers only; the lists stay empty for other models).
     kl_weight : float
         ``w`` in the objective ``nll + w KL / n`` (:func:`negative_elbo`); 1, the default, is
         the exact negative ELBO.
@@ -427,6 +429,7 @@ def train(
         history.kl.append(_to_list(kl))
         if track_sparsity:
             history.sparsity.append(_to_list(sparsity(model)))
+            history.unresolved.append(_to_list(unresolved_fraction(model)))
         if verbose:
             bar.set_postfix(loss=f"{float(loss.mean()):.4f}", refresh=False)
         # Every callback runs, even after one asked to stop (e.g. the last epoch's record).

@@ -1,0 +1,140 @@
+"""Knowing when a fit is done: a stopping rule on the ELBO and the gates, and step budgets.
+
+:class:`ConvergenceMonitor` is a callback for :func:`svbnn.training.train`. It follows
+scikit-learn's ``tol`` / ``n_iter_no_change`` convention, with two changes that a
+stochastic, gated objective needs:
+
+* The loss is compared over *check periods* of at least ``check_steps`` optimiser steps
+  (one epoch when an epoch is longer), not over single epochs: an epoch of a 300-row data
+  set is three minibatch steps, whose Monte Carlo loss is too noisy to compare.
+* The fit has converged only when the loss has not improved by more than ``tol`` for
+  ``n_iter_no_change`` periods **and** the gates are stable: at most a fraction
+  ``gate_tol`` of the inclusion indicators ``1[phi > 0.5]`` changed side during the last
+  period. A flat loss with gates still drifting (the KL pulling weak edges out, one by
+  one) is not convergence: stopping there leaves the selection depending on when one
+  stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .selection import spike_slab_layers
+
+__all__ = ["ConvergenceMonitor", "default_max_steps"]
+
+
+def default_max_steps(n: int, batch_size: int) -> int:
+    """Upper bound on optimiser steps for a fit on ``n`` rows (the early stop usually ends
+    training well before): 20,000 steps, and at least 20 epochs.
+
+    Steps, not epochs, are what moves the gates (Adam moves a logit ``alpha`` by about the
+    learning rate a step, from ``logit(0.99) = 4.6`` to below zero, whatever ``n``); a
+    large data set additionally needs a few passes over its rows.
+
+    Parameters
+    ----------
+    n : int
+        Training rows.
+    batch_size : int
+        Minibatch size (``min(batch_size, n)`` rows a step).
+
+    Returns
+    -------
+    int
+        The number of epochs that gives at least that many steps.
+    """
+    n_batches = math.ceil(n / min(batch_size, n))
+    return max(math.ceil(20_000 / n_batches), 20) * n_batches
+
+
+class ConvergenceMonitor:
+    """Callback for :func:`svbnn.training.train` that stops when the fit has converged.
+
+    Parameters
+    ----------
+    n_batches : int
+        Optimiser steps per epoch.
+    tol : float
+        Minimum decrease of the period-mean per-datum loss that counts as an improvement.
+    n_iter_no_change : int
+        Periods without improvement (and with stable gates) after which training stops.
+    check_steps : int
+        Minimum optimiser steps per check period (a period is a whole number of epochs).
+    gate_tol : float
+        Largest fraction of gates allowed to cross 0.5 during the last period.
+    enabled : bool
+        ``False`` records the diagnostics but never stops training.
+
+    Attributes
+    ----------
+    converged : bool
+        Whether the last check found the fit converged.
+    flipped : float
+        Fraction of gates that crossed 0.5 in the last complete period.
+    n_periods : int
+        Completed check periods.
+    """
+
+    def __init__(
+        self,
+        n_batches: int,
+        tol: float = 1e-4,
+        n_iter_no_change: int = 10,
+        check_steps: int = 100,
+        gate_tol: float = 1e-3,
+        enabled: bool = True,
+    ) -> None:
+        if n_batches < 1 or n_iter_no_change < 1 or check_steps < 1:
+            raise ValueError("n_batches, n_iter_no_change and check_steps must be >= 1")
+        if not (tol >= 0 and gate_tol >= 0):
+            raise ValueError("tol and gate_tol must be >= 0")
+        self.epochs_per_period = max(1, math.ceil(check_steps / n_batches))
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.gate_tol = gate_tol
+        self.enabled = enabled
+        self.converged = False
+        self.flipped = math.nan
+        self.n_periods = 0
+        self._best = math.inf
+        self._no_improvement = 0
+        self._losses: list[float] = []
+        self._gates: Tensor | None = None
+
+    @staticmethod
+    def _gate_signs(model: nn.Module) -> Tensor | None:
+        layers = spike_slab_layers(model)
+        if not layers:
+            return None
+        with torch.no_grad():
+            return torch.cat([(layer.alpha > 0).reshape(-1) for layer in layers])
+
+    def __call__(self, epoch: int, model: nn.Module, history: Any) -> bool:
+        """Record the epoch; at the end of a period, decide. Returns ``True`` to stop."""
+        self._losses.append(float(history.loss[-1]))
+        if len(self._losses) < self.epochs_per_period:
+            return False
+        loss = sum(self._losses) / len(self._losses)
+        self._losses.clear()
+        self.n_periods += 1
+        gates = self._gate_signs(model)
+        if gates is not None:
+            if self._gates is not None:
+                self.flipped = float((gates != self._gates).float().mean())
+            self._gates = gates
+        # sklearn's rule: an improvement is a decrease by more than tol over the best so far.
+        if loss < self._best - self.tol:
+            self._no_improvement = 0
+        else:
+            self._no_improvement += 1
+        self._best = min(self._best, loss)
+        gates_stable = gates is None or (
+            not math.isnan(self.flipped) and self.flipped <= self.gate_tol
+        )
+        self.converged = self._no_improvement >= self.n_iter_no_change and gates_stable
+        return self.enabled and self.converged

@@ -1,0 +1,189 @@
+"""The estimators on a user's data: no silent collapse, honest convergence and selection,
+learned noise and calibrated prediction intervals (issue 13). Fast and seeded; the
+tolerances come from the sampling error of the quantity checked."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from svbnn import SVBNNClassifier, SVBNNRegressor
+from svbnn.estimators import CollapseWarning
+
+# Small budgets keep the file fast; everything else is the default.
+FAST = dict(max_iter=400, random_state=0)
+
+
+def _sparse_problem(n: int, seed: int, noise: float = 0.5, p: int = 10):
+    """Simulation-II-like: y depends on the first 3 of p inputs (nonlinearly)."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (n, p))
+    f = 2 * X[:, 0] + 2 * np.sin(np.pi * X[:, 1]) + 2 * X[:, 2] ** 2 + 10
+    return X, 100 * (f + noise * rng.standard_normal(n)), 100 * f  # user units: x100
+
+
+def test_fit_with_signal_is_not_constant() -> None:
+    X, y, f = _sparse_problem(400, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg = SVBNNRegressor(**FAST).fit(X, y)
+    pred = reg.predict(X)
+    # Non-constant and far better than the mean (R^2 of the noiseless f above 0.8).
+    assert np.std(pred) > 0.5 * np.std(f)
+    assert 1 - np.mean((pred - f) ** 2) / np.var(f) > 0.8
+
+
+def test_forced_collapse_warns() -> None:
+    X, y, _ = _sparse_problem(200, 1)
+    # A prior inclusion of exp(-5000) prunes everything: the fit is a constant.
+    with pytest.warns(CollapseWarning, match="constant|no input"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            SVBNNRegressor(
+                log_prior_inclusion=-5000.0, learning_rate_init=0.05, max_iter=200, random_state=0
+            ).fit(X, y)
+
+
+def test_exhausted_budget_warns_with_unresolved_fraction() -> None:
+    X, y, _ = _sparse_problem(200, 2)
+    with pytest.warns(ConvergenceWarning, match=r"phi in \(0\.1, 0\.9\)"):
+        reg = SVBNNRegressor(max_iter=3, random_state=0).fit(X, y)
+    assert reg.n_iter_ == 3 and not reg.converged_
+
+
+def test_history_records_the_diagnostics() -> None:
+    X, y, _ = _sparse_problem(200, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg = SVBNNRegressor(max_iter=20, random_state=0).fit(X, y)
+    h = reg.history_
+    assert len(h.loss) == len(h.nll) == len(h.kl) == len(h.sparsity) == len(h.unresolved) == 20
+    assert all(0 <= u <= 1 for u in h.unresolved)
+
+
+SIGMA, N_TRAIN, N_TEST = 0.5, 1000, 2000
+
+
+@pytest.fixture(scope="module")
+def sparse_fit():  # type: ignore[no-untyped-def]
+    """One default fit (learning rate 0.01: converges in ~1000 epochs, a quarter of the
+    default's time) on a Simulation-II-like problem, shared by the checks below."""
+    X, y, _ = _sparse_problem(N_TRAIN + N_TEST, 4, noise=SIGMA)
+    reg = SVBNNRegressor(random_state=0, learning_rate_init=0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # it must converge
+        reg.fit(X[:N_TRAIN], y[:N_TRAIN])
+    return reg, X, y
+
+
+def test_selection_agrees_with_prediction(sparse_fit) -> None:  # type: ignore[no-untyped-def]
+    reg, X, y = sparse_fit
+    assert reg.converged_
+    assert reg.feature_inclusion_.shape == (10,)
+    np.testing.assert_array_equal(
+        reg.selected_features_, np.flatnonzero(reg.feature_inclusion_ > 0.5)
+    )
+    assert set(reg.selected_features_) == {0, 1, 2}
+    # Prediction uses what is selected and ignores the rest: scrambling an unselected
+    # input moves the predictions by far less than scrambling a selected one.
+    rng = np.random.default_rng(0)
+    Xt = X[:N_TRAIN]
+    base = reg.predict(Xt)
+    change = []
+    for j in range(10):
+        Xs = Xt.copy()
+        Xs[:, j] = rng.permutation(Xs[:, j])
+        change.append(np.sqrt(np.mean((reg.predict(Xs) - base) ** 2)) / np.std(y))
+    change_arr = np.array(change)
+    assert change_arr[[0, 1, 2]].min() > 0.2
+    assert change_arr[3:].max() < 0.05
+    # The median model predicts like the posterior once the gates are resolved.
+    module, _ = reg.export_sparse()
+    with torch.no_grad():
+        median = module(torch.tensor(Xt, dtype=torch.float32))[:, 0].numpy()
+    assert np.sqrt(np.mean((median - base) ** 2)) < 0.1 * np.std(y)
+
+
+def test_learned_noise_and_interval_coverage(sparse_fit) -> None:  # type: ignore[no-untyped-def]
+    reg, X, y = sparse_fit
+    # noise_std_ in user units (y was scaled by 100). The sampling sd of a variance-based
+    # estimate is sigma / sqrt(2 n); the fitted function's own error adds a little: allow
+    # 4 sampling sd plus 10%.
+    tol = 4 * SIGMA / math.sqrt(2 * N_TRAIN) + 0.1 * SIGMA
+    assert abs(reg.noise_std_ / 100 - SIGMA) < tol
+    lo, hi = reg.predict_prediction_interval(X[N_TRAIN:], level=0.95)
+    cover = np.mean((y[N_TRAIN:] >= lo) & (y[N_TRAIN:] <= hi))
+    # Binomial sd of the coverage of 2000 points: sqrt(0.95 * 0.05 / 2000) = 0.0049.
+    assert abs(cover - 0.95) < 4 * math.sqrt(0.95 * 0.05 / N_TEST)
+    mean, sd = reg.predict(X[N_TRAIN:], return_std=True)
+    assert mean.shape == sd.shape == (N_TEST,) and np.all(sd > 0)
+    z = (y[N_TRAIN:] - mean) / sd
+    assert abs(np.mean(np.abs(z) < 1.96) - 0.95) < 4 * math.sqrt(0.95 * 0.05 / N_TEST)
+
+
+def test_known_noise_float_is_kept() -> None:
+    X, y, _ = _sparse_problem(200, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg = SVBNNRegressor(noise_std=50.0, max_iter=5, random_state=0).fit(X, y)
+    assert reg.noise_std_ == 50.0
+
+
+def test_classifier_fits_and_is_not_majority() -> None:
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((400, 6))
+    y = (X[:, 0] + X[:, 1] > 0.8).astype(int)  # unbalanced: 29% positives
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf = SVBNNClassifier(**FAST).fit(X, y)
+    assert clf.score(X, y) > 0.9
+    assert set(clf.selected_features_) >= {0, 1}
+
+
+def test_median_model_export_warns_when_gates_unresolved() -> None:
+    X, y, _ = _sparse_problem(200, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        reg = SVBNNRegressor(max_iter=2, random_state=0).fit(X, y)
+    with torch.no_grad():  # every gate at phi = 0.5: nothing resolved
+        reg.module_.alpha.zero_()
+    with pytest.warns(UserWarning, match="unresolved"):
+        module, _ = reg.export_sparse()
+    assert module is not None
+
+
+def test_compile_failure_falls_back_to_eager_with_one_message(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    import svbnn.estimators as E
+    from svbnn import get_kernel_backend
+
+    class FakeCompileError(RuntimeError):  # what inductor raises without a C++ compiler
+        __module__ = "torch._inductor.exc"
+
+    real_train = E.train
+    seen = []
+
+    def train(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(get_kernel_backend().value)
+        if seen[-1] != "eager":
+            raise FakeCompileError("no working C++ compiler found")
+        return real_train(*args, **kwargs)
+
+    monkeypatch.setattr(E, "train", train)
+    monkeypatch.setattr(E, "_compile_failed", False)
+    X, y, _ = _sparse_problem(100, 9)
+    before = get_kernel_backend()
+    with caplog.at_level(logging.WARNING, logger="svbnn.estimators"):
+        for _ in range(2):
+            SVBNNRegressor(kernel_backend="compiled", max_iter=2, tol=None, random_state=0).fit(
+                X, y
+            )
+    assert seen == ["compiled", "eager", "eager"]
+    assert sum("could not be built" in r.getMessage() for r in caplog.records) == 1
+    assert get_kernel_backend() == before  # the process-wide setting is untouched
