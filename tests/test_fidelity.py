@@ -206,3 +206,20 @@ def test_late_inverse_cdf_option_changes_training_and_default_does_not(tmp_path:
     assert [r["train_rmse"] for r in late] != [r["train_rmse"] for r in base]
     with pytest.raises(ValueError, match="late_inverse_cdf_epochs"):
         run("d", {"late_inverse_cdf_epochs": 7})
+
+
+# ------------------------------------------------------------------ variant summary
+def test_variants_summary_has_one_row_per_variant(tmp_path: Path) -> None:
+    from svbnn_experiments.variants import main
+
+    ov: dict[str, Any] = {"reps": 3, "epochs": 2, "progress": False}
+    a = reproduce("table2", ov, quick=True, out=tmp_path / "a")
+    b = reproduce("table2", {**ov, "params": {"n_mc": 2}}, quick=True, out=tmp_path / "b")
+    out = tmp_path / "sum"
+    assert main(["--kind", "table2", "--out", str(out), f"base={a}", f"K=2={b}:0-1"]) == 0
+    rows = _rows(out / "results.csv")
+    assert [r["variant"] for r in rows] == ["base", "K=2"]
+    assert [int(r["reps"]) for r in rows] == [3, 2]
+    report = (out / "report.md").read_text()
+    assert "| paper | 30 |" in report and "16.0 ± 8.1" in report
+    assert (out / "settings.json").is_file()
