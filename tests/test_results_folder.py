@@ -260,3 +260,14 @@ def test_two_runs_on_one_folder_never_mix(tmp_path: Path) -> None:
             seeds = [r["data_seed"] for r in csv.DictReader(fh)]
         assert seeds == _data_seeds(settings["config"]["seed"])
         assert not (out / LOCK_NAME).exists()
+
+
+def test_settings_record_the_checkout_commit() -> None:
+    import subprocess as sp
+
+    from svbnn_experiments.files import environment_info
+
+    repo = Path(__file__).resolve().parents[1]
+    head = sp.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    assert head.returncode == 0  # the tests run from a checkout
+    assert environment_info()["git"]["commit"] == head.stdout.strip()

@@ -122,25 +122,33 @@ def derive_seed(base: int, *keys: int) -> int:
 
 
 # --------------------------------------------------------------------------- problems
-@lru_cache(maxsize=8)
-def _dense_teacher_layers(teacher_seed: int) -> tuple[tuple[NDArray[Any], NDArray[Any]], ...]:
+@lru_cache(maxsize=64)
+def _dense_teacher_layers(
+    teacher_seed: int, signal_sd: float | None = None
+) -> tuple[tuple[NDArray[Any], NDArray[Any]], ...]:
     # The library draws the teacher and the data from one stream; the harness wants one
     # fixed teacher for all replications (a teacher-student study has one teacher, and the
     # coverage protocol needs one f0), so it takes the teacher of a fixed seed and draws
     # each replication's data itself.
-    params = dense_teacher(n=1, n_test=1, random_state=teacher_seed).params
+    params = dense_teacher(n=1, n_test=1, random_state=teacher_seed, signal_sd=signal_sd).params
     return tuple((params[f"W{i}"], params[f"b{i}"]) for i in (1, 2, 3))
 
 
-def _dense_teacher_function(x: NDArray[Any], teacher_seed: int) -> NDArray[Any]:
+def _dense_teacher_function(
+    x: NDArray[Any], teacher_seed: int, signal_sd: float | None = None
+) -> NDArray[Any]:
     h = x
-    layers = _dense_teacher_layers(teacher_seed)
+    layers = _dense_teacher_layers(teacher_seed, signal_sd)
     for i, (w, b) in enumerate(layers):
         h = h @ w.T + b
         if i < len(layers) - 1:
             h = 1.0 / (1.0 + np.exp(-h))
     out: NDArray[Any] = h[:, 0]
     return out
+
+
+_TEACHER_STREAM = 7
+"""Seed-stream key of a replication's own dense teacher (drawn from its data seed)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,12 @@ class Problem:
         Seed of the dense teacher's U(0, 1) parameters (fixed across replications).
     noise_std : float
         Noise sd (1 in every simulation of the paper).
+    teacher_sd : float, optional
+        Dense teacher only: rescale its output to this sd about its mean (see
+        :func:`svbnn.data.dense_teacher`, ``signal_sd``); ``None``: the paper's teacher.
+    redraw_teacher : bool
+        Dense teacher only: every replication has its own teacher, drawn from its data
+        seed (:meth:`teacher_seed_for`), instead of the one teacher of ``teacher_seed``.
     """
 
     kind: str
@@ -166,6 +180,8 @@ class Problem:
     covariates: str = "uniform"
     teacher_seed: int = 2020
     noise_std: float = 1.0
+    teacher_sd: float | None = None
+    redraw_teacher: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("dense-teacher", "sparse-teacher", "sim2"):
@@ -175,6 +191,18 @@ class Problem:
         expected = {"dense-teacher": 20, "sparse-teacher": 100}.get(self.kind)
         if expected is not None and self.p != expected:
             raise ValueError(f"{self.kind} has p = {expected}, got {self.p}")
+        if (self.teacher_sd is not None or self.redraw_teacher) and self.kind != "dense-teacher":
+            raise ValueError("teacher_sd and redraw_teacher apply to the dense teacher only")
+        if self.teacher_sd is not None and not (
+            math.isfinite(self.teacher_sd) and self.teacher_sd > 0
+        ):
+            raise ValueError(f"teacher_sd must be a positive number, got {self.teacher_sd}")
+
+    def teacher_seed_for(self, data_seed: int) -> int:
+        """Seed of the dense teacher of the replication whose data seed is ``data_seed``."""
+        if self.redraw_teacher:
+            return derive_seed(data_seed, _TEACHER_STREAM)
+        return self.teacher_seed
 
     @property
     def relevant(self) -> NDArray[np.int64]:
@@ -185,10 +213,17 @@ class Problem:
             return np.array([0, 1])
         return np.arange(5)
 
-    def f0(self, X: NDArray[Any]) -> NDArray[Any]:
-        """Noise-free regression function, ``(m, p) -> (m,)``."""
+    def f0(self, X: NDArray[Any], data_seed: int | None = None) -> NDArray[Any]:
+        """Noise-free regression function, ``(m, p) -> (m,)``.
+
+        ``data_seed`` names the replication whose teacher to use when every replication
+        has its own (``redraw_teacher``); otherwise it is ignored.
+        """
         if self.kind == "dense-teacher":
-            return _dense_teacher_function(X, self.teacher_seed)
+            if self.redraw_teacher and data_seed is None:
+                raise ValueError("a redrawn teacher needs the replication's data seed")
+            seed = self.teacher_seed if data_seed is None else self.teacher_seed_for(data_seed)
+            return _dense_teacher_function(X, seed, self.teacher_sd)
         if self.kind == "sparse-teacher":
             return sparse_teacher_function(X)
         return sim2_function(X)
@@ -203,7 +238,7 @@ class Problem:
         """``m`` observations from the seed: covariates ``(m, p)``, responses, f0 values."""
         rng = np.random.default_rng(seed)
         X = self.draw_covariates(m, rng)
-        f = self.f0(X)
+        f = self.f0(X, seed if self.redraw_teacher else None)
         y = f + self.noise_std * rng.standard_normal(m)
         return X, y, f
 
@@ -302,13 +337,19 @@ class Chunk:
 
 @dataclass
 class ChunkResult:
-    """Rows (one per replication) and optional per-replicate networks of one chunk."""
+    """Rows (one per replication) and optional per-replicate networks of one chunk.
+
+    ``coverage_points`` (with a coverage protocol) maps ``"coverage{level}_x{j}"`` to the
+    ``(R, n_grid)`` booleans "the interval covers f0 at this grid point", from which the
+    per-grid-point coverage frequencies over replications are computed.
+    """
 
     index: int
     rows: list[dict[str, Any]]
     networks: list[list[tuple[NDArray[Any], NDArray[Any]]]] | None
     train_s: float
     eval_s: float
+    coverage_points: dict[str, NDArray[np.bool_]] | None = None
 
 
 def layout_chunks(n_items: int, batch: int, jobs: int) -> list[range]:
@@ -342,6 +383,12 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
     y = torch.tensor(np.stack([t[1] for t in train_sets]), dtype=dtype)
     f_train = np.stack([t[2] for t in train_sets])
     X_test_np, y_test, f_test = prob.draw(chunk.n_test, chunk.test_seed)
+    if prob.redraw_teacher:
+        # One teacher per replication: the shared test points and noise, each replication's
+        # own f0 (arrays (R, n_test) broadcast wherever the shared (n_test,) ones did).
+        noise = y_test - f_test
+        f_test = np.stack([prob.f0(X_test_np, s) for s in chunk.data_seeds])
+        y_test = f_test + noise
     X_test = torch.tensor(X_test_np, dtype=dtype).expand(R, -1, -1)
 
     gen = torch.Generator().manual_seed(chunk.train_seed)
@@ -373,11 +420,16 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
     if de is not None:
         cols["density_pct"] = 100.0 * de
     selected = fitted.selected_features()
+    points: dict[str, NDArray[np.bool_]] = {}
     if chunk.coverage is not None and fitted.bayesian:
         cov = chunk.coverage
         for c in cov.coords:
             grid = cov.grid(c)
-            truth = prob.f0(grid)
+            truth = (
+                np.stack([prob.f0(grid, s) for s in chunk.data_seeds])
+                if prob.redraw_teacher
+                else prob.f0(grid)
+            )
             Xg = torch.tensor(grid, dtype=dtype).expand(R, -1, -1)
             draws = fitted.sample_outputs(Xg, cov.n_draws, gen)  # (H, R, n_grid)
             for level in cov.levels:
@@ -388,6 +440,7 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
                 lo, hi = bounds.double().numpy()  # each (R, n_grid)
                 inside = (lo <= truth) & (truth <= hi)
                 cols[f"coverage{round(100 * level)}_x{c + 1}_pct"] = 100.0 * inside.mean(-1)
+                points[f"coverage{round(100 * level)}_x{c + 1}"] = inside
     eval_s = time.perf_counter() - t0
 
     rows: list[dict[str, Any]] = []
@@ -417,7 +470,7 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
     if chunk.want_network:
         nets = [fitted.layer_inclusion(i) for i in range(R)]
         networks = [n for n in nets if n is not None] or None
-    return ChunkResult(chunk.index, rows, networks, train_s, eval_s)
+    return ChunkResult(chunk.index, rows, networks, train_s, eval_s, points or None)
 
 
 def execute_chunks(

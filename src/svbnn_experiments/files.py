@@ -62,7 +62,8 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _git_commit() -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[3]
+    # src/svbnn_experiments/files.py: the checkout is two folders up.
+    root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10

@@ -21,12 +21,12 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from svbnn.nn import SpikeSlabLinear, SpikeSlabMLP, variational_layers
+from svbnn.nn import Sampler, SpikeSlabLinear, SpikeSlabMLP, variational_layers
 from svbnn.objectives import GaussianLikelihood
 from svbnn.prediction import sample_outputs
 from svbnn.priors import mlp_log_lambda_opt
 from svbnn.selection import density, selected_features, sparsity
-from svbnn.training import train
+from svbnn.training import History, train
 
 __all__ = [
     "METHOD_DESCRIPTIONS",
@@ -39,6 +39,7 @@ __all__ = [
     "available_methods",
     "check_methods",
     "get_method",
+    "late_sampler_switch",
     "method_options",
     "register_method",
 ]
@@ -235,10 +236,16 @@ def check_methods(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 
 def train_regression(
-    model: torch.nn.Module, X: Tensor, y: Tensor, spec: FitSpec, generator: torch.Generator
+    model: torch.nn.Module,
+    X: Tensor,
+    y: Tensor,
+    spec: FitSpec,
+    generator: torch.Generator,
+    callbacks: Sequence[Callable[[int, torch.nn.Module, History], bool | None]] = (),
 ) -> None:
     """Train a replicated single-output network on ``X`` ``(R, n, p)``, ``y`` ``(R, n)`` with
-    the Gaussian likelihood and the optimiser settings of ``spec`` (every Bayesian method)."""
+    the Gaussian likelihood and the optimiser settings of ``spec`` (every Bayesian method).
+    ``callbacks`` are :func:`svbnn.training.train`'s (called after every epoch)."""
     train(
         _Squeeze(model),
         X.to(spec.torch_dtype),
@@ -252,7 +259,28 @@ def train_regression(
         generator=generator,
         verbose=spec.progress,
         track_sparsity=False,
+        callbacks=callbacks,
     )
+
+
+def late_sampler_switch(
+    model: torch.nn.Module, switch_after: int
+) -> Callable[[int, torch.nn.Module, History], bool | None]:
+    """A training callback that moves every spike-and-slab layer to the exact inverse-CDF
+    sampler once ``switch_after`` epochs are done (the optimiser state carries over).
+
+    The Gumbel-softmax relaxation is biased at ``tau = 0.5``; a late phase with the exact
+    sampler lets the gates settle under the unbiased gradient of the ELBO without paying
+    for the slower exact sampler during the whole run.
+    """
+
+    def switch(epoch: int, _model: torch.nn.Module, _history: History) -> None:
+        if epoch == switch_after:
+            for layer in variational_layers(model):
+                if isinstance(layer, SpikeSlabLinear):
+                    layer.sampler = Sampler.INVERSE_CDF
+
+    return switch
 
 
 class _Squeeze(torch.nn.Module):
@@ -310,7 +338,14 @@ class SVBNNFitted(FittedReplicates):
 
 @register_method("svbnn")
 class SVBNNMethod(Method):
-    """The paper's method: all R replications as one replicated :class:`SpikeSlabMLP`."""
+    """The paper's method: all R replications as one replicated :class:`SpikeSlabMLP`.
+
+    Option ``late_inverse_cdf_epochs`` (``--set late_inverse_cdf_epochs=K``): train the last
+    ``K`` epochs with the exact inverse-CDF sampler (:func:`late_sampler_switch`); 0, the
+    default, keeps ``spec.sampler`` throughout.
+    """
+
+    option_defaults: ClassVar[Mapping[str, Any]] = {"late_inverse_cdf_epochs": 0}
 
     def fit(
         self, X: Tensor, y: Tensor, spec: FitSpec, generator: torch.Generator
@@ -342,5 +377,11 @@ class SVBNNMethod(Method):
             model.set_log_prior_inclusion(
                 torch.tensor(spec.log_prior_inclusion, dtype=spec.torch_dtype)
             )
-        train_regression(model, X, y, spec, generator)
+        late = int(spec.options.get("late_inverse_cdf_epochs", 0))
+        if not 0 <= late <= spec.epochs:
+            raise ValueError(
+                f"late_inverse_cdf_epochs must be in [0, epochs = {spec.epochs}], got {late}"
+            )
+        callbacks = [late_sampler_switch(model, spec.epochs - late)] if late else []
+        train_regression(model, X, y, spec, generator, callbacks)
         return SVBNNFitted(model)

@@ -22,6 +22,7 @@ __all__ = [
     "Covariates",
     "SimulatedData",
     "dense_teacher",
+    "dense_teacher_moments",
     "linear_toy",
     "sim2_function",
     "simulation2",
@@ -113,17 +114,83 @@ def _check_sizes(n: int, n_test: int) -> None:
         raise ValueError(f"n and n_test must be positive, got {n}, {n_test}")
 
 
+_SIGNAL_REFERENCE_SEED = 20200
+_SIGNAL_REFERENCE_SIZE = 2**17
+
+
+def dense_teacher_moments(
+    layers: list[tuple[NDArray[np.float64], NDArray[np.float64]]],
+) -> tuple[float, float]:
+    """Mean and sd of a dense sigmoid teacher's output under ``x ~ U(-1, 1)^p``.
+
+    Estimated on a fixed reference sample of 131072 points (its own seed, so that the
+    estimate is deterministic and draws nothing from the caller's random stream; the
+    Monte Carlo error of the sd is about 0.2% of the sd).
+
+    Parameters
+    ----------
+    layers : list of (W, b)
+        The teacher's layers, ``W`` of shape ``(out, in)``.
+
+    Returns
+    -------
+    mean, sd : float
+    """
+    p = layers[0][0].shape[1]
+    ref = np.random.default_rng(_SIGNAL_REFERENCE_SEED).uniform(
+        -1.0, 1.0, size=(_SIGNAL_REFERENCE_SIZE, p)
+    )
+    f = _teacher_forward(ref, layers, "sigmoid")
+    return float(f.mean()), float(f.std())
+
+
 def dense_teacher(
-    n: int = 3000, n_test: int = 1000, random_state: int | np.random.Generator | None = None
+    n: int = 3000,
+    n_test: int = 1000,
+    random_state: int | np.random.Generator | None = None,
+    *,
+    signal_sd: float | None = None,
 ) -> SimulatedData:
-    """Simulation I (A): a dense 20-6-6-1 sigmoid teacher with parameters iid U(0, 1)."""
+    """Simulation I (A): a dense 20-6-6-1 sigmoid teacher with parameters iid U(0, 1).
+
+    Parameters
+    ----------
+    n, n_test : int
+        Training and test sizes.
+    random_state : int, Generator or None
+        Draws the teacher's parameters, then the data (one stream).
+    signal_sd : float, optional
+        Rescale the teacher's output about its mean so that the sd of ``f0(x)`` under the
+        covariate law is ``signal_sd`` (the mean is kept). The paper's U(0, 1) teacher has
+        a weak signal (sd about 0.2 against the noise sd 1: ``Var f0`` about 0.04), so a
+        fitted network can hardly tell it from a constant; this option makes the signal
+        comparable with the noise. The rescaled teacher is still a 20-6-6-1 sigmoid
+        network: only the output layer changes, ``W3 <- k W3`` and
+        ``b3 <- k b3 + (1 - k) mean`` with ``k = signal_sd / sd``. ``None`` (default): the
+        paper's teacher, unchanged. With a value, ``params`` also holds the unscaled
+        teacher's ``f_mean`` and ``f_sd`` and the factor ``scale``.
+
+    Returns
+    -------
+    SimulatedData
+        ``params`` holds the teacher's ``W1..W3``, ``b1..b3``.
+    """
     _check_sizes(n, n_test)
+    if signal_sd is not None and not (np.isfinite(signal_sd) and signal_sd > 0):
+        raise ValueError(f"signal_sd must be a positive number, got {signal_sd}")
     rng = np.random.default_rng(random_state)
     sizes = [20, 6, 6, 1]
     layers = [
         (rng.uniform(0, 1, (sizes[i + 1], sizes[i])), rng.uniform(0, 1, sizes[i + 1]))
         for i in range(3)
     ]
+    extra: dict[str, NDArray[np.float64]] = {}
+    if signal_sd is not None:
+        mean, sd = dense_teacher_moments(layers)
+        k = signal_sd / sd
+        w3, b3 = layers[2]
+        layers[2] = (k * w3, k * b3 + (1.0 - k) * mean)
+        extra = {"f_mean": np.array(mean), "f_sd": np.array(sd), "scale": np.array(k)}
 
     def f(x: NDArray[np.float64]) -> NDArray[np.float64]:
         return _teacher_forward(x, layers, "sigmoid")
@@ -131,6 +198,7 @@ def dense_teacher(
     X, y, Xt, yt, ft = _make(f, rng, n, n_test, 20, Covariates.UNIFORM, 1.0)
     params = {f"W{i + 1}": w for i, (w, _) in enumerate(layers)}
     params.update({f"b{i + 1}": b for i, (_, b) in enumerate(layers)})
+    params.update(extra)
     return SimulatedData(X, y, Xt, yt, ft, np.arange(20), 1.0, params)
 
 
