@@ -613,11 +613,18 @@ class _SVBNNBase(BaseEstimator):
         if constant:
             reasons.append(what)
         if reasons:
+            lam = getattr(self, "lambda_", None)
+            # The baselines have no prior inclusion: name lambda only where there is one.
+            cause = (
+                f"The prior (lambda = {lam:.3g}) pruned what the data support, or the data "
+                "carry no signal; try prior_inclusion='eb' or a larger prior_inclusion, more "
+                "data, or check X and y."
+                if lam is not None and math.isfinite(lam)
+                else "The data carry no signal the model found; train longer (max_iter), or "
+                "check X and y."
+            )
             warnings.warn(
-                f"{type(self).__name__}: the fit collapsed: {'; '.join(reasons)}. The prior "
-                f"(lambda = {getattr(self, 'lambda_', float('nan')):.3g}) pruned what the data "
-                "support, or the data carry no signal; try prior_inclusion='eb' or a larger "
-                "prior_inclusion, more data, or check X and y.",
+                f"{type(self).__name__}: the fit collapsed: {'; '.join(reasons)}. {cause}",
                 CollapseWarning,
                 stacklevel=3,
             )
