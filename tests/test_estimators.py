@@ -278,6 +278,17 @@ def test_pruning_everything_warns() -> None:
     assert np.ptp(est.predict(X)) == 0.0
 
 
+def test_a_diverging_default_fit_names_the_learning_rate() -> None:
+    # With the defaults (learned noise) the same learning rate overflows the loss: the
+    # error says which setting to change, and the estimator stays unfitted.
+    X, y = _reg_data()
+    est = SVBNNRegressor(**{**SMALL, "learning_rate_init": 1e6, "max_iter": 30})
+    with pytest.raises(FloatingPointError, match="learning_rate_init \\(now 1000000.0\\)"):
+        est.fit(X, y)
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+
+
 @pytest.mark.parametrize("cls", [SVBNNRegressor, SVBNNClassifier])
 def test_exploding_fit_warns(cls: type) -> None:
     # Means initialised in [-1e3, 1e3] give outputs of order 1e9 that training does not

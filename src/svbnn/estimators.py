@@ -254,6 +254,18 @@ def _layer_pairs(p: int, hidden: Any, n_out: int) -> list[tuple[int, int]]:
 
 
 @contextmanager
+def _diverged_names(est: Any) -> Iterator[None]:
+    """A loss that overflowed during fit names the estimator's settings to change."""
+    try:
+        yield
+    except FloatingPointError as err:
+        raise FloatingPointError(
+            f"{type(est).__name__}: training diverged ({err}); lower learning_rate_init "
+            f"(now {est.learning_rate_init!r}) or init_mu_range, or standardise X"
+        ) from None
+
+
+@contextmanager
 def _no_scope() -> Iterator[None]:
     yield
 
@@ -534,7 +546,7 @@ class _SVBNNBase(BaseEstimator):
                 objective = learned
 
             scope = backend_scope(kernels) if kernels is not None else _no_scope()
-            with scope:
+            with scope, _diverged_names(self):
                 history = train(
                     fitted,
                     Xt,
