@@ -478,6 +478,7 @@ def settings_text(settings: dict[str, Any]) -> str:
             ("config.params.lr_svbnn", "learning rate SVBNN"),
             ("config.params.lr_baselines", "learning rate baselines"),
             ("config.params.prior_variance", "prior variance sigma_0^2"),
+            ("config.params.kl_weight", "SVBNN's KL weight (1: exact ELBO)"),
             ("config.params.eval_draws", "posterior draws per evaluation"),
             ("config.params.agp_density", "AGP final density"),
             ("config.seed", "base seed"),
