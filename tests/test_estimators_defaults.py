@@ -160,7 +160,7 @@ def test_median_model_export_warns_when_gates_unresolved() -> None:
 def test_compile_failure_falls_back_to_eager_with_one_message(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     import logging
 
-    import svbnn.estimators as E
+    import svbnn._estimator_base as E
     from svbnn import get_kernel_backend
 
     class FakeCompileError(RuntimeError):  # what inductor raises without a C++ compiler

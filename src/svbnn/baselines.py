@@ -28,7 +28,8 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from .estimators import _DTYPES, SVBNNClassifier, SVBNNRegressor, _check_real, _hidden_sizes
+from ._estimator_checks import _DTYPES, _check_real, _hidden_sizes
+from .estimators import SVBNNClassifier, SVBNNRegressor
 from .nn.base import VariationalLayer, variational_layers
 from .nn.dropout import VariationalDropoutMLP
 from .nn.gaussian import GaussianMLP

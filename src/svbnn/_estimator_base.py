@@ -1,0 +1,521 @@
+"""What the scikit-learn estimators share: argument checks, the fit (a transaction), the
+stopping rule, diagnostics and warnings, prediction plumbing (:class:`_SVBNNBase`).
+
+Private: the public estimators are :mod:`svbnn.estimators`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import warnings
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike, NDArray
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted, validate_data
+from torch import Tensor, nn
+
+from ._estimator_checks import (
+    _DTYPES,
+    _KERNEL_BACKENDS,
+    _UNRESOLVED_EXPORT,
+    CollapseWarning,
+    _check_choice,
+    _check_device,
+    _check_int,
+    _check_numeric,
+    _check_real,
+    _diverged_names,
+    _empirical_bayes_inclusion,
+    _fitted_attributes,
+    _hidden_sizes,
+    _is_compile_error,
+    _layer_pairs,
+    _no_scope,
+    _reaches_output,
+    _SeedSource,
+    _to_numpy,
+)
+from ._kernels import AUTO_MIN_NUMEL, backend_scope
+from .convergence import ConvergenceMonitor, default_max_steps
+from .nn.base import ACTIVATIONS, Sampler, set_generator
+from .nn.spike_slab import SpikeSlabMLP
+from .priors import mlp_log_lambda_opt, resolve_log_inclusion
+from .selection import (
+    ExportReport,
+    density,
+    export_sparse,
+    feature_inclusion,
+    sparsity,
+    spike_slab_layers,
+    unresolved_fraction,
+)
+from .training import History, Objective, Optimizer, elbo_objective, negative_elbo, train
+
+logger = logging.getLogger("svbnn.estimators")  # the estimators' messages, one logger
+
+_compile_failed = False  # set once the compiled kernels failed to build in this process
+# Fitted module -> its float64 copy for prediction (see _SVBNNBase._module64).
+_MODULE64: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
+
+
+class _SVBNNBase(BaseEstimator):
+    """Shared fitting logic (not for direct use)."""
+
+    _likelihood_name = ""
+
+    def __init__(
+        self,
+        hidden_layer_sizes: int | tuple[int, ...] = (50,),
+        activation: str = "relu",
+        prior_inclusion: str | float = "opt",
+        log_prior_inclusion: float | None = None,
+        prior_variance: float = 2.0,
+        temperature: float = 0.5,
+        sampler: str = "gumbel",
+        batch_size: int = 128,
+        learning_rate_init: float = 3e-3,
+        max_iter: int | str = "auto",
+        tol: float | None = 1e-4,
+        n_iter_no_change: int = 10,
+        kl_weight: float = 1.0,
+        optimizer: str = "adam",
+        n_mc_train: int = 1,
+        n_samples_predict: int = 30,
+        init_inclusion: float = 0.99,
+        init_mu_range: float | None = None,
+        dtype: str = "float32",
+        kernel_backend: str = "auto",
+        random_state: int | np.random.RandomState | np.random.Generator | None = None,
+        device: str = "cpu",
+        verbose: bool = False,
+    ) -> None:
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.prior_inclusion = prior_inclusion
+        self.log_prior_inclusion = log_prior_inclusion
+        self.prior_variance = prior_variance
+        self.temperature = temperature
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.learning_rate_init = learning_rate_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.kl_weight = kl_weight
+        self.optimizer = optimizer
+        self.n_mc_train = n_mc_train
+        self.n_samples_predict = n_samples_predict
+        self.init_inclusion = init_inclusion
+        self.init_mu_range = init_mu_range
+        self.dtype = dtype
+        self.kernel_backend = kernel_backend
+        self.random_state = random_state
+        self.device = device
+        self.verbose = verbose
+
+    # -- helpers -------------------------------------------------------------------------
+    def _check_params(self) -> None:
+        """Validate every hyperparameter; sets nothing, so a refusal leaves ``self`` as it was."""
+        _hidden_sizes(self.hidden_layer_sizes)
+        _check_choice("activation", self.activation, sorted(ACTIVATIONS))
+        _check_choice("dtype", self.dtype, sorted(_DTYPES))
+        _check_choice("optimizer", self.optimizer, [o.value for o in Optimizer])
+        _check_int("batch_size", self.batch_size, 1)
+        if not (isinstance(self.max_iter, str) and self.max_iter == "auto"):
+            _check_int("max_iter", self.max_iter, 0)
+        _check_real("tol", getattr(self, "tol", None), low=0.0, low_inclusive=True, allow_none=True)
+        _check_int("n_iter_no_change", getattr(self, "n_iter_no_change", 10), 1)
+        _check_real("kl_weight", getattr(self, "kl_weight", 1.0), low=0.0)
+        _check_choice("kernel_backend", getattr(self, "kernel_backend", "eager"), _KERNEL_BACKENDS)
+        _check_int("n_mc_train", self.n_mc_train, 1)
+        _check_int("n_samples_predict", self.n_samples_predict, 1)
+        _check_real("learning_rate_init", self.learning_rate_init, low=0.0)
+        _SeedSource(self.random_state)
+        _check_device(self.device)
+        self._check_model_params()
+
+    def _check_model_params(self) -> None:
+        """The prior's and the variational family's settings (the baselines override this)."""
+        _check_choice("sampler", self.sampler, [s.value for s in Sampler])
+        if isinstance(self.prior_inclusion, str):
+            if self.prior_inclusion not in ("opt", "eb"):
+                raise ValueError(
+                    "prior_inclusion must be 'opt', 'eb' or a float in (0, 1), "
+                    f"got {self.prior_inclusion!r}"
+                )
+        else:
+            _check_real("prior_inclusion", self.prior_inclusion, low=0.0, high=1.0)
+        _check_real("log_prior_inclusion", self.log_prior_inclusion, high=0.0, allow_none=True)
+        _check_real("prior_variance", self.prior_variance, low=0.0)
+        _check_real("temperature", self.temperature, low=0.0)
+        _check_real("init_inclusion", self.init_inclusion, low=0.0, high=1.0)
+        _check_real("init_mu_range", self.init_mu_range, low=0.0, allow_none=True)
+
+    def _tensor(self, a: NDArray[Any], name: str, *, fitted: bool = False) -> Tensor:
+        """``a`` as a tensor of the parameters' dtype and device.
+
+        ``fitted``: those of ``module_`` rather than of the current ``dtype``/``device``
+        settings, which ``set_params`` may have changed since the fit.
+        """
+        if fitted:
+            # Predictions run in float64 whatever the training dtype (see _module64).
+            dtype, device = torch.float64, next(self.module_.parameters()).device
+        else:
+            dtype, device = _DTYPES[self.dtype], torch.device(self.device)
+        arr = np.asarray(a)
+        # Finite float64 data can overflow to inf in float32: refuse rather than fit inf.
+        # (max and -min: no |arr| temporary, a sizeable cost on MNIST-sized data; float32
+        # data cannot overflow.)
+        if (
+            dtype == torch.float32
+            and arr.dtype != np.float32
+            and arr.size
+            and max(float(arr.max()), -float(arr.min())) > np.finfo(np.float32).max
+        ):
+            raise ValueError(
+                f"{name} has values beyond the float32 range (max |{name}| = "
+                f"{np.abs(arr).max():.3g}); use dtype='float64' or rescale {name}"
+            )
+        return torch.tensor(arr, dtype=dtype, device=device)
+
+    def _resolve_log_lambda(self, n: int, p: int, n_out: int) -> float:
+        if self.log_prior_inclusion is not None:
+            return resolve_log_inclusion(log_inclusion=self.log_prior_inclusion)
+        if self.prior_inclusion == "eb":
+            return math.log(0.5)  # the starting value; fitted with the rest
+        if isinstance(self.prior_inclusion, str):
+            return mlp_log_lambda_opt(p, _hidden_sizes(self.hidden_layer_sizes), n_out, n)
+        return resolve_log_inclusion(inclusion=float(self.prior_inclusion))
+
+    def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> torch.nn.Module:
+        """The network to fit; subclasses (the baselines' estimators) override this."""
+        return SpikeSlabMLP(
+            n_features,
+            _hidden_sizes(self.hidden_layer_sizes),
+            n_out,
+            activation=self.activation,
+            prior_variance=self.prior_variance,
+            log_prior_inclusion=self.log_lambda_,
+            sampler=self.sampler,
+            temperature=self.temperature,
+            init_inclusion=self.init_inclusion,
+            init_mu_range=self.init_mu_range,
+            generator=gen,
+            device=self.device,
+            dtype=_DTYPES[self.dtype],
+        )
+
+    def _prepare(self, n: int, p: int, n_out: int) -> None:
+        """Settings that depend on the data size (SVBNN: the prior inclusion lambda)."""
+        self.log_lambda_ = self._resolve_log_lambda(n, p, n_out)
+        self.lambda_ = math.exp(self.log_lambda_)
+
+    def _summarize(self, model: torch.nn.Module) -> None:
+        """Fitted summaries of the posterior (SVBNN: inclusion probabilities, selection)."""
+        self.inclusion_probs_ = [
+            layer.inclusion_probs()["weight"].cpu().numpy() for layer in spike_slab_layers(model)
+        ]
+        self.sparsity_ = float(sparsity(model))
+        self.density_ = float(density(model))
+        self.unresolved_ = float(unresolved_fraction(model))
+        self.feature_inclusion_ = feature_inclusion(model)
+        # Selection from the same posterior the predictions use (see feature_inclusion).
+        self.selected_features_ = np.flatnonzero(self.feature_inclusion_ > 0.5)
+
+    def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
+        """Per layer, the weights the fitted network keeps (SVBNN: ``phi > 0.5``)."""
+        return [p > 0.5 for p in self.inclusion_probs_]
+
+    @contextmanager
+    def _fit_transaction(self) -> Iterator[None]:
+        """Keep the previous fitted state, untouched, when a (re)fit fails at any point.
+
+        Parameters and data are validated before anything is set, but validate_data itself
+        sets ``n_features_in_`` and training can fail midway (a diverging loss, Ctrl-C):
+        restoring the snapshot means the estimator is never a mix of two fits.
+        """
+        saved = _fitted_attributes(self)
+        try:
+            yield
+        except BaseException:
+            for k in _fitted_attributes(self):
+                delattr(self, k)
+            self.__dict__.update(saved)
+            raise
+
+    def _epoch_budget(self, n: int) -> int:
+        """``max_iter`` in epochs; ``"auto"``: :func:`svbnn.convergence.default_max_steps`."""
+        if isinstance(self.max_iter, str):
+            batch = min(int(self.batch_size), n)
+            return default_max_steps(n, batch) // math.ceil(n / batch)
+        return int(self.max_iter)
+
+    def _backend_for(self, n_params: int) -> str | None:
+        """The kernel backend of this fit (``None``: leave the process's as it is).
+
+        ``"auto"`` compiles only networks of at least ``AUTO_MIN_NUMEL`` parameters: on a
+        small one the compiled whole-network step saves about 0.3 ms, while compiling it
+        costs 30 s to minutes on first use (measured on the 2-core development machine,
+        1 thread: 4.5 minutes under load for a 16-50-1 network), which a fit of a
+        few thousand steps never earns back.
+        """
+        choice = getattr(self, "kernel_backend", None)
+        if choice is None:
+            return None
+        if _compile_failed or choice == "eager":
+            return "eager"
+        if choice == "auto" and n_params < AUTO_MIN_NUMEL:
+            return "eager"
+        return str(choice)
+
+    def _fit_module(
+        self,
+        X: NDArray[Any],
+        target: Tensor,
+        n_out: int,
+        make_likelihood: Any,
+        seeds: _SeedSource,
+    ) -> nn.Module:
+        """Train; sets the fitted attributes and returns the likelihood as fitted.
+
+        ``make_likelihood()`` builds a fresh likelihood (one with a learnable noise level
+        is trained with the network).
+        """
+        global _compile_failed
+        n, p = X.shape
+        Xt = self._tensor(X, "X")
+        seed = seeds.seed()
+        self._prepare(n, p, n_out)
+        batch = min(int(self.batch_size), n)
+        n_batches = math.ceil(n / batch)
+        epochs = self._epoch_budget(n)
+        tol = getattr(self, "tol", None)
+        eb = getattr(self, "prior_inclusion", None) == "eb" and self.log_prior_inclusion is None
+
+        def run(kernels: str | None) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
+            gen = torch.Generator(device=self.device)
+            gen.manual_seed(seed)
+            model = self._build_module(p, n_out, gen)
+            lik = make_likelihood()
+            monitor = ConvergenceMonitor(
+                n_batches,
+                tol=0.0 if tol is None else float(tol),
+                n_iter_no_change=int(getattr(self, "n_iter_no_change", 10)),
+                enabled=tol is not None,
+            )
+            callbacks: list[Any] = [monitor]
+            if eb:
+                callbacks.insert(0, _empirical_bayes_inclusion)
+            fitted: nn.Module = model
+            w = float(getattr(self, "kl_weight", 1.0))
+            objective: Objective = elbo_objective(lik, n, int(self.n_mc_train), w)
+            if any(q.requires_grad for q in lik.parameters()):
+                # A learned noise level is one more parameter of the same optimiser.
+                fitted = nn.ModuleDict({"net": model, "likelihood": lik})
+
+                def learned(m: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                    return negative_elbo(model, lik, x, y, n, int(self.n_mc_train), w)
+
+                objective = learned
+
+            scope = backend_scope(kernels) if kernels is not None else _no_scope()
+            with scope, _diverged_names(self):
+                history = train(
+                    fitted,
+                    Xt,
+                    target,
+                    objective=objective,
+                    epochs=epochs,
+                    batch_size=batch,
+                    lr=float(self.learning_rate_init),
+                    optimizer=self.optimizer,
+                    generator=gen,
+                    verbose=bool(self.verbose),
+                    callbacks=callbacks,
+                    track_sparsity=True,
+                )
+            return model, lik, history, monitor
+
+        n_params = sum((a + 1) * b for a, b in _layer_pairs(p, self.hidden_layer_sizes, n_out))
+        kernels = self._backend_for(n_params)
+        try:
+            model, lik, history, monitor = run(kernels)
+        except Exception as err:
+            if kernels in (None, "eager") or not _is_compile_error(err):
+                raise
+            _compile_failed = True
+            logger.warning(
+                "svbnn: the compiled kernels could not be built (%s: %s); using the eager "
+                "kernels from now on in this process",
+                type(err).__name__,
+                str(err).splitlines()[0] if str(err) else "",
+            )
+            model, lik, history, monitor = run("eager")
+        # Generators are process-local state: keep the fitted estimator picklable.
+        set_generator(model, None)
+        self.module_ = model
+        self.history_: History = history
+        self.n_iter_ = len(history.epoch)
+        self.converged_ = bool(monitor.converged)
+        self._budget_exhausted_ = (
+            tol is not None and not monitor.converged and self.n_iter_ >= epochs
+        )
+        self.loss_curve_ = list(history.loss)
+        self._predict_seed_ = seeds.seed()
+        if eb:
+            self.log_lambda_ = float(next(b for b in model.buffers()).reshape(-1)[0])
+            self.lambda_ = math.exp(self.log_lambda_)
+        self._summarize(model)
+        return lik
+
+    def _warn_if_unconverged(self) -> None:
+        """sklearn's ConvergenceWarning when the budget ran out before the fit converged."""
+        if not getattr(self, "_budget_exhausted_", False):
+            return
+        unresolved = getattr(self, "unresolved_", None)
+        gates = (
+            ""
+            if unresolved is None
+            else f"; {100 * unresolved:.1f}% of the gates have phi in (0.1, 0.9)"
+        )
+        warnings.warn(
+            f"{type(self).__name__} stopped at the budget of {self.n_iter_} epochs before the "
+            f"ELBO and the gates converged (tol={self.tol!r}, n_iter_no_change="
+            f"{self.n_iter_no_change!r}){gates}. The selection (selected_features_, "
+            "export_sparse) may still change with more training: raise max_iter or "
+            "learning_rate_init.",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+
+    def _warn_if_collapsed(self, constant: bool, what: str) -> None:
+        """CollapseWarning for a fit that selected nothing or predicts a constant."""
+        reasons = []
+        fi = getattr(self, "feature_inclusion_", None)
+        resolved = getattr(self, "unresolved_", 0.0) <= _UNRESOLVED_EXPORT
+        if resolved and fi is not None and fi.size and not np.any(fi > 0.5):
+            reasons.append(f"no input selected (largest feature_inclusion_ {fi.max():.2g})")
+        if constant:
+            reasons.append(what)
+        if reasons:
+            lam = getattr(self, "lambda_", None)
+            # The baselines have no prior inclusion: name lambda only where there is one.
+            cause = (
+                f"The prior (lambda = {lam:.3g}) pruned what the data support, or the data "
+                "carry no signal; try prior_inclusion='eb' or a larger prior_inclusion, more "
+                "data, or check X and y."
+                if lam is not None and math.isfinite(lam)
+                else "The data carry no signal the model found; train longer (max_iter), or "
+                "check X and y."
+            )
+            warnings.warn(
+                f"{type(self).__name__}: the fit collapsed: {'; '.join(reasons)}. {cause}",
+                CollapseWarning,
+                stacklevel=3,
+            )
+
+    def _warn_if_degenerate(self, bad_fit: str | None) -> None:
+        """Warn about fits that return numbers but are useless (nothing silently wrong)."""
+        if bad_fit is not None:
+            warnings.warn(
+                f"{type(self).__name__}: {bad_fit}; the fit diverged or did not converge. "
+                f"Lower learning_rate_init (now {self.learning_rate_init!r}) or the initial "
+                "weight range, raise max_iter, or standardise the data.",
+                UserWarning,
+                stacklevel=3,
+            )
+        # With unresolved gates the posterior still predicts through edges of phi < 0.5
+        # (the ConvergenceWarning says so): the median model's paths tell nothing yet.
+        resolved = getattr(self, "unresolved_", 0.0) <= _UNRESOLVED_EXPORT
+        if resolved and not _reaches_output(self._kept_weight_masks()):
+            warnings.warn(
+                f"{type(self).__name__}: the fitted network keeps no path from any input to "
+                "the output (every path has a pruned weight), so it predicts a constant. "
+                f"learning_rate_init (now {self.learning_rate_init!r}) is likely too high; "
+                "otherwise the data may carry no signal the prior lets through.",
+                CollapseWarning,
+                stacklevel=3,
+            )
+
+    def _module64(self) -> nn.Module:
+        """A float64 copy of ``module_`` for prediction (cached per fit).
+
+        Training runs in ``dtype`` (float32 by default: twice the speed); predicting in
+        float64 keeps a row's prediction independent of the other rows and their order to
+        ~1e-16 (float32 matrix products sum in an order that depends on the batch shape,
+        ~1e-7) at a cost that is small next to training.
+        """
+        # Cached outside the estimator (predict must not change its __dict__, and the
+        # copy is not worth pickling): keyed weakly by the fitted module itself.
+        module = _MODULE64.get(self.module_)
+        if module is None:
+            module = copy.deepcopy(self.module_)
+            if next(module.parameters()).dtype != torch.float64:
+                module = module.double()
+            _MODULE64[self.module_] = module
+        return module
+
+    def _predict_generator(self) -> torch.Generator:
+        gen = torch.Generator(device=next(self.module_.parameters()).device)
+        gen.manual_seed(self._predict_seed_)
+        return gen
+
+    def _validate_X(self, X: ArrayLike) -> Tensor:
+        check_is_fitted(self, "module_")
+        X = _check_numeric(_to_numpy(X), "X")
+        Xv = validate_data(
+            self, X, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=True
+        )
+        return self._tensor(Xv, "X", fitted=True)
+
+    def _draws(self, n_samples: int | None) -> int:
+        return _check_int(
+            "n_samples", self.n_samples_predict if n_samples is None else n_samples, 1
+        )
+
+    @staticmethod
+    def _interval_args(level: float, n_samples: int) -> int:
+        _check_real("level", level, low=0.0, high=1.0)
+        # One draw gives lower == upper: a zero-width "interval" that claims certainty.
+        return _check_int("n_samples", n_samples, 2, " (an interval needs at least 2 draws)")
+
+    @staticmethod
+    def _check_outputs(out: Tensor) -> Tensor:
+        # Finite inputs far outside the training range can overflow the network (inf, then
+        # NaN in softmax or quantiles): an error, not silently non-finite predictions.
+        bad = ~torch.isfinite(out).reshape(out.shape[0], -1).all(dim=1)
+        if bool(bad.any()):
+            raise ValueError(
+                f"the network's outputs overflowed for {int(bad.sum())} row(s) of X (e.g. row "
+                f"{int(torch.nonzero(bad)[0])}); X is far outside the range the network "
+                "can represent"
+            )
+        return out
+
+    def export_sparse(self, storage: str = "sparse") -> tuple[torch.nn.Module, ExportReport]:
+        """The median model: edges with ``phi > 0.5`` and weights ``mu``, as a plain module.
+
+        It predicts like the posterior once the gates are resolved (``phi`` near 0 or 1);
+        warns (``UserWarning``) when more than 1% of them are not. A regressor's module
+        outputs in the units of ``y``.
+        """
+        check_is_fitted(self, "module_")
+        unresolved = float(unresolved_fraction(self.module_))
+        if unresolved > _UNRESOLVED_EXPORT:
+            warnings.warn(
+                f"{100 * unresolved:.1f}% of the gates are unresolved (phi in (0.1, 0.9)): "
+                "the exported median model may predict unlike the posterior. Fit longer "
+                "(see converged_ and history_.unresolved).",
+                UserWarning,
+                stacklevel=2,
+            )
+        return export_sparse(self.module_, storage=storage)
