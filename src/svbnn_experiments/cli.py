@@ -9,13 +9,14 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "run"]
 
 
 def _parse_set(items: Sequence[str] | None) -> dict[str, str]:
@@ -371,6 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"svbnn: error: {_one_line(exc) or type(exc).__name__}", file=sys.stderr)
             return 2
     except KeyboardInterrupt as exc:
+        # The run is over: a second Ctrl-C (or one still pending in a C call) must not turn
+        # the clean exit below into a death by SIGINT.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         # A run's RunInterrupted names its folder (not imported here: it pulls in torch).
         folder = getattr(exc, "folder", None)
         where = f"; partial results in {folder}" if folder is not None else ""
@@ -378,5 +382,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> NoReturn:
+    """The ``svbnn`` console script: :func:`main`, and its status as the process's.
+
+    After Ctrl-C, CPython itself would end the process by SIGINT (status -2, not 130) when
+    the interrupt crossed one of its ``PyRun_*`` calls during the run (torch's C++ code makes
+    them), even though :func:`main` handled it; so the interrupted exit leaves directly, once
+    everything is flushed (results files are already complete and renamed into place).
+    """
+    code = main()
+    if code == 130:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
