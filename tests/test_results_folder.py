@@ -177,6 +177,14 @@ def test_a_complete_run_says_so_and_leaves_no_lock(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def _default_sigint() -> None:
+    # The child gets Ctrl-C as a terminal user's process does, whatever this test process
+    # inherited: a command started in the background of a non-interactive shell (as CI may
+    # run the suite) ignores SIGINT, and Python then never raises KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def test_sigint_marks_the_run_interrupted(tmp_path: Path) -> None:
     out = tmp_path / "run"
     # Far more epochs than the test waits for: the run is training when SIGINT arrives.
@@ -187,6 +195,7 @@ def test_sigint_marks_the_run_interrupted(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 90
