@@ -274,3 +274,24 @@ def test_settings_record_the_checkout_commit() -> None:
     head = sp.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
     assert head.returncode == 0  # the tests run from a checkout
     assert environment_info()["git"]["commit"] == head.stdout.strip()
+
+
+def test_ctrl_c_in_process_is_one_line_and_marks_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same path as a real Ctrl-C, without signals: the run raises KeyboardInterrupt.
+    import dataclasses
+
+    from svbnn_experiments import registry
+
+    def interrupted(cfg: Any) -> dict[str, Any]:
+        raise KeyboardInterrupt
+
+    table2 = dataclasses.replace(registry.ARTIFACTS["table2"], run=interrupted)
+    monkeypatch.setitem(registry._ARTIFACTS, "table2", table2)
+    out = tmp_path / "run"
+    assert main(["reproduce", "table2", "--quick", "--no-progress", "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"svbnn: interrupted; partial results in {out}"]
+    assert json.loads((out / "settings.json").read_text())["status"] == "interrupted"
+    assert not (out / LOCK_NAME).exists()

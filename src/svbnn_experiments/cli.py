@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -372,9 +371,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"svbnn: error: {_one_line(exc) or type(exc).__name__}", file=sys.stderr)
             return 2
     except KeyboardInterrupt as exc:
-        # The run is over: a second Ctrl-C (or one still pending in a C call) must not turn
-        # the clean exit below into a death by SIGINT.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
         # A run's RunInterrupted names its folder (not imported here: it pulls in torch).
         folder = getattr(exc, "folder", None)
         where = f"; partial results in {folder}" if folder is not None else ""
