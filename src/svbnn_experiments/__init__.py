@@ -18,7 +18,7 @@ imported below; new methods with :func:`svbnn_experiments.methods.register_metho
 
 # isort: off
 # Import order is the order of `svbnn reproduce --list`; importing registers the artifacts.
-from . import simulations, sweeps, figures, uci, mnist, mnist_uq, fmnist  # noqa: F401
+from . import simulations, coverage_table, sweeps, figures, uci, mnist, mnist_uq, fmnist  # noqa: F401
 from . import baseline_methods, pruned_methods  # noqa: F401
 
 # isort: on
