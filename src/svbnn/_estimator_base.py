@@ -305,7 +305,7 @@ class _SVBNNBase(BaseEstimator):
             gen = torch.Generator(device=self.device)
             gen.manual_seed(seed)
             model = self._build_module(p, n_out, gen)
-            lik = make_likelihood()
+            lik = make_likelihood().to(self.device)
             monitor = ConvergenceMonitor(
                 n_batches,
                 tol=0.0 if tol is None else float(tol),

@@ -16,6 +16,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from torch import Tensor, nn
 
+from ._device import check_device
 from .selection import (
     spike_slab_layers,
 )
@@ -117,27 +118,7 @@ def _hidden_sizes(value: Any) -> tuple[int, ...]:
 
 
 def _check_device(value: Any) -> torch.device:
-    try:
-        dev = torch.device(value)
-    except (RuntimeError, TypeError, ValueError) as e:
-        raise ValueError(f"device must be a torch device such as 'cpu', got {value!r}") from e
-    # Checked here so a missing backend is a clear error, not torch's AssertionError.
-    if dev.type == "cuda":
-        if not torch.backends.cuda.is_built():
-            raise ValueError("CUDA is not available in this PyTorch build; use device='cpu'")
-        if not torch.cuda.is_available():
-            raise ValueError(
-                "no CUDA device is available (torch.cuda.is_available() is False); use device='cpu'"
-            )
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device={value!r}: only {torch.cuda.device_count()} CUDA device(s) available"
-            )
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("MPS is not available on this machine; use device='cpu'")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'mps', got {value!r}")
-    return dev
+    return check_device(value, "device")
 
 
 class _SeedSource:

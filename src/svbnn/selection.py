@@ -207,6 +207,12 @@ class SparseLinear(nn.Module):
         self._csr = None
         super()._load_from_state_dict(*args, **kwargs)
 
+    def _apply(self, fn: Any, recurse: bool = True) -> SparseLinear:
+        # .to(device), .cuda(), .double() replace the buffers: the cached matrix, built
+        # from the old ones, would stay on the old device or dtype.
+        self._csr = None
+        return super()._apply(fn, recurse)
+
     def nnz(self) -> int:
         """Number of stored nonzero weights (biases not counted)."""
         return int(self.values.numel())

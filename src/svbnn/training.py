@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ._device import check_training_devices
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
 from .selection import sparsity, spike_slab_layers, unresolved_fraction
@@ -390,6 +391,8 @@ def train(
     if generator is None:
         generator = torch.Generator(device=X.device)
         generator.seed()
+    params = [p for p in model.parameters() if p.requires_grad]
+    check_training_devices(params, X, y, generator)
     batches = Minibatches(X, y, batch_size, generator, replicated)
     n = batches.n
     if objective is None:
@@ -397,7 +400,6 @@ def train(
         objective = elbo_objective(likelihood, n, n_mc, kl_weight)
     set_generator(model, generator)
     track_sparsity = track_sparsity and bool(spike_slab_layers(model))
-    params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer(params, optimizer, lr)
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     history, start = History(), 0

@@ -328,8 +328,12 @@ def _kl_key(model: SpikeSlabMLP) -> tuple[Any, ...]:
 
 def _counter_seed(model: SpikeSlabMLP, first: SpikeSlabLinear) -> Tensor:
     """The two seed words of one counter-based draw, from the layers' generator."""
-    seed = torch.randint(-(2**31), 2**31 - 1, (2,), generator=first.generator, dtype=torch.int32)
-    return seed.to(model.mu.device)
+    # On the parameters' device, where the layers' generator lives (a CUDA generator
+    # cannot draw a CPU tensor), as every other draw of the layers.
+    device = model.mu.device
+    return torch.randint(
+        -(2**31), 2**31 - 1, (2,), generator=first.generator, dtype=torch.int32, device=device
+    )
 
 
 class FusedEngine:
