@@ -7,6 +7,7 @@ one-line :class:`ValueError` naming the setting rather than torch's ``AssertionE
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -90,7 +91,7 @@ def _normalized(device: torch.device) -> torch.device:
 
 
 def check_training_devices(
-    params: list[torch.Tensor],
+    params: Sequence[torch.Tensor],
     X: torch.Tensor,
     y: torch.Tensor,
     generator: torch.Generator,
@@ -99,7 +100,7 @@ def check_training_devices(
 
     Parameters
     ----------
-    params : list of Tensor
+    params : sequence of Tensor
         The model's parameters.
     X, y : Tensor
         The training data.
