@@ -11,7 +11,7 @@ export SVBNN_DATA ?= $(SHARED_DATA)
 endif
 THREADS ?= 2
 
-.PHONY: install demo docs test lint typecheck pytest test-slow bench clean
+.PHONY: install demo docs test lint typecheck pytest test-slow test-gpu bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ test: lint typecheck docs pytest
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The CUDA checks (tests/test_gpu.py), on a machine with an NVIDIA GPU and a CUDA build of
+# torch in the venv (a wheel from https://download.pytorch.org/whl/ that matches the driver;
+# see docs/guide/gpu.md). Without a usable CUDA device this FAILS and says why: it never
+# passes by skipping. benchmarks/gpu_check.sh runs it and then the GPU benchmark.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --kernels auto

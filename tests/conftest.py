@@ -1,5 +1,17 @@
-"""Shared test settings: one torch thread (the suite's timing budget assumes it)."""
+"""Shared test settings: one torch thread (the suite's timing budget assumes it), and the
+guard that fails a GPU run (``-m gpu``) on a machine without CUDA instead of skipping."""
 
+import pytest
 import torch
 
+from tests.gpu_guard import current_reason, gpu_guard_message
+
 torch.set_num_threads(1)
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected what it deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    n_gpu = sum(1 for item in items if item.get_closest_marker("gpu") is not None)
+    message = gpu_guard_message(n_gpu, current_reason() if n_gpu else None)
+    if message is not None:
+        raise pytest.UsageError(message)

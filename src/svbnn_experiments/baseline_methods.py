@@ -162,7 +162,12 @@ def _check_spec(spec: FitSpec, p: int) -> None:
 
 
 def _common(spec: FitSpec, R: int, generator: torch.Generator) -> dict[str, Any]:
-    return {"n_replicates": R, "generator": generator, "dtype": spec.torch_dtype}
+    return {
+        "n_replicates": R,
+        "generator": generator,
+        "device": spec.device,
+        "dtype": spec.torch_dtype,
+    }
 
 
 @register_method("vbnn")

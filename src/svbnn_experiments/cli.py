@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--dtype", choices=["float32", "float64"], help="precision (default float32)")
     rep.add_argument(
+        "--device",
+        metavar="{cpu,cuda,cuda:N}",
+        help="where the networks train (default cpu); the simulation artifacts (table1-*, "
+        "table2, coverage, the sweeps)",
+    )
+    rep.add_argument(
         "--set",
         action="append",
         metavar="KEY=VALUE",
@@ -169,6 +175,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         return 0
     if not args.artifact:
         raise ValueError("give an artifact name, 'all', or --list")
+    if args.device is not None:
+        _check_device_option(args.device)
     overrides: dict[str, Any] = {
         "reps": args.reps,
         "epochs": args.epochs,
@@ -179,6 +187,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         "covariates": args.covariates,
         "init": args.init,
         "dtype": args.dtype,
+        "device": args.device,
         "methods": tuple(m.strip() for m in args.methods.split(",") if m.strip())
         if args.methods
         else None,
@@ -238,6 +247,14 @@ def _reproduce(args: argparse.Namespace) -> int:
             print((folder / "report.md").read_text())
         print(f"{name}: wrote {folder}/ in {wall:.1f} s", file=sys.stderr)
     return 0
+
+
+def _check_device_option(text: str) -> None:
+    """``--device`` before any run starts (``all`` runs hours of CPU artifacts first)."""
+    from svbnn._device import check_device
+
+    if check_device(text, "--device").type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
 
 
 def _real_data_available() -> bool:

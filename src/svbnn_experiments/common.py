@@ -60,6 +60,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "init": "torch",
     "dtype": "float32",
     "progress": True,
+    "device": "cpu",
 }
 """Settings every artifact has; artifacts override them in their ``defaults``."""
 
@@ -88,6 +89,8 @@ class RunConfig:
         Show progress bars.
     params : dict
         Artifact-specific settings (sizes, learning rate, coverage draws...).
+    device : str
+        Where the networks train: ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (``--device``).
     """
 
     artifact: str
@@ -105,6 +108,7 @@ class RunConfig:
     quick: bool = False
     progress: bool = True
     params: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -375,12 +379,12 @@ def _rmse(pred: NDArray[Any], target: NDArray[Any]) -> NDArray[np.float64]:
 def run_chunk(chunk: Chunk) -> ChunkResult:
     """Draw the chunk's data, fit the method, compute every metric per replication."""
     torch.set_num_threads(chunk.threads)
-    dtype = chunk.spec.torch_dtype
+    dtype, device = chunk.spec.torch_dtype, torch.device(chunk.spec.device)
     prob = chunk.problem
     R = chunk.size
     train_sets = [prob.draw(chunk.n_train, s) for s in chunk.data_seeds]
-    X = torch.tensor(np.stack([t[0] for t in train_sets]), dtype=dtype)
-    y = torch.tensor(np.stack([t[1] for t in train_sets]), dtype=dtype)
+    X = torch.tensor(np.stack([t[0] for t in train_sets]), dtype=dtype, device=device)
+    y = torch.tensor(np.stack([t[1] for t in train_sets]), dtype=dtype, device=device)
     f_train = np.stack([t[2] for t in train_sets])
     X_test_np, y_test, f_test = prob.draw(chunk.n_test, chunk.test_seed)
     if prob.redraw_teacher:
@@ -389,9 +393,9 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
         noise = y_test - f_test
         f_test = np.stack([prob.f0(X_test_np, s) for s in chunk.data_seeds])
         y_test = f_test + noise
-    X_test = torch.tensor(X_test_np, dtype=dtype).expand(R, -1, -1)
+    X_test = torch.tensor(X_test_np, dtype=dtype, device=device).expand(R, -1, -1)
 
-    gen = torch.Generator().manual_seed(chunk.train_seed)
+    gen = torch.Generator(device=device).manual_seed(chunk.train_seed)
     method = get_method(chunk.method)
     t0 = time.perf_counter()
     fitted = method.fit(X, y, chunk.spec, gen)
@@ -402,10 +406,10 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
     # Methods with a tuning grid (AGP, LOT) keep the value with the best test RMSE, as the
     # paper does; they return per-replicate columns describing the grid.
     tuned = fitted.tune_on_test(X_test, y_test, H, gen)
-    pred_train = fitted.sample_outputs(X, H, gen).mean(0).double().numpy()
-    pred_test = fitted.sample_outputs(X_test, H, gen).mean(0).double().numpy()
+    pred_train = fitted.sample_outputs(X, H, gen).mean(0).double().cpu().numpy()
+    pred_test = fitted.sample_outputs(X_test, H, gen).mean(0).double().cpu().numpy()
     cols: dict[str, NDArray[Any]] = {
-        "train_rmse": _rmse(pred_train, y.double().numpy()),
+        "train_rmse": _rmse(pred_train, y.double().cpu().numpy()),
         "test_rmse": _rmse(pred_test, y_test),
         "train_rmse_f": _rmse(pred_train, f_train),
         "test_rmse_f": _rmse(pred_test, f_test),
@@ -413,7 +417,7 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
     }
     med = fitted.median_outputs(X_test)
     if med is not None:
-        cols["test_rmse_median"] = _rmse(med.double().numpy(), y_test)
+        cols["test_rmse_median"] = _rmse(med.double().cpu().numpy(), y_test)
     sp, de = fitted.sparsity(), fitted.density()
     if sp is not None:
         cols["sparsity_pct"] = 100.0 * sp
@@ -430,14 +434,14 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
                 if prob.redraw_teacher
                 else prob.f0(grid)
             )
-            Xg = torch.tensor(grid, dtype=dtype).expand(R, -1, -1)
+            Xg = torch.tensor(grid, dtype=dtype, device=device).expand(R, -1, -1)
             draws = fitted.sample_outputs(Xg, cov.n_draws, gen)  # (H, R, n_grid)
             for level in cov.levels:
                 a = (1.0 - level) / 2.0
-                q = torch.tensor([a, 1.0 - a], dtype=draws.dtype)
+                q = torch.tensor([a, 1.0 - a], dtype=draws.dtype, device=draws.device)
                 # One replicate at a time: older torch refuses quantile() on > 2^24 elements.
                 bounds = torch.stack([torch.quantile(draws[:, r], q, dim=0) for r in range(R)], 1)
-                lo, hi = bounds.double().numpy()  # each (R, n_grid)
+                lo, hi = bounds.double().cpu().numpy()  # each (R, n_grid)
                 inside = (lo <= truth) & (truth <= hi)
                 cols[f"coverage{round(100 * level)}_x{c + 1}_pct"] = 100.0 * inside.mean(-1)
                 points[f"coverage{round(100 * level)}_x{c + 1}"] = inside

@@ -91,6 +91,9 @@ class FitSpec:
         ``"torch"`` or ``"authors"`` (see :data:`INIT_MU_RANGE`).
     dtype : str
         ``"float32"`` or ``"float64"``.
+    device : str
+        Where the chunk's data, networks and generator live: ``"cpu"``, ``"cuda"`` or
+        ``"cuda:N"`` (``--device``).
     log_prior_inclusion : tuple of float, optional
         One log-lambda per replicate; ``None`` means ``lambda_opt`` for every replicate.
     progress : bool
@@ -116,6 +119,7 @@ class FitSpec:
     log_prior_inclusion: tuple[float, ...] | None = None
     progress: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -367,6 +371,7 @@ class SVBNNMethod(Method):
             init_mu_range=INIT_MU_RANGE[spec.init],
             n_replicates=R,
             generator=generator,
+            device=spec.device,
             dtype=spec.torch_dtype,
         )
         if spec.log_prior_inclusion is not None:

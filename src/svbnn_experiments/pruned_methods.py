@@ -98,7 +98,9 @@ class ReplicatedMLP(nn.Module):
         Weights and biases start ``U(-r, r)``; ``None``: ``r = 1/sqrt(fan_in)`` (PyTorch's
         scale, the variational layers' default too).
     generator : torch.Generator, optional
+        On ``device``.
     dtype : torch.dtype, optional
+    device : torch.device or str, optional
 
     Shapes: ``(S, m, in) -> (S, m, out)``. Weights ``weight{i}`` are ``(S, out, in)``,
     biases ``bias{i}`` ``(S, out)``, masks ``mask{i}`` (bool buffers) weight-shaped.
@@ -115,6 +117,7 @@ class ReplicatedMLP(nn.Module):
         init_range: float | None = None,
         generator: torch.Generator | None = None,
         dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         sizes = [int(in_features), *(int(h) for h in hidden_sizes), int(out_features)]
@@ -129,13 +132,13 @@ class ReplicatedMLP(nn.Module):
         for i in range(len(sizes) - 1):
             fan_in, out = sizes[i], sizes[i + 1]
             r = 1.0 / math.sqrt(fan_in) if init_range is None else float(init_range)
-            w = torch.empty(n_replicates, out, fan_in, dtype=dtype)
-            b = torch.empty(n_replicates, out, dtype=dtype)
+            w = torch.empty(n_replicates, out, fan_in, dtype=dtype, device=device)
+            b = torch.empty(n_replicates, out, dtype=dtype, device=device)
             w.uniform_(-r, r, generator=generator)
             b.uniform_(-r, r, generator=generator)
             self.weights.append(nn.Parameter(w))
             self.biases.append(nn.Parameter(b))
-            self.register_buffer(f"mask{i}", torch.ones(w.shape, dtype=torch.bool))
+            self.register_buffer(f"mask{i}", torch.ones_like(w, dtype=torch.bool))
 
     @property
     def masks(self) -> list[Tensor]:
@@ -513,6 +516,7 @@ def _new_net(spec: FitSpec, S: int, generator: torch.Generator) -> ReplicatedMLP
         init_range=INIT_MU_RANGE[spec.init],
         generator=generator,
         dtype=spec.torch_dtype,
+        device=spec.device,
     )
 
 

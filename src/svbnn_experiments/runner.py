@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from svbnn._device import check_device
 
 from .common import COMMON_DEFAULTS, RunConfig, execute_chunks
 from .files import (
@@ -42,7 +43,7 @@ __all__ = [
 
 _CONFIG_KEYS = {f.name for f in fields(RunConfig)} - {"artifact", "out", "params", "quick"}
 
-OPTIONAL_SETTINGS = ("covariates", "init", "methods", "dtype")
+OPTIONAL_SETTINGS = ("covariates", "init", "methods", "dtype", "device")
 """Settings that only some artifacts use (each lists them in ``Artifact.options``)."""
 
 
@@ -128,6 +129,7 @@ def resolve_config(
         quick=quick,
         progress=bool(merged["progress"]),
         params=params,
+        device=str(merged["device"]),
     )
     _validate(cfg)
     return cfg
@@ -145,6 +147,7 @@ def _validate(cfg: RunConfig) -> None:
         raise ValueError(f"--init must be torch or authors, got {cfg.init!r}")
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"--dtype must be float32 or float64, got {cfg.dtype!r}")
+    check_device(cfg.device, "--device")
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -166,6 +166,7 @@ def build_fit_spec(
         sampler=str(P.get("sampler", "gumbel")),
         init=cfg.init,
         dtype=cfg.dtype,
+        device=cfg.device,
         log_prior_inclusion=log_prior_inclusion,
         options={k: P[k] for k in method_options(cfg.methods) if k in P},
     )
@@ -465,7 +466,7 @@ def report_table1_sparse(out: Path) -> None:
     _report_table1(out, "sparse")
 
 
-_SIM_OPTIONS = ("methods", "init", "dtype")
+_SIM_OPTIONS = ("methods", "init", "dtype", "device")
 _QUICK_SIM1 = {"reps": 2, "epochs": 20, **QUICK_TRAIN}
 
 

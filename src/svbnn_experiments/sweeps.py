@@ -195,7 +195,7 @@ def _report(out: Path, kind: str) -> None:
 
 
 _QUICK = {"reps": 1, "epochs": 10, **QUICK_TRAIN, "n_test": 300}
-_OPTS = ("init", "dtype")  # SVBNN only: lambda is its prior
+_OPTS = ("init", "dtype", "device")  # SVBNN only: lambda is its prior
 
 
 def _defaults(kind: str) -> dict[str, Any]:
