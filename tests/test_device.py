@@ -30,6 +30,7 @@ from svbnn_experiments.simulations import build_fit_spec, build_problem
 from tests.gpu_guard import gpu_guard_message
 
 ROOT = Path(__file__).resolve().parents[1]
+GPU_TESTS = "tests/test_gpu.py"  # the guard is the same for the whole suite; this is faster
 
 
 def _cuda(monkeypatch: pytest.MonkeyPatch, built: bool, available: bool, count: int = 0) -> None:
@@ -193,7 +194,7 @@ def test_selecting_the_gpu_tests_without_cuda_fails(tmp_path: Path) -> None:
     # hidden from the child) it must fail, saying why, and run nothing.
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", GPU_TESTS],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from svbnn._device import check_device
 
 from .common import COMMON_DEFAULTS, RunConfig, execute_chunks
