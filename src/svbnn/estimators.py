@@ -295,13 +295,10 @@ class SVBNNRegressor(RegressorMixin, _SVBNNBase):
         """
         rows = slice(0, min(len(X), 5000))
         Xt = self._tensor(X[rows], "X", fitted=True)
-        draws = (
-            sample_outputs(
-                self._module64(), Xt, self._draws(None), generator=self._predict_generator()
-            )[..., 0]
-            .double()
-            .cpu()
-        )
+        draws = sample_outputs(
+            self._module64(), Xt, self._draws(None), generator=self._predict_generator()
+        )[..., 0].double()
+        draws = draws.cpu()  # z and the grid of s below are CPU tensors
         m, v = draws.mean(0), draws.var(0, unbiased=False)
         r2 = (torch.as_tensor(z[rows], dtype=torch.float64) - m) ** 2
         # A grid over log s, refined once: the 1-D objective is smooth and unimodal in
