@@ -134,7 +134,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
     ``__init__`` has an explicit signature (what ``get_params`` reads) and only stores
     the arguments. A task piece (regression, classification) adds the likelihood, ``fit``
     and the predictions; a family piece adds the network (:meth:`_build_module`), its own
-    parameters and their checks, and the fitted summaries.
+    parameters and their checks, and the fitted summaries (DESIGN section 3.3).
     """
 
     hidden_layer_sizes: int | tuple[int, ...] = (50,)
