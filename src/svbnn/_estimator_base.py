@@ -89,9 +89,10 @@ dtype : {"float32", "float64"}, default "float32"
     through rounding (about 1e-16 relative).
 kernel_backend : {"auto", "compiled", "eager"}, default "auto"
     The spike-and-slab elementwise kernels inside ``fit`` (the process-wide setting is
-    restored after it; the baselines' networks do not use them): ``"auto"`` compiles them with ``torch.compile`` for networks of at least
-    ``AUTO_MIN_NUMEL`` parameters and runs smaller ones eagerly. Where compiling fails
-    (no C++ compiler), the fit runs eagerly and one message is logged.
+    restored after it; the baselines' networks do not use them): ``"auto"`` compiles
+    them with ``torch.compile`` for networks of at least ``AUTO_MIN_NUMEL`` parameters
+    and runs smaller ones eagerly. Where compiling fails (no C++ compiler), the fit runs
+    eagerly and one message is logged.
 random_state : int, RandomState, Generator or None
     Source of the torch seeds for training and prediction (an int in ``[0, 2**32)``
     seeds a RandomState, as in scikit-learn).
