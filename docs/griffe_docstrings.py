@@ -7,7 +7,6 @@ the source, so for those classes it takes the docstring from the imported class 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
@@ -17,10 +16,12 @@ import griffe
 class RuntimeDocstrings(griffe.Extension):
     """Replace the docstring of classes decorated with ``_fill_doc`` by the built one."""
 
-    def on_class(self, *, cls: griffe.Class, **kwargs: Any) -> None:
+    def on_class(self, *, cls: griffe.Class, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
         if not any("_fill_doc" in str(d.value) for d in cls.decorators):
             return
-        built = inspect.getdoc(getattr(importlib.import_module(cls.module.path), cls.name))
+        # Imported from the folders griffe reads (mkdocs.yml's paths: this checkout's src).
+        paths = [str(p) for p in loader.finder.search_paths]
+        built = inspect.getdoc(griffe.dynamic_import(cls.path, paths))
         old = cls.docstring
         cls.docstring = griffe.Docstring(
             built or "",
