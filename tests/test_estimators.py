@@ -9,7 +9,16 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import check_estimator
 
-from svbnn import SVBNNClassifier, SVBNNRegressor
+from svbnn import (
+    HSBNNClassifier,
+    HSBNNRegressor,
+    SVBNNClassifier,
+    SVBNNRegressor,
+    VBNNClassifier,
+    VBNNRegressor,
+    VDClassifier,
+    VDRegressor,
+)
 
 SMALL = dict(
     hidden_layer_sizes=(8,),
@@ -34,11 +43,49 @@ def _clf_data(n: int = 150, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
+REGRESSORS = [SVBNNRegressor, VBNNRegressor, VDRegressor, HSBNNRegressor]
+CLASSIFIERS = [SVBNNClassifier, VBNNClassifier, VDClassifier, HSBNNClassifier]
+
+
 @pytest.mark.parametrize(
-    "est", [SVBNNRegressor(**SMALL), SVBNNClassifier(**SMALL)], ids=["regressor", "classifier"]
+    "cls",
+    # Every estimator; the baselines' checks (about 2 minutes each) run with -m slow.
+    [SVBNNRegressor, SVBNNClassifier]
+    + [pytest.param(c, marks=pytest.mark.slow) for c in REGRESSORS[1:] + CLASSIFIERS[1:]],
+    ids=lambda c: c.__name__,
 )
-def test_sklearn_estimator_checks(est: object) -> None:
-    check_estimator(est)
+def test_sklearn_estimator_checks(cls: type) -> None:
+    check_estimator(cls(**SMALL))
+
+
+def test_families_share_the_common_parameters() -> None:
+    # One estimator family: the parameters every estimator has carry the same defaults
+    # everywhere, and a family's classifier is its regressor without noise_std.
+    params = {cls: cls().get_params() for cls in REGRESSORS + CLASSIFIERS}
+    common = set.intersection(*(set(p) for p in params.values()))
+    assert common >= {
+        "hidden_layer_sizes",
+        "activation",
+        "batch_size",
+        "learning_rate_init",
+        "max_iter",
+        "tol",
+        "n_iter_no_change",
+        "kl_weight",
+        "optimizer",
+        "n_mc_train",
+        "n_samples_predict",
+        "dtype",
+        "kernel_backend",
+        "random_state",
+        "device",
+        "verbose",
+    }
+    for cls, p in params.items():
+        assert {k: p[k] for k in common} == {k: params[SVBNNRegressor][k] for k in common}, cls
+    for reg, clf in zip(REGRESSORS, CLASSIFIERS, strict=True):
+        assert params[reg].pop("noise_std") == "auto"
+        assert params[reg] == params[clf], (reg, clf)
 
 
 def test_same_random_state_same_predictions_and_torch_input() -> None:

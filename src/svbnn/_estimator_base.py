@@ -1,19 +1,24 @@
 """What the scikit-learn estimators share: argument checks, the fit (a transaction), the
-stopping rule, diagnostics and warnings, prediction plumbing (:class:`_SVBNNBase`).
+stopping rule, diagnostics and warnings, prediction plumbing
+(:class:`_VariationalEstimator`), and the common parameters' descriptions.
 
-Private: the public estimators are :mod:`svbnn.estimators`.
+Private: the public estimators are in :mod:`svbnn.estimators` and :mod:`svbnn.baselines`;
+the task pieces (regression, classification) in ``_estimator_tasks``.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import math
 import warnings
 import weakref
-from collections.abc import Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -34,93 +39,149 @@ from ._estimator_checks import (
     _check_numeric,
     _check_real,
     _diverged_names,
-    _empirical_bayes_inclusion,
     _fitted_attributes,
     _hidden_sizes,
     _is_compile_error,
     _layer_pairs,
-    _no_scope,
     _reaches_output,
     _SeedSource,
     _to_numpy,
 )
 from ._kernels import AUTO_MIN_NUMEL, backend_scope
 from .convergence import ConvergenceMonitor, default_max_steps
-from .nn.base import ACTIVATIONS, Sampler, set_generator
-from .nn.spike_slab import SpikeSlabMLP
-from .priors import mlp_log_lambda_opt, resolve_log_inclusion
-from .selection import (
-    ExportReport,
-    density,
-    export_sparse,
-    feature_inclusion,
-    sparsity,
-    spike_slab_layers,
-    unresolved_fraction,
-)
+from .nn.base import ACTIVATIONS, set_generator
 from .training import History, Objective, Optimizer, elbo_objective, negative_elbo, train
 
 logger = logging.getLogger("svbnn.estimators")  # the estimators' messages, one logger
 
 _compile_failed = False  # set once the compiled kernels failed to build in this process
-# Fitted module -> its float64 copy for prediction (see _SVBNNBase._module64).
+# Fitted module -> its float64 copy for prediction (see _VariationalEstimator._module64).
 _MODULE64: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
 
 
-class _SVBNNBase(BaseEstimator):
-    """Shared fitting logic (not for direct use)."""
+_COMMON_PARAMETERS = """\
+hidden_layer_sizes : int or tuple of int, default (50,)
+    Hidden widths; an int is one hidden layer, as in scikit-learn's MLP.
+activation : {"relu", "tanh", "sigmoid", "logistic", "identity"}, default "relu"
+batch_size : int, default 128
+learning_rate_init : float, default 3e-3
+    The optimiser's learning rate.
+max_iter : "auto" or int, default "auto"
+    Upper bound on the epochs. ``"auto"``: 20,000 optimiser steps and at least 20 epochs
+    (:func:`svbnn.convergence.default_max_steps`).
+tol : float or None, default 1e-4
+    Stopping rule (:class:`svbnn.convergence.ConvergenceMonitor`): stop when the
+    per-datum loss, averaged over periods of at least 100 steps, has not improved by
+    ``tol`` for ``n_iter_no_change`` periods and (spike-and-slab networks) at most 0.1% of
+    the gates crossed 0.5 in the last period. ``None`` trains exactly ``max_iter`` epochs
+    (no warning; with an int ``max_iter``, the paper's fixed number of epochs).
+n_iter_no_change : int, default 10
+kl_weight : float, default 1.0
+    ``w`` in ``nll + w KL / n``; 1 is the exact ELBO.
+optimizer : {"adam", "rmsprop", "sgd"}, default "adam"
+n_mc_train : int, default 1
+    Monte Carlo draws ``K`` per step.
+n_samples_predict : int, default 30
+    ``H`` draws for ``predict``.
+dtype : {"float32", "float64"}, default "float32"
+    Training dtype. Predictions run in float64 on a copy of the network whatever this
+    is, so a row's prediction depends on the other rows of ``X`` and their order only
+    through rounding (about 1e-16 relative).
+kernel_backend : {"auto", "compiled", "eager"}, default "auto"
+    The spike-and-slab elementwise kernels inside ``fit`` (the process-wide setting is
+    restored after it; the baselines' networks do not use them): ``"auto"`` compiles
+    them with ``torch.compile`` for networks of at least ``AUTO_MIN_NUMEL`` parameters
+    and runs smaller ones eagerly. Where compiling fails (no C++ compiler), the fit runs
+    eagerly and one message is logged.
+random_state : int, RandomState, Generator or None
+    Source of the torch seeds for training and prediction (an int in ``[0, 2**32)``
+    seeds a RandomState, as in scikit-learn).
+device : str, default "cpu"
+verbose : bool, default False
+    Progress bar during fit."""
 
-    _likelihood_name = ""
+_COMMON_ATTRIBUTES = """\
+converged_ : bool
+    Whether the stopping rule fired before the budget ran out.
+n_iter_ : int
+    Epochs run.
+history_ : History
+    Per epoch: loss, nll, kl (per datum); spike-and-slab networks also sparsity and
+    unresolved."""
 
-    def __init__(
-        self,
-        hidden_layer_sizes: int | tuple[int, ...] = (50,),
-        activation: str = "relu",
-        prior_inclusion: str | float = "opt",
-        log_prior_inclusion: float | None = None,
-        prior_variance: float = 2.0,
-        temperature: float = 0.5,
-        sampler: str = "gumbel",
-        batch_size: int = 128,
-        learning_rate_init: float = 3e-3,
-        max_iter: int | str = "auto",
-        tol: float | None = 1e-4,
-        n_iter_no_change: int = 10,
-        kl_weight: float = 1.0,
-        optimizer: str = "adam",
-        n_mc_train: int = 1,
-        n_samples_predict: int = 30,
-        init_inclusion: float = 0.99,
-        init_mu_range: float | None = None,
-        dtype: str = "float32",
-        kernel_backend: str = "auto",
-        random_state: int | np.random.RandomState | np.random.Generator | None = None,
-        device: str = "cpu",
-        verbose: bool = False,
-    ) -> None:
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.prior_inclusion = prior_inclusion
-        self.log_prior_inclusion = log_prior_inclusion
-        self.prior_variance = prior_variance
-        self.temperature = temperature
-        self.sampler = sampler
-        self.batch_size = batch_size
-        self.learning_rate_init = learning_rate_init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.n_iter_no_change = n_iter_no_change
-        self.kl_weight = kl_weight
-        self.optimizer = optimizer
-        self.n_mc_train = n_mc_train
-        self.n_samples_predict = n_samples_predict
-        self.init_inclusion = init_inclusion
-        self.init_mu_range = init_mu_range
-        self.dtype = dtype
-        self.kernel_backend = kernel_backend
-        self.random_state = random_state
-        self.device = device
-        self.verbose = verbose
+_T = TypeVar("_T", bound=type)
+
+
+def _fill_doc(**pieces: str) -> Callable[[_T], _T]:
+    """Class decorator: replace each ``{name}`` line of the docstring by ``pieces[name]``
+    (the shared parameter and attribute descriptions, written once)."""
+
+    def fill(cls: _T) -> _T:
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        for name, text in pieces.items():
+            doc = doc.replace("{" + name + "}", text)
+        cls.__doc__ = doc
+        return cls
+
+    return fill
+
+
+@dataclass(eq=False, repr=False, kw_only=True)
+class _VariationalEstimator(BaseEstimator, ABC):
+    """What every variational estimator shares (not for direct use).
+
+    The common parameters (their descriptions: ``_COMMON_PARAMETERS``) are declared here
+    once, as dataclass fields: each public estimator is a dataclass too, so its
+    ``__init__`` has an explicit signature (what ``get_params`` reads) and only stores
+    the arguments. A task piece (regression, classification) adds the likelihood, ``fit``
+    and the predictions; a family piece adds the network (:meth:`_build_module`), its own
+    parameters and their checks, and the fitted summaries (DESIGN section 3.3).
+    """
+
+    hidden_layer_sizes: int | tuple[int, ...] = (50,)
+    activation: str = "relu"
+    batch_size: int = 128
+    learning_rate_init: float = 3e-3
+    max_iter: int | str = "auto"
+    tol: float | None = 1e-4
+    n_iter_no_change: int = 10
+    kl_weight: float = 1.0
+    optimizer: str = "adam"
+    n_mc_train: int = 1
+    n_samples_predict: int = 30
+    dtype: str = "float32"
+    kernel_backend: str = "auto"
+    random_state: int | np.random.RandomState | np.random.Generator | None = None
+    device: str = "cpu"
+    verbose: bool = False
+
+    # -- the family's part -----------------------------------------------------------------
+    @abstractmethod
+    def _check_family_params(self) -> None:
+        """Check the family's own parameters (raise; set nothing)."""
+
+    @abstractmethod
+    def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
+        """The network to fit."""
+
+    @abstractmethod
+    def _summarize(self, model: nn.Module) -> None:
+        """Set the family's fitted summaries of the posterior."""
+
+    @abstractmethod
+    def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
+        """Per layer, the weights the fitted network keeps (bool, ``(out, in)``)."""
+
+    def _prepare(self, n: int, p: int, n_out: int) -> list[Any]:
+        """Settings that depend on the data size; returns extra training callbacks.
+
+        None by default (the spike-and-slab family sets its prior inclusion here).
+        """
+        return []
+
+    def _in_user_units(self, module: nn.Module) -> nn.Module:
+        """``module`` with outputs in the units of ``y`` (a regressor rescales)."""
+        return module
 
     # -- helpers -------------------------------------------------------------------------
     def _check_params(self) -> None:
@@ -132,33 +193,16 @@ class _SVBNNBase(BaseEstimator):
         _check_int("batch_size", self.batch_size, 1)
         if not (isinstance(self.max_iter, str) and self.max_iter == "auto"):
             _check_int("max_iter", self.max_iter, 0)
-        _check_real("tol", getattr(self, "tol", None), low=0.0, low_inclusive=True, allow_none=True)
-        _check_int("n_iter_no_change", getattr(self, "n_iter_no_change", 10), 1)
-        _check_real("kl_weight", getattr(self, "kl_weight", 1.0), low=0.0)
-        _check_choice("kernel_backend", getattr(self, "kernel_backend", "eager"), _KERNEL_BACKENDS)
+        _check_real("tol", self.tol, low=0.0, low_inclusive=True, allow_none=True)
+        _check_int("n_iter_no_change", self.n_iter_no_change, 1)
+        _check_real("kl_weight", self.kl_weight, low=0.0)
+        _check_choice("kernel_backend", self.kernel_backend, _KERNEL_BACKENDS)
         _check_int("n_mc_train", self.n_mc_train, 1)
         _check_int("n_samples_predict", self.n_samples_predict, 1)
         _check_real("learning_rate_init", self.learning_rate_init, low=0.0)
         _SeedSource(self.random_state)
         _check_device(self.device)
-        self._check_model_params()
-
-    def _check_model_params(self) -> None:
-        """The prior's and the variational family's settings (the baselines override this)."""
-        _check_choice("sampler", self.sampler, [s.value for s in Sampler])
-        if isinstance(self.prior_inclusion, str):
-            if self.prior_inclusion not in ("opt", "eb"):
-                raise ValueError(
-                    "prior_inclusion must be 'opt', 'eb' or a float in (0, 1), "
-                    f"got {self.prior_inclusion!r}"
-                )
-        else:
-            _check_real("prior_inclusion", self.prior_inclusion, low=0.0, high=1.0)
-        _check_real("log_prior_inclusion", self.log_prior_inclusion, high=0.0, allow_none=True)
-        _check_real("prior_variance", self.prior_variance, low=0.0)
-        _check_real("temperature", self.temperature, low=0.0)
-        _check_real("init_inclusion", self.init_inclusion, low=0.0, high=1.0)
-        _check_real("init_mu_range", self.init_mu_range, low=0.0, allow_none=True)
+        self._check_family_params()
 
     def _tensor(self, a: NDArray[Any], name: str, *, fitted: bool = False) -> Tensor:
         """``a`` as a tensor of the parameters' dtype and device.
@@ -187,54 +231,6 @@ class _SVBNNBase(BaseEstimator):
             )
         return torch.tensor(arr, dtype=dtype, device=device)
 
-    def _resolve_log_lambda(self, n: int, p: int, n_out: int) -> float:
-        if self.log_prior_inclusion is not None:
-            return resolve_log_inclusion(log_inclusion=self.log_prior_inclusion)
-        if self.prior_inclusion == "eb":
-            return math.log(0.5)  # the starting value; fitted with the rest
-        if isinstance(self.prior_inclusion, str):
-            return mlp_log_lambda_opt(p, _hidden_sizes(self.hidden_layer_sizes), n_out, n)
-        return resolve_log_inclusion(inclusion=float(self.prior_inclusion))
-
-    def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> torch.nn.Module:
-        """The network to fit; subclasses (the baselines' estimators) override this."""
-        return SpikeSlabMLP(
-            n_features,
-            _hidden_sizes(self.hidden_layer_sizes),
-            n_out,
-            activation=self.activation,
-            prior_variance=self.prior_variance,
-            log_prior_inclusion=self.log_lambda_,
-            sampler=self.sampler,
-            temperature=self.temperature,
-            init_inclusion=self.init_inclusion,
-            init_mu_range=self.init_mu_range,
-            generator=gen,
-            device=self.device,
-            dtype=_DTYPES[self.dtype],
-        )
-
-    def _prepare(self, n: int, p: int, n_out: int) -> None:
-        """Settings that depend on the data size (SVBNN: the prior inclusion lambda)."""
-        self.log_lambda_ = self._resolve_log_lambda(n, p, n_out)
-        self.lambda_ = math.exp(self.log_lambda_)
-
-    def _summarize(self, model: torch.nn.Module) -> None:
-        """Fitted summaries of the posterior (SVBNN: inclusion probabilities, selection)."""
-        self.inclusion_probs_ = [
-            layer.inclusion_probs()["weight"].cpu().numpy() for layer in spike_slab_layers(model)
-        ]
-        self.sparsity_ = float(sparsity(model))
-        self.density_ = float(density(model))
-        self.unresolved_ = float(unresolved_fraction(model))
-        self.feature_inclusion_ = feature_inclusion(model)
-        # Selection from the same posterior the predictions use (see feature_inclusion).
-        self.selected_features_ = np.flatnonzero(self.feature_inclusion_ > 0.5)
-
-    def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
-        """Per layer, the weights the fitted network keeps (SVBNN: ``phi > 0.5``)."""
-        return [p > 0.5 for p in self.inclusion_probs_]
-
     @contextmanager
     def _fit_transaction(self) -> Iterator[None]:
         """Keep the previous fitted state, untouched, when a (re)fit fails at any point.
@@ -259,8 +255,8 @@ class _SVBNNBase(BaseEstimator):
             return default_max_steps(n, batch) // math.ceil(n / batch)
         return int(self.max_iter)
 
-    def _backend_for(self, n_params: int) -> str | None:
-        """The kernel backend of this fit (``None``: leave the process's as it is).
+    def _backend_for(self, n_params: int) -> str:
+        """The kernel backend of this fit.
 
         ``"auto"`` compiles only networks of at least ``AUTO_MIN_NUMEL`` parameters: on a
         small one the compiled whole-network step saves about 0.3 ms, while compiling it
@@ -268,9 +264,7 @@ class _SVBNNBase(BaseEstimator):
         1 thread: 4.5 minutes under load for a 16-50-1 network), which a fit of a
         few thousand steps never earns back.
         """
-        choice = getattr(self, "kernel_backend", None)
-        if choice is None:
-            return None
+        choice = self.kernel_backend
         if _compile_failed or choice == "eager":
             return "eager"
         if choice == "auto" and n_params < AUTO_MIN_NUMEL:
@@ -294,14 +288,13 @@ class _SVBNNBase(BaseEstimator):
         n, p = X.shape
         Xt = self._tensor(X, "X")
         seed = seeds.seed()
-        self._prepare(n, p, n_out)
+        extra_callbacks = self._prepare(n, p, n_out)
         batch = min(int(self.batch_size), n)
         n_batches = math.ceil(n / batch)
         epochs = self._epoch_budget(n)
-        tol = getattr(self, "tol", None)
-        eb = getattr(self, "prior_inclusion", None) == "eb" and self.log_prior_inclusion is None
+        tol = self.tol
 
-        def run(kernels: str | None) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
+        def run(kernels: str) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
             gen = torch.Generator(device=self.device)
             gen.manual_seed(seed)
             model = self._build_module(p, n_out, gen)
@@ -309,14 +302,12 @@ class _SVBNNBase(BaseEstimator):
             monitor = ConvergenceMonitor(
                 n_batches,
                 tol=0.0 if tol is None else float(tol),
-                n_iter_no_change=int(getattr(self, "n_iter_no_change", 10)),
+                n_iter_no_change=int(self.n_iter_no_change),
                 enabled=tol is not None,
             )
-            callbacks: list[Any] = [monitor]
-            if eb:
-                callbacks.insert(0, _empirical_bayes_inclusion)
+            callbacks: list[Any] = [*extra_callbacks, monitor]
             fitted: nn.Module = model
-            w = float(getattr(self, "kl_weight", 1.0))
+            w = float(self.kl_weight)
             objective: Objective = elbo_objective(lik, n, int(self.n_mc_train), w)
             if any(q.requires_grad for q in lik.parameters()):
                 # A learned noise level is one more parameter of the same optimiser.
@@ -327,8 +318,7 @@ class _SVBNNBase(BaseEstimator):
 
                 objective = learned
 
-            scope = backend_scope(kernels) if kernels is not None else _no_scope()
-            with scope, _diverged_names(self):
+            with backend_scope(kernels), _diverged_names(self):
                 history = train(
                     fitted,
                     Xt,
@@ -350,7 +340,7 @@ class _SVBNNBase(BaseEstimator):
         try:
             model, lik, history, monitor = run(kernels)
         except Exception as err:
-            if kernels in (None, "eager") or not _is_compile_error(err):
+            if kernels == "eager" or not _is_compile_error(err):
                 raise
             _compile_failed = True
             logger.warning(
@@ -371,9 +361,6 @@ class _SVBNNBase(BaseEstimator):
         )
         self.loss_curve_ = list(history.loss)
         self._predict_seed_ = seeds.seed()
-        if eb:
-            self.log_lambda_ = float(next(b for b in model.buffers()).reshape(-1)[0])
-            self.lambda_ = math.exp(self.log_lambda_)
         self._summarize(model)
         return lik
 
@@ -389,9 +376,9 @@ class _SVBNNBase(BaseEstimator):
         )
         warnings.warn(
             f"{type(self).__name__} stopped at the budget of {self.n_iter_} epochs before the "
-            f"ELBO and the gates converged (tol={self.tol!r}, n_iter_no_change="
-            f"{self.n_iter_no_change!r}){gates}. The selection (selected_features_, "
-            "export_sparse) may still change with more training: raise max_iter or "
+            f"stopping rule fired (tol={self.tol!r}, n_iter_no_change="
+            f"{self.n_iter_no_change!r}){gates}. The fit and its selection "
+            "(selected_features_) may still change with more training: raise max_iter or "
             "learning_rate_init.",
             ConvergenceWarning,
             stacklevel=3,
@@ -500,22 +487,3 @@ class _SVBNNBase(BaseEstimator):
                 "can represent"
             )
         return out
-
-    def export_sparse(self, storage: str = "sparse") -> tuple[torch.nn.Module, ExportReport]:
-        """The median model: edges with ``phi > 0.5`` and weights ``mu``, as a plain module.
-
-        It predicts like the posterior once the gates are resolved (``phi`` near 0 or 1);
-        warns (``UserWarning``) when more than 1% of them are not. A regressor's module
-        outputs in the units of ``y``.
-        """
-        check_is_fitted(self, "module_")
-        unresolved = float(unresolved_fraction(self.module_))
-        if unresolved > _UNRESOLVED_EXPORT:
-            warnings.warn(
-                f"{100 * unresolved:.1f}% of the gates are unresolved (phi in (0.1, 0.9)): "
-                "the exported median model may predict unlike the posterior. Fit longer "
-                "(see converged_ and history_.unresolved).",
-                UserWarning,
-                stacklevel=2,
-            )
-        return export_sparse(self.module_, storage=storage)

@@ -205,11 +205,6 @@ def _diverged_names(est: Any) -> Iterator[None]:
         ) from None
 
 
-@contextmanager
-def _no_scope() -> Iterator[None]:
-    yield
-
-
 def _empirical_bayes_inclusion(epoch: int, model: nn.Module, history: History) -> None:
     """Training callback: set ``lambda`` to the mean ``phi`` (its ELBO maximiser given the
     gates: ``d KL / d lambda = 0`` there), capped at 0.5 so that the prior never favours

@@ -1,9 +1,11 @@
 """scikit-learn estimators for the Bayesian baselines: VBNN, sparse VD and HS-BNN.
 
-They share the interface and the training harness of :class:`svbnn.SVBNNRegressor` /
-:class:`svbnn.SVBNNClassifier` (same loop, same per-datum negative ELBO, same Monte Carlo
-prediction ``f_H`` with ``H = n_samples_predict`` posterior draws, same seeding), and differ
-only in the network they fit:
+Each is a family piece on the task pieces and the shared variational estimator that
+:class:`svbnn.SVBNNRegressor` / :class:`svbnn.SVBNNClassifier` are built on: the same
+common parameters with the same defaults (learned noise, ``y`` standardised,
+``max_iter="auto"`` with the stopping rule, float32), the same loop, per-datum negative
+ELBO, Monte Carlo prediction ``f_H`` with ``H = n_samples_predict`` posterior draws and
+seeding. They differ only in the network they fit, its parameters and its summaries:
 
 * ``VBNN*``: Bayes by Backprop, :class:`svbnn.nn.gaussian.GaussianMLP`;
 * ``VD*``: sparse variational dropout, :class:`svbnn.nn.dropout.VariationalDropoutMLP`;
@@ -17,24 +19,40 @@ weight; ``None`` for HS-BNN, which prunes nodes, not inputs).
 The module-level helpers :func:`kept_masks`, :func:`kept_fraction` and
 :func:`kept_features` compute the same summaries for any model built from these layers,
 replicated ones included.
+
+The paper's setting of the baselines is reachable by parameters: a known ``noise_std``, a
+fixed number of epochs (``max_iter=7000, tol=None``), ``dtype="float64"``, and its
+network, ``hidden_layer_sizes=(7, 7, 7), batch_size=512, learning_rate_init=5e-3``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
+from ._estimator_base import (
+    _COMMON_ATTRIBUTES,
+    _COMMON_PARAMETERS,
+    _fill_doc,
+    _VariationalEstimator,
+)
 from ._estimator_checks import _DTYPES, _check_real, _hidden_sizes
-from .estimators import SVBNNClassifier, SVBNNRegressor
+from ._estimator_tasks import (
+    _CLASSIFICATION_ATTRIBUTES,
+    _REGRESSION_ATTRIBUTES,
+    _REGRESSION_PARAMETERS,
+    _Classification,
+    _Regression,
+)
 from .nn.base import VariationalLayer, variational_layers
 from .nn.dropout import VariationalDropoutMLP
 from .nn.gaussian import GaussianMLP
 from .nn.horseshoe import HorseshoeLinear, HorseshoeMLP
-from .selection import ExportReport
 
 __all__ = [
     "HSBNNClassifier",
@@ -121,107 +139,62 @@ def kept_features(model: nn.Module) -> NDArray[np.int64] | list[NDArray[np.int64
 
 
 # -- estimators ---------------------------------------------------------------------------
-class _BaselineMixin:
-    """Fitting logic of the baselines' estimators; sits before the SVBNN estimator in the MRO.
+@dataclass(eq=False, repr=False, kw_only=True)
+class _BaselineFamily(_VariationalEstimator):
+    """What the baselines' families share: summaries from the layers' kept masks, and the
+    checks of their own real-valued parameters (listed in ``_real_params``)."""
 
-    Training, seeding and prediction are the SVBNN estimators'; only the network
-    (``_build_module``), the prior settings (``_prepare``, none) and the fitted summaries
-    (``_summarize``: kept masks instead of inclusion probabilities) differ.
-    """
+    # (name, lower bound or None for any finite value, whether None is allowed)
+    _real_params: ClassVar[tuple[tuple[str, float | None, bool], ...]] = ()
 
-    # Declared for mypy; set by the concrete estimators' __init__.
-    hidden_layer_sizes: int | tuple[int, ...]
-    activation: str
-    batch_size: int
-    learning_rate_init: float
-    max_iter: int
-    optimizer: str
-    n_mc_train: int
-    n_samples_predict: int
-    dtype: str
-    random_state: Any
-    device: str
-    verbose: bool
-
-    # The baselines keep the paper's setting: y as given, noise_std known.
-    _scales_target = False
-
-    def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
-        raise NotImplementedError
-
-    def _prepare(self, n: int, p: int, n_out: int) -> None:
-        """The baselines have no data-dependent prior settings."""
-
-    def _check_model_params(self) -> None:
-        """Each baseline's own settings, checked before anything is fitted."""
-        # (name, lower bound or None for any finite value, whether None is allowed)
-        for name, low, none_ok in (
-            ("prior_variance", 0.0, False),
-            ("init_rho", None, False),
-            ("init_mu_range", 0.0, True),
-            ("threshold", None, False),
-            ("init_log_sigma2", None, False),
-            ("init_theta_range", 0.0, True),
-            ("local_scale", 0.0, False),
-            ("global_scale", 0.0, False),
-            ("output_scale", 0.0, False),
-        ):
-            if hasattr(self, name):
-                _check_real(name, getattr(self, name), low=low, allow_none=none_ok)
-        if hasattr(self, "prune_ratio"):
-            _check_real("prune_ratio", self.prune_ratio, low=0.0, high=1.0, low_inclusive=True)
-
-    def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
-        return list(self.kept_masks_)
+    def _check_family_params(self) -> None:
+        for name, low, none_ok in self._real_params:
+            _check_real(name, getattr(self, name), low=low, allow_none=none_ok)
 
     def _layer_common(self, gen: torch.Generator) -> dict[str, Any]:
         return {"generator": gen, "device": self.device, "dtype": _DTYPES[self.dtype]}
 
     def _summarize(self, model: nn.Module) -> None:
+        """``kept_masks_``, ``sparsity_`` (= ``density_``) and ``selected_features_``."""
         self.kept_masks_ = [w.cpu().numpy() for w, _ in kept_masks(model)]
         self.sparsity_ = float(kept_fraction(model))
         self.density_ = self.sparsity_
         self.selected_features_ = kept_features(model)
 
-    def export_sparse(self, storage: str = "sparse") -> tuple[nn.Module, ExportReport]:
-        """Not available for the baselines (their networks are not spike-and-slab)."""
-        raise NotImplementedError("export_sparse is only defined for the spike-and-slab estimators")
+    def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
+        return list(self.kept_masks_)
 
 
-class _VBNNBase(_BaselineMixin):
-    def __init__(
-        self,
-        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
-        activation: str = "relu",
-        prior_variance: float = 2.0,
-        init_rho: float = -6.0,
-        init_mu_range: float | None = None,
-        batch_size: int = 512,
-        learning_rate_init: float = 5e-3,
-        max_iter: int = 7000,
-        optimizer: str = "adam",
-        n_mc_train: int = 1,
-        n_samples_predict: int = 30,
-        dtype: str = "float64",
-        random_state: int | np.random.RandomState | np.random.Generator | None = None,
-        device: str = "cpu",
-        verbose: bool = False,
-    ) -> None:
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.prior_variance = prior_variance
-        self.init_rho = init_rho
-        self.init_mu_range = init_mu_range
-        self.batch_size = batch_size
-        self.learning_rate_init = learning_rate_init
-        self.max_iter = max_iter
-        self.optimizer = optimizer
-        self.n_mc_train = n_mc_train
-        self.n_samples_predict = n_samples_predict
-        self.dtype = dtype
-        self.random_state = random_state
-        self.device = device
-        self.verbose = verbose
+_BASELINE_ATTRIBUTES = """\
+module_ : torch.nn.Module
+    The fitted network (a regressor's on standardised ``y``).
+kept_masks_ : list of ndarray
+    Per layer, the weights kept (bool, weight-shaped).
+sparsity_, density_ : float
+    Fraction of weights and biases kept.
+selected_features_ : ndarray of int or None
+    Inputs with a kept first-layer weight (``None`` for HS-BNN)."""
+
+_BASELINE_WARNS = """\
+sklearn.exceptions.ConvergenceWarning
+    The budget ran out before the stopping rule fired.
+CollapseWarning
+    A fit that predicts a constant."""
+
+
+@dataclass(eq=False, repr=False, kw_only=True)
+class _VBNNFamily(_BaselineFamily):
+    """Bayes by Backprop: :class:`~svbnn.nn.gaussian.GaussianMLP`."""
+
+    prior_variance: float = 2.0
+    init_rho: float = -6.0
+    init_mu_range: float | None = None
+
+    _real_params = (
+        ("prior_variance", 0.0, False),
+        ("init_rho", None, False),
+        ("init_mu_range", 0.0, True),
+    )
 
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return GaussianMLP(
@@ -236,126 +209,28 @@ class _VBNNBase(_BaselineMixin):
         )
 
 
-class VBNNClassifier(_VBNNBase, SVBNNClassifier):  # type: ignore[misc]
-    """Bayes-by-Backprop classifier (VBNN; Blundell et al., 2015): mean-field Gaussian
-    posterior, ``N(0, prior_variance)`` prior on every weight and bias.
-
-    Extra parameters: ``prior_variance`` (``sigma_0^2``, default 2), ``init_rho``,
-    ``init_mu_range`` (initial ``rho`` and half-range of the initial means).
-
-    Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
-    ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
-    ``random_state``, ``device``, ``verbose``.
-
-    Attributes
-    ----------
-    module_ : nn.Module
-    kept_masks_ : list of ndarray
-        Per layer, the weights kept (bool, weight-shaped).
-    sparsity_, density_ : float
-        Fraction of weights and biases kept.
-    selected_features_ : ndarray of int or None
-    history_ : History
-    """
+_VBNN_PARAMETERS = """\
+prior_variance : float, default 2.0
+    ``sigma_0^2`` of the ``N(0, sigma_0^2)`` prior on every weight and bias.
+init_rho : float, default -6.0
+    Initial ``rho`` (posterior sd ``softplus(rho)``).
+init_mu_range : float, optional
+    Half-range of the initial means (``None``: ``1/sqrt(fan_in)``)."""
 
 
-class VBNNRegressor(_VBNNBase, SVBNNRegressor):  # type: ignore[misc]
-    """Bayes-by-Backprop regressor (VBNN), Gaussian likelihood with known ``noise_std``.
+@dataclass(eq=False, repr=False, kw_only=True)
+class _VDFamily(_BaselineFamily):
+    """Sparse variational dropout: :class:`~svbnn.nn.dropout.VariationalDropoutMLP`."""
 
-    Extra parameters: ``prior_variance``, ``init_rho``, ``init_mu_range`` as for
-    :class:`VBNNClassifier`; ``noise_std``.
+    threshold: float = 3.0
+    init_log_sigma2: float = -10.0
+    init_theta_range: float | None = None
 
-    Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
-    ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
-    ``random_state``, ``device``, ``verbose``.
-
-    Attributes
-    ----------
-    module_ : nn.Module
-    kept_masks_ : list of ndarray
-        Per layer, the weights kept (bool, weight-shaped).
-    sparsity_, density_ : float
-        Fraction of weights and biases kept.
-    selected_features_ : ndarray of int or None
-    history_ : History
-    """
-
-    def __init__(
-        self,
-        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
-        activation: str = "relu",
-        prior_variance: float = 2.0,
-        noise_std: float = 1.0,
-        init_rho: float = -6.0,
-        init_mu_range: float | None = None,
-        batch_size: int = 512,
-        learning_rate_init: float = 5e-3,
-        max_iter: int = 7000,
-        optimizer: str = "adam",
-        n_mc_train: int = 1,
-        n_samples_predict: int = 30,
-        dtype: str = "float64",
-        random_state: int | np.random.RandomState | np.random.Generator | None = None,
-        device: str = "cpu",
-        verbose: bool = False,
-    ) -> None:
-        _VBNNBase.__init__(
-            self,
-            hidden_layer_sizes=hidden_layer_sizes,
-            activation=activation,
-            prior_variance=prior_variance,
-            init_rho=init_rho,
-            init_mu_range=init_mu_range,
-            batch_size=batch_size,
-            learning_rate_init=learning_rate_init,
-            max_iter=max_iter,
-            optimizer=optimizer,
-            n_mc_train=n_mc_train,
-            n_samples_predict=n_samples_predict,
-            dtype=dtype,
-            random_state=random_state,
-            device=device,
-            verbose=verbose,
-        )
-        self.noise_std = noise_std
-
-
-class _VDBase(_BaselineMixin):
-    def __init__(
-        self,
-        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
-        activation: str = "relu",
-        threshold: float = 3.0,
-        init_log_sigma2: float = -10.0,
-        init_theta_range: float | None = None,
-        batch_size: int = 512,
-        learning_rate_init: float = 5e-3,
-        max_iter: int = 7000,
-        optimizer: str = "adam",
-        n_mc_train: int = 1,
-        n_samples_predict: int = 30,
-        dtype: str = "float64",
-        random_state: int | np.random.RandomState | np.random.Generator | None = None,
-        device: str = "cpu",
-        verbose: bool = False,
-    ) -> None:
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.threshold = threshold
-        self.init_log_sigma2 = init_log_sigma2
-        self.init_theta_range = init_theta_range
-        self.batch_size = batch_size
-        self.learning_rate_init = learning_rate_init
-        self.max_iter = max_iter
-        self.optimizer = optimizer
-        self.n_mc_train = n_mc_train
-        self.n_samples_predict = n_samples_predict
-        self.dtype = dtype
-        self.random_state = random_state
-        self.device = device
-        self.verbose = verbose
+    _real_params = (
+        ("threshold", None, False),
+        ("init_log_sigma2", None, False),
+        ("init_theta_range", 0.0, True),
+    )
 
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return VariationalDropoutMLP(
@@ -370,131 +245,38 @@ class _VDBase(_BaselineMixin):
         )
 
 
-class VDClassifier(_VDBase, SVBNNClassifier):  # type: ignore[misc]
-    """Sparse variational dropout classifier (VD; Molchanov, Ashukha & Vetrov, 2017).
-
-    Extra parameters: ``threshold`` (prune weights with ``log alpha`` above it, default 3),
-    ``init_log_sigma2`` (default -10), ``init_theta_range``. Predictions average posterior
-    draws of the pruned network (weights of ``log alpha > threshold`` set to zero).
-
-    Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
-    ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
-    ``random_state``, ``device``, ``verbose``.
-
-    Attributes
-    ----------
-    module_ : nn.Module
-    kept_masks_ : list of ndarray
-        Per layer, the weights kept (bool, weight-shaped).
-    sparsity_, density_ : float
-        Fraction of weights and biases kept.
-    selected_features_ : ndarray of int or None
-    history_ : History
-    """
+_VD_PARAMETERS = """\
+threshold : float, default 3.0
+    Prune weights with ``log alpha`` above it; predictions average posterior draws of the
+    pruned network.
+init_log_sigma2 : float, default -10.0
+    Initial ``log sigma^2`` (the authors' value).
+init_theta_range : float, optional
+    Half-range of the initial means (``None``: ``1/sqrt(fan_in)``)."""
 
 
-class VDRegressor(_VDBase, SVBNNRegressor):  # type: ignore[misc]
-    """Sparse variational dropout regressor (VD), Gaussian likelihood with known ``noise_std``.
+@dataclass(eq=False, repr=False, kw_only=True)
+class _HSBNNFamily(_BaselineFamily):
+    """Horseshoe BNN: :class:`~svbnn.nn.horseshoe.HorseshoeMLP` (node-wise shrinkage)."""
 
-    Extra parameters as :class:`VDClassifier`, plus ``noise_std``.
+    local_scale: float = 1.0
+    global_scale: float = 1.0
+    output_scale: float = 1.0
+    prune_ratio: float = 0.1
+    init_rho: float = -6.0
+    init_mu_range: float | None = None
 
-    Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
-    ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
-    ``random_state``, ``device``, ``verbose``.
+    _real_params = (
+        ("local_scale", 0.0, False),
+        ("global_scale", 0.0, False),
+        ("output_scale", 0.0, False),
+        ("init_rho", None, False),
+        ("init_mu_range", 0.0, True),
+    )
 
-    Attributes
-    ----------
-    module_ : nn.Module
-    kept_masks_ : list of ndarray
-        Per layer, the weights kept (bool, weight-shaped).
-    sparsity_, density_ : float
-        Fraction of weights and biases kept.
-    selected_features_ : ndarray of int or None
-    history_ : History
-    """
-
-    def __init__(
-        self,
-        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
-        activation: str = "relu",
-        threshold: float = 3.0,
-        noise_std: float = 1.0,
-        init_log_sigma2: float = -10.0,
-        init_theta_range: float | None = None,
-        batch_size: int = 512,
-        learning_rate_init: float = 5e-3,
-        max_iter: int = 7000,
-        optimizer: str = "adam",
-        n_mc_train: int = 1,
-        n_samples_predict: int = 30,
-        dtype: str = "float64",
-        random_state: int | np.random.RandomState | np.random.Generator | None = None,
-        device: str = "cpu",
-        verbose: bool = False,
-    ) -> None:
-        _VDBase.__init__(
-            self,
-            hidden_layer_sizes=hidden_layer_sizes,
-            activation=activation,
-            threshold=threshold,
-            init_log_sigma2=init_log_sigma2,
-            init_theta_range=init_theta_range,
-            batch_size=batch_size,
-            learning_rate_init=learning_rate_init,
-            max_iter=max_iter,
-            optimizer=optimizer,
-            n_mc_train=n_mc_train,
-            n_samples_predict=n_samples_predict,
-            dtype=dtype,
-            random_state=random_state,
-            device=device,
-            verbose=verbose,
-        )
-        self.noise_std = noise_std
-
-
-class _HSBNNBase(_BaselineMixin):
-    def __init__(
-        self,
-        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
-        activation: str = "relu",
-        local_scale: float = 1.0,
-        global_scale: float = 1.0,
-        output_scale: float = 1.0,
-        prune_ratio: float = 0.1,
-        init_rho: float = -6.0,
-        init_mu_range: float | None = None,
-        batch_size: int = 512,
-        learning_rate_init: float = 5e-3,
-        max_iter: int = 7000,
-        optimizer: str = "adam",
-        n_mc_train: int = 1,
-        n_samples_predict: int = 30,
-        dtype: str = "float64",
-        random_state: int | np.random.RandomState | np.random.Generator | None = None,
-        device: str = "cpu",
-        verbose: bool = False,
-    ) -> None:
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.local_scale = local_scale
-        self.global_scale = global_scale
-        self.output_scale = output_scale
-        self.prune_ratio = prune_ratio
-        self.init_rho = init_rho
-        self.init_mu_range = init_mu_range
-        self.batch_size = batch_size
-        self.learning_rate_init = learning_rate_init
-        self.max_iter = max_iter
-        self.optimizer = optimizer
-        self.n_mc_train = n_mc_train
-        self.n_samples_predict = n_samples_predict
-        self.dtype = dtype
-        self.random_state = random_state
-        self.device = device
-        self.verbose = verbose
+    def _check_family_params(self) -> None:
+        super()._check_family_params()
+        _check_real("prune_ratio", self.prune_ratio, low=0.0, high=1.0, low_inclusive=True)
 
     def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
         return HorseshoeMLP(
@@ -512,94 +294,153 @@ class _HSBNNBase(_BaselineMixin):
         )
 
 
-class HSBNNClassifier(_HSBNNBase, SVBNNClassifier):  # type: ignore[misc]
+_HSBNN_PARAMETERS = """\
+local_scale, global_scale, output_scale : float, default 1.0
+    ``b_0``, ``b_g`` and ``b_kappa`` of the half-Cauchy priors (1, as the authors'
+    public code).
+prune_ratio : float, default 0.1
+    Node-pruning rule (see :mod:`svbnn.nn.horseshoe`).
+init_rho : float, default -6.0
+    Initial ``rho`` of the weights' posterior sd.
+init_mu_range : float, optional
+    Half-range of the initial means (``None``: ``1/sqrt(fan_in)``)."""
+
+_REG = dict(
+    common_parameters=_COMMON_PARAMETERS,
+    task_parameters=_REGRESSION_PARAMETERS,
+    attributes=f"{_BASELINE_ATTRIBUTES}\n{_REGRESSION_ATTRIBUTES}\n{_COMMON_ATTRIBUTES}",
+    warns=_BASELINE_WARNS,
+)
+_CLF = dict(
+    common_parameters=_COMMON_PARAMETERS,
+    attributes=f"{_CLASSIFICATION_ATTRIBUTES}\n{_BASELINE_ATTRIBUTES}\n{_COMMON_ATTRIBUTES}",
+    warns=_BASELINE_WARNS,
+)
+
+
+@_fill_doc(**_CLF, family_parameters=_VBNN_PARAMETERS)
+@dataclass(eq=False, repr=False, kw_only=True)
+class VBNNClassifier(_VBNNFamily, _Classification):
+    """Bayes-by-Backprop classifier (VBNN; Blundell et al., 2015): mean-field Gaussian
+    posterior, ``N(0, prior_variance)`` prior on every weight and bias.
+
+    Parameters
+    ----------
+    {common_parameters}
+    {family_parameters}
+
+    Attributes
+    ----------
+    {attributes}
+
+    Warns
+    -----
+    {warns}
+    """
+
+
+@_fill_doc(**_REG, family_parameters=_VBNN_PARAMETERS)
+@dataclass(eq=False, repr=False, kw_only=True)
+class VBNNRegressor(_VBNNFamily, _Regression):
+    """Bayes-by-Backprop regressor (VBNN; Blundell et al., 2015), Gaussian likelihood.
+
+    Parameters
+    ----------
+    {common_parameters}
+    {task_parameters}
+    {family_parameters}
+
+    Attributes
+    ----------
+    {attributes}
+
+    Warns
+    -----
+    {warns}
+    """
+
+
+@_fill_doc(**_CLF, family_parameters=_VD_PARAMETERS)
+@dataclass(eq=False, repr=False, kw_only=True)
+class VDClassifier(_VDFamily, _Classification):
+    """Sparse variational dropout classifier (VD; Molchanov, Ashukha & Vetrov, 2017).
+
+    Parameters
+    ----------
+    {common_parameters}
+    {family_parameters}
+
+    Attributes
+    ----------
+    {attributes}
+
+    Warns
+    -----
+    {warns}
+    """
+
+
+@_fill_doc(**_REG, family_parameters=_VD_PARAMETERS)
+@dataclass(eq=False, repr=False, kw_only=True)
+class VDRegressor(_VDFamily, _Regression):
+    """Sparse variational dropout regressor (VD; Molchanov, Ashukha & Vetrov, 2017).
+
+    Parameters
+    ----------
+    {common_parameters}
+    {task_parameters}
+    {family_parameters}
+
+    Attributes
+    ----------
+    {attributes}
+
+    Warns
+    -----
+    {warns}
+    """
+
+
+@_fill_doc(**_CLF, family_parameters=_HSBNN_PARAMETERS)
+@dataclass(eq=False, repr=False, kw_only=True)
+class HSBNNClassifier(_HSBNNFamily, _Classification):
     """Horseshoe BNN classifier (HS-BNN; Ghosh, Yao & Doshi-Velez, 2018), node-wise shrinkage.
 
-    Extra parameters: ``local_scale`` (``b_0``), ``global_scale`` (``b_g``) and
-    ``output_scale`` (``b_kappa``) of the half-Cauchy priors (default 1, as the authors'
-    public code); ``prune_ratio`` (node-pruning rule, see :mod:`svbnn.nn.horseshoe`);
-    ``init_rho``, ``init_mu_range``. ``selected_features_`` is ``None``: HS-BNN prunes
-    nodes, not inputs.
+    ``selected_features_`` is ``None``: HS-BNN prunes nodes, not inputs.
 
-    Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
-    ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
-    ``random_state``, ``device``, ``verbose``.
+    Parameters
+    ----------
+    {common_parameters}
+    {family_parameters}
 
     Attributes
     ----------
-    module_ : nn.Module
-    kept_masks_ : list of ndarray
-        Per layer, the weights kept (bool, weight-shaped).
-    sparsity_, density_ : float
-        Fraction of weights and biases kept.
-    selected_features_ : ndarray of int or None
-    history_ : History
+    {attributes}
+
+    Warns
+    -----
+    {warns}
     """
 
 
-class HSBNNRegressor(_HSBNNBase, SVBNNRegressor):  # type: ignore[misc]
-    """Horseshoe BNN regressor (HS-BNN), Gaussian likelihood with known ``noise_std``.
+@_fill_doc(**_REG, family_parameters=_HSBNN_PARAMETERS)
+@dataclass(eq=False, repr=False, kw_only=True)
+class HSBNNRegressor(_HSBNNFamily, _Regression):
+    """Horseshoe BNN regressor (HS-BNN; Ghosh, Yao & Doshi-Velez, 2018), node-wise shrinkage.
 
-    Extra parameters as :class:`HSBNNClassifier`, plus ``noise_std``.
+    ``selected_features_`` is ``None``: HS-BNN prunes nodes, not inputs.
 
-    Common parameters (as :class:`svbnn.SVBNNRegressor`): ``hidden_layer_sizes``,
-    ``activation``, ``batch_size``, ``learning_rate_init``, ``max_iter`` (epochs),
-    ``optimizer``, ``n_mc_train``, ``n_samples_predict`` (``H``), ``dtype`` (default float64),
-    ``random_state``, ``device``, ``verbose``.
+    Parameters
+    ----------
+    {common_parameters}
+    {task_parameters}
+    {family_parameters}
 
     Attributes
     ----------
-    module_ : nn.Module
-    kept_masks_ : list of ndarray
-        Per layer, the weights kept (bool, weight-shaped).
-    sparsity_, density_ : float
-        Fraction of weights and biases kept.
-    selected_features_ : ndarray of int or None
-    history_ : History
-    """
+    {attributes}
 
-    def __init__(
-        self,
-        hidden_layer_sizes: int | tuple[int, ...] = (7, 7, 7),
-        activation: str = "relu",
-        local_scale: float = 1.0,
-        global_scale: float = 1.0,
-        output_scale: float = 1.0,
-        noise_std: float = 1.0,
-        prune_ratio: float = 0.1,
-        init_rho: float = -6.0,
-        init_mu_range: float | None = None,
-        batch_size: int = 512,
-        learning_rate_init: float = 5e-3,
-        max_iter: int = 7000,
-        optimizer: str = "adam",
-        n_mc_train: int = 1,
-        n_samples_predict: int = 30,
-        dtype: str = "float64",
-        random_state: int | np.random.RandomState | np.random.Generator | None = None,
-        device: str = "cpu",
-        verbose: bool = False,
-    ) -> None:
-        _HSBNNBase.__init__(
-            self,
-            hidden_layer_sizes=hidden_layer_sizes,
-            activation=activation,
-            local_scale=local_scale,
-            global_scale=global_scale,
-            output_scale=output_scale,
-            prune_ratio=prune_ratio,
-            init_rho=init_rho,
-            init_mu_range=init_mu_range,
-            batch_size=batch_size,
-            learning_rate_init=learning_rate_init,
-            max_iter=max_iter,
-            optimizer=optimizer,
-            n_mc_train=n_mc_train,
-            n_samples_predict=n_samples_predict,
-            dtype=dtype,
-            random_state=random_state,
-            device=device,
-            verbose=verbose,
-        )
-        self.noise_std = noise_std
+    Warns
+    -----
+    {warns}
+    """
