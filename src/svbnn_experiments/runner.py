@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .common import COMMON_DEFAULTS, RunConfig, execute_chunks
+from .common import COMMON_DEFAULTS, QUICK_DEFAULTS, RunConfig, active_engine, execute_chunks
 from .files import (
     atomic_write_text,
     environment_info,
@@ -56,6 +56,9 @@ def resolve_config(
 ) -> RunConfig:
     """Merge common defaults < artifact defaults < ``--quick`` < explicit overrides.
 
+    Within :func:`svbnn_experiments.common.use_engine` (``--scheduler``, ``--cluster``),
+    ``jobs`` not given explicitly is the engine's worker count.
+
     Parameters
     ----------
     artifact : Artifact
@@ -74,7 +77,10 @@ def resolve_config(
     params: dict[str, Any] = {}
     layers: list[Mapping[str, Any]] = [artifact.defaults]
     if quick:
-        layers.append(artifact.quick)
+        layers += [QUICK_DEFAULTS, artifact.quick]
+    engine = active_engine()
+    if engine is not None:
+        layers.append({"jobs": engine.workers})
     for layer in layers:
         for k, v in layer.items():
             if k in _CONFIG_KEYS:
