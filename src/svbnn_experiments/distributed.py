@@ -154,7 +154,7 @@ def dask_engine(
     cluster: str | None = None,
     *,
     jobs: int | None = None,
-    timeout: float = CONNECT_TIMEOUT_S,
+    timeout: float | None = None,
 ) -> Iterator[DaskEngine]:
     """Connect to a Dask scheduler or start a local cluster; chunks run there in the block.
 
@@ -169,8 +169,9 @@ def dask_engine(
         The ``--jobs`` given, if any: with ``scheduler``, the chunk layout's worker count
         (else the scheduler's worker threads at connection, waiting up to ``timeout`` for
         the first worker to join).
-    timeout : float
-        Seconds to wait for the scheduler (and a first worker).
+    timeout : float, optional
+        Seconds to wait for the scheduler (and a first worker); default
+        :data:`CONNECT_TIMEOUT_S`.
 
     Yields
     ------
@@ -186,6 +187,7 @@ def dask_engine(
     if (scheduler is None) == (cluster is None):
         raise ValueError("give one of --scheduler and --cluster")
     option = "--scheduler" if scheduler is not None else "--cluster"
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
     if cluster is not None:
         try:
             n = parse_cluster(cluster)
