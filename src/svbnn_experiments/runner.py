@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-from .common import COMMON_DEFAULTS, QUICK_DEFAULTS, RunConfig, active_engine, execute_chunks
+from .common import (
+    COMMON_DEFAULTS,
+    QUICK_DEFAULTS,
+    RunConfig,
+    active_engine,
+    execute_chunks,
+    usable_cpus,
+)
 from .files import (
     atomic_write_text,
     environment_info,
@@ -443,8 +450,9 @@ def list_text() -> str:
         "quick: measured wall time of `svbnn reproduce NAME --quick` (about 3 s of it is "
         "start-up) on a 2-core AMD EPYC with 1 torch thread. full: the paper's settings, "
         "estimated from per-step times measured with --estimate-epochs 200 (`measured` where "
-        "the full run was timed), with the default eager kernels. --jobs N divides the "
-        "training time by up to N on free cores; --kernels auto makes an MNIST training step "
-        "about 2x faster."
+        "the full run was timed), with the default eager kernels. --jobs N (default: the "
+        f"usable CPUs, here {usable_cpus()}; --quick: 1) divides a simulation's training "
+        "time by up to N on free cores; --kernels auto makes an MNIST training step about "
+        "2x faster."
     )
     return "\n".join(lines)
