@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -54,6 +55,7 @@ __all__ = [
     "run_chunk",
     "usable_cpus",
     "use_engine",
+    "worker_setup",
 ]
 
 # Purposes of derived seeds: one stream per purpose, so that changing, e.g., the number of
@@ -607,6 +609,21 @@ def execute_chunks(
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_setup()
+
+
+def worker_setup() -> None:
+    """Prepare a worker process (``--jobs``, a Dask worker) to run chunks.
+
+    tqdm's default lock holds a multiprocessing semaphore that only a normal exit releases:
+    a worker stopped mid-chunk (Ctrl-C, a killed worker) leaves it to the resource tracker,
+    which then warns on the user's terminal. A worker's progress bars need no lock across
+    processes, so it gets a thread lock (unless it already has a lock).
+    """
+    from tqdm.std import tqdm as std_tqdm
+
+    if "_lock" not in vars(std_tqdm):
+        std_tqdm.set_lock(threading.RLock())
 
 
 def lambda_opt_for(problem: Problem, hidden: Sequence[int], n_train: int) -> float:

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from svbnn import get_kernel_backend, kernel_backend
 
-from .common import Chunk, ChunkResult, run_chunk, use_engine
+from .common import Chunk, ChunkResult, run_chunk, use_engine, worker_setup
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -67,6 +67,7 @@ def parse_cluster(text: str) -> int:
 def _chunk_task(chunk: Chunk, kernels: str) -> ChunkResult:
     """One chunk on a Dask worker, with the client's kernel backend (a seed reproduces a
     run within one backend, and a worker's own ``SVBNN_KERNELS`` may differ)."""
+    worker_setup()
     with kernel_backend(kernels):
         return run_chunk(chunk)
 
@@ -209,7 +210,11 @@ def dask_engine(
                 dashboard_address=None,
                 silence_logs=logging.ERROR,
             )
-            client = distributed.Client(local, set_as_default=False)
+            try:
+                client = distributed.Client(local, set_as_default=False)
+            except BaseException:
+                local.close()
+                raise
             workers = n
         else:
             try:
