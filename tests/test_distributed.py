@@ -161,6 +161,7 @@ def _n_tasks(dask_scheduler: Any) -> int:
         (["--cluster", "local:2", "--jobs", "3"], ["--jobs 3", "--cluster local:2"]),
         (["--cluster", "local:2", "--estimate-epochs", "2"], ["--cluster", "--estimate-epochs"]),
         (["--scheduler", "tcp://h:1", "--report-only"], ["--scheduler", "--report-only"]),
+        (["--cluster", "local:1", "--list"], ["--cluster", "--list"]),
     ],
 )
 def test_engine_options_fail_in_one_line(

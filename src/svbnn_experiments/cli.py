@@ -191,6 +191,18 @@ def _reproduce(args: argparse.Namespace) -> int:
     from svbnn_experiments import artifact_names, estimate, get_artifact, list_text
     from svbnn_experiments.runner import format_duration, merge_runs
 
+    engine_option = (
+        "--scheduler" if args.scheduler is not None else "--cluster" if args.cluster else None
+    )
+    if engine_option is not None:
+        for given, name in [
+            (args.list, "--list"),
+            (args.estimate_epochs is not None, "--estimate-epochs"),
+            (args.merge, "--merge"),
+            (args.report_only, "--report-only"),
+        ]:
+            if given:
+                raise ValueError(f"{engine_option} runs an artifact's chunks; not with {name}")
     if args.list:
         print(list_text())
         return 0
@@ -214,16 +226,6 @@ def _reproduce(args: argparse.Namespace) -> int:
     params = _parse_set(args.set)
     if params:
         overrides["params"] = params
-    engine_option = "--scheduler" if args.scheduler else "--cluster" if args.cluster else None
-    if engine_option is not None:
-        for given, name in [
-            (args.list, "--list"),
-            (args.estimate_epochs is not None, "--estimate-epochs"),
-            (args.merge, "--merge"),
-            (args.report_only, "--report-only"),
-        ]:
-            if given:
-                raise ValueError(f"{engine_option} runs an artifact's chunks; not with {name}")
     if args.estimate_epochs is not None:
         if args.artifact == "all":
             raise ValueError("--estimate-epochs needs one artifact")
