@@ -15,6 +15,8 @@ only when an engine is started.
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -137,6 +139,21 @@ def _import_distributed(option: str) -> Any:
 
 
 @contextmanager
+def _workers_ignore_sigint() -> Iterator[None]:
+    # Worker processes started in the block ignore SIGINT (a disposition they inherit):
+    # Ctrl-C reaches the terminal's whole process group, and only this process reports it
+    # (then closes the cluster), as the --jobs workers do. Main thread only.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
 def _quiet(logger: str = "distributed") -> Iterator[None]:
     # Dask logs a failed connection or a closing cluster's stray warnings on stderr; the
     # command reports its own one-line errors instead.
@@ -203,13 +220,14 @@ def dask_engine(
     local = None
     with _quiet():
         if cluster is not None:
-            local = distributed.LocalCluster(
-                n_workers=n,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                silence_logs=logging.ERROR,
-            )
+            with _workers_ignore_sigint():
+                local = distributed.LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                )
             try:
                 client = distributed.Client(local, set_as_default=False)
             except BaseException:
