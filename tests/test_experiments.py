@@ -27,6 +27,7 @@ from svbnn_experiments.common import (
     derive_seed,
     layout_chunks,
     run_chunk,
+    usable_cpus,
 )
 from svbnn_experiments.methods import FitSpec, FittedReplicates, Method
 from svbnn_experiments.paper_values import COVERAGE, TABLE1, TABLE2, paper_value
@@ -242,7 +243,10 @@ def test_demo_runs_and_prints_paper_values(capsys: pytest.CaptureFixture[str]) -
 
 def test_estimate_extrapolates(tmp_path: Path) -> None:
     res = estimate(
-        "table2", {"reps": 2, "progress": False, "params": {"n_test": 100}}, epochs=2, out=tmp_path
+        "table2",
+        {"reps": 2, "jobs": 1, "progress": False, "params": {"n_test": 100}},
+        epochs=2,
+        out=tmp_path,
     )
     (shape,) = res["shapes"]
     assert shape["replicates_per_network"] == 2 and shape["steps_per_epoch"] == 6
@@ -262,6 +266,18 @@ def test_layout_chunks_covers_everything_once() -> None:
         assert max(len(c) for c in chunks) - min(len(c) for c in chunks) <= 1
     with pytest.raises(ValueError):
         layout_chunks(0, 1, 1)
+
+
+def test_default_jobs_are_the_usable_cpus() -> None:
+    # One worker process per usable CPU (one torch thread each); --quick smoke runs and
+    # explicit --jobs as given. The layout follows jobs, so it is recorded in the config.
+    cpus = usable_cpus()
+    assert 1 <= cpus <= (os.cpu_count() or 1)
+    table2 = get_artifact("table2")
+    cfg = resolve_config(table2)
+    assert (cfg.jobs, cfg.threads) == (cpus, 1) and cfg.as_dict()["jobs"] == cpus
+    assert resolve_config(table2, quick=True).jobs == 1
+    assert resolve_config(table2, {"jobs": 3}, quick=True).jobs == 3
 
 
 def test_derive_seed_is_deterministic_and_distinct() -> None:

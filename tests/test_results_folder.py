@@ -185,17 +185,34 @@ def _default_sigint() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 
 
-def test_sigint_marks_the_run_interrupted(tmp_path: Path) -> None:
+def _terminal_sigint() -> None:
+    # A process group of its own, to send Ctrl-C to the whole group as a terminal does.
+    _default_sigint()
+    os.setsid()
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        (),
+        # Workers too: Ctrl-C reaches the whole process group, while they train; stopping
+        # them must not leave the resource tracker a semaphore to warn about.
+        ("--reps", "2", "--jobs", "2"),
+        ("--reps", "2", "--cluster", "local:2"),
+    ],
+    ids=["local", "processes", "dask"],
+)
+def test_sigint_marks_the_run_interrupted(tmp_path: Path, engine: tuple[str, ...]) -> None:
     out = tmp_path / "run"
     # Far more epochs than the test waits for: the run is training when SIGINT arrives.
-    args = ("reproduce", "table2", "--quick", "--reps", "1", "--epochs", "100000")
+    args = ("reproduce", "table2", "--quick", "--reps", "1", "--epochs", "100000", *engine)
     proc = subprocess.Popen(
         _cli(*args, "--no-progress", "--out", str(out)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
-        preexec_fn=_default_sigint,
+        preexec_fn=_terminal_sigint if engine else _default_sigint,
     )
     try:
         deadline = time.monotonic() + 90
@@ -207,8 +224,12 @@ def test_sigint_marks_the_run_interrupted(tmp_path: Path) -> None:
             time.sleep(0.1)
         else:
             pytest.fail("the run never started")
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
+        if engine:
+            time.sleep(10)  # the workers have started their chunks (they import torch)
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -56,6 +56,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _cluster(text: str) -> str:
+    from svbnn_experiments.distributed import parse_cluster  # light: Dask is imported later
+
+    try:
+        parse_cluster(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``svbnn`` command."""
     from svbnn import __version__
@@ -87,7 +97,24 @@ def build_parser() -> argparse.ArgumentParser:
         "table2 and coverage; svbnn,vbnn,vd,agp for mnist; svbnn,vbnn,vd for fmnist-cnn",
     )
     rep.add_argument(
-        "--jobs", type=_positive_int, help="worker processes for chunks of replications"
+        "--jobs",
+        type=_positive_int,
+        help="worker processes for chunks of replications (default: the usable CPUs; "
+        "--quick: 1); the chunk layout, hence the numbers, follow it",
+    )
+    where = rep.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scheduler",
+        metavar="tcp://HOST:PORT",
+        help="run the chunks on this Dask scheduler's workers (pip install "
+        "'svbnn[distributed]'); --jobs defaults to its worker threads",
+    )
+    where.add_argument(
+        "--cluster",
+        type=_cluster,
+        metavar="local:N",
+        help="run the chunks on a Dask LocalCluster of N worker processes (1 thread each) "
+        "started for the run; the same chunks and numbers as --jobs N",
     )
     rep.add_argument("--threads", type=_positive_int, help="torch threads per process (default 1)")
     rep.add_argument("--batch", type=_positive_int, help="most replications trained as one network")
@@ -167,9 +194,21 @@ def _kernels_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from svbnn_experiments import artifact_names, estimate, get_artifact, list_text, reproduce
+    from svbnn_experiments import artifact_names, estimate, get_artifact, list_text
     from svbnn_experiments.runner import format_duration, merge_runs
 
+    engine_option = (
+        "--scheduler" if args.scheduler is not None else "--cluster" if args.cluster else None
+    )
+    if engine_option is not None:
+        for given, name in [
+            (args.list, "--list"),
+            (args.estimate_epochs is not None, "--estimate-epochs"),
+            (args.merge, "--merge"),
+            (args.report_only, "--report-only"),
+        ]:
+            if given:
+                raise ValueError(f"{engine_option} runs an artifact's chunks; not with {name}")
     if args.list:
         print(list_text())
         return 0
@@ -229,23 +268,9 @@ def _reproduce(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         names = [n for n in names if n not in skipped]
-    for name in names:
-        out = None
-        if args.out is not None:
-            out = args.out / name if args.artifact == "all" else args.out
-        t0 = time.perf_counter()
-        folder = reproduce(
-            name,
-            overrides,
-            quick=args.quick,
-            report_only=args.report_only,
-            out=out,
-            strict=args.artifact != "all",
-        )
-        wall = time.perf_counter() - t0
-        if args.artifact != "all":
-            print((folder / "report.md").read_text())
-        print(f"{name}: wrote {folder}/ in {wall:.1f} s", file=sys.stderr)
+    with _engine(args):
+        for name in names:
+            _reproduce_one(args, name, overrides)
     return 0
 
 
@@ -255,6 +280,39 @@ def _check_device_option(text: str) -> None:
 
     if check_device(text, "--device").type not in ("cpu", "cuda"):
         raise ValueError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
+
+
+@contextlib.contextmanager
+def _engine(args: argparse.Namespace) -> Iterator[None]:
+    """The Dask engine of ``--scheduler`` / ``--cluster`` for the block, if one is given."""
+    if args.scheduler is None and args.cluster is None:
+        yield
+        return
+    from svbnn_experiments.distributed import dask_engine
+
+    with dask_engine(args.scheduler, args.cluster, jobs=args.jobs):
+        yield
+
+
+def _reproduce_one(args: argparse.Namespace, name: str, overrides: dict[str, Any]) -> None:
+    from svbnn_experiments import reproduce
+
+    out = None
+    if args.out is not None:
+        out = args.out / name if args.artifact == "all" else args.out
+    t0 = time.perf_counter()
+    folder = reproduce(
+        name,
+        overrides,
+        quick=args.quick,
+        report_only=args.report_only,
+        out=out,
+        strict=args.artifact != "all",
+    )
+    wall = time.perf_counter() - t0
+    if args.artifact != "all":
+        print((folder / "report.md").read_text())
+    print(f"{name}: wrote {folder}/ in {wall:.1f} s", file=sys.stderr)
 
 
 def _real_data_available() -> bool:
@@ -284,6 +342,7 @@ def _demo(args: argparse.Namespace) -> int:
             "reps": args.reps,
             "epochs": args.epochs,
             "seed": args.seed,
+            "jobs": 1,  # the replications as one network, in this process
             "threads": args.threads,
             "covariates": args.covariates,
             "init": args.init,

@@ -4,21 +4,28 @@ Replications are batched: a *chunk* is a set of replications (each with its own 
 data, drawn from its own seed) that one method fits as a single replicated network. The
 chunk layout depends only on the number of replications, ``--batch`` (the most replicates
 per network) and ``--jobs`` (at least one chunk per worker), and is recorded in
-``settings.json``; for a given layout and ``--seed`` a run is reproducible bit for bit.
+``settings.json``; for a given layout and ``--seed`` a run is reproducible bit for bit,
+whichever engine runs the chunks: this process, ``--jobs N`` worker processes or a Dask
+cluster (:mod:`svbnn_experiments.distributed`, where ``--jobs`` is the cluster's worker
+count unless given).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -33,27 +40,43 @@ from .methods import FitSpec, get_method
 
 __all__ = [
     "COMMON_DEFAULTS",
+    "QUICK_DEFAULTS",
     "Chunk",
+    "ChunkEngine",
     "ChunkResult",
     "CoverageSpec",
     "Problem",
     "RunConfig",
+    "active_engine",
     "derive_seed",
+    "engine_name",
     "execute_chunks",
     "layout_chunks",
     "run_chunk",
+    "usable_cpus",
+    "use_engine",
+    "worker_setup",
 ]
 
 # Purposes of derived seeds: one stream per purpose, so that changing, e.g., the number of
 # test points never changes the training data.
 SEED_DATA, SEED_TRAIN, SEED_TEST = 1, 2, 3
 
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; else ``os.cpu_count()``; at least 1)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
 COMMON_DEFAULTS: dict[str, Any] = {
     "reps": 30,
     "epochs": 1,
     "seed": 0,
     "methods": ("svbnn",),
-    "jobs": 1,
+    "jobs": usable_cpus(),
     "threads": 1,
     "batch": 60,
     "covariates": "uniform",
@@ -62,7 +85,14 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "progress": True,
     "device": "cpu",
 }
-"""Settings every artifact has; artifacts override them in their ``defaults``."""
+"""Settings every artifact has; artifacts override them in their ``defaults``.
+
+``jobs`` is the number of usable CPUs (one worker process per CPU, one torch thread each);
+``--quick`` runs use one (see :data:`QUICK_DEFAULTS`)."""
+
+QUICK_DEFAULTS: dict[str, Any] = {"jobs": 1}
+"""What ``--quick`` changes for every artifact (before the artifact's own ``quick``): one
+job, since starting worker processes takes longer than a smoke run's training."""
 
 
 @dataclass
@@ -361,6 +391,13 @@ def layout_chunks(n_items: int, batch: int, jobs: int) -> list[range]:
 
     At most ``batch`` per chunk and at least ``min(jobs, n_items)`` chunks, so that
     ``jobs`` workers all have work.
+
+    The layout decides the numbers (each chunk is one network with its own seed), so it
+    depends on the number of workers ``jobs`` only, never on the engine that runs the
+    chunks: ``--jobs N``, ``--cluster local:N`` and a Dask scheduler with N worker threads
+    (or ``--scheduler ADDRESS --jobs N`` whatever its size) give the same chunks and the
+    same results. The layout is recorded in ``settings.json`` (``config.jobs``,
+    ``chunks``); rerun with that ``--jobs`` to repeat a run elsewhere.
     """
     if n_items < 1:
         raise ValueError("nothing to run")
@@ -477,15 +514,72 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
     return ChunkResult(chunk.index, rows, networks, train_s, eval_s, points or None)
 
 
+class ChunkEngine(Protocol):
+    """Something other than this machine's processes that runs chunks (a Dask cluster).
+
+    Attributes
+    ----------
+    name : str
+        As recorded in ``settings.json`` (``"dask:tcp://host:8786"``).
+    workers : int
+        Chunks it runs at once: the default ``--jobs`` (chunk layout) of runs it serves.
+    """
+
+    workers: int
+
+    @property
+    def name(self) -> str:
+        """As recorded in ``settings.json``."""
+        ...
+
+    def run(self, chunks: Sequence[Chunk], progress: bool, desc: str) -> list[ChunkResult]:
+        """Run the chunks; results in chunk order."""
+        ...
+
+
+_ENGINE: ContextVar[ChunkEngine | None] = ContextVar("svbnn_chunk_engine", default=None)
+
+
+@contextmanager
+def use_engine(engine: ChunkEngine) -> Iterator[ChunkEngine]:
+    """Within the block, :func:`execute_chunks` runs every chunk on ``engine``."""
+    token = _ENGINE.set(engine)
+    try:
+        yield engine
+    finally:
+        _ENGINE.reset(token)
+
+
+def active_engine() -> ChunkEngine | None:
+    """The engine of the enclosing :func:`use_engine` block, if any."""
+    return _ENGINE.get()
+
+
+def engine_name(jobs: int, n_chunks: int) -> str:
+    """What :func:`execute_chunks` runs ``n_chunks`` chunks on: ``"local"`` (this process),
+    ``"processes:N"`` (N spawned worker processes) or the active engine's name."""
+    engine = active_engine()
+    if engine is not None:
+        return engine.name
+    if jobs == 1 or n_chunks == 1:
+        return "local"
+    return f"processes:{jobs}"
+
+
 def execute_chunks(
     chunks: Sequence[Chunk], jobs: int = 1, progress: bool = True, desc: str = "chunks"
 ) -> list[ChunkResult]:
-    """Run chunks in this process (``jobs == 1``) or in ``jobs`` spawned worker processes.
+    """Run chunks in this process (``jobs == 1``), in ``jobs`` spawned worker processes,
+    or on the engine of an enclosing :func:`use_engine` block (a Dask cluster).
 
-    Results come back in chunk order whatever the completion order.
+    Results come back in chunk order whatever the completion order. The chunks, hence the
+    results, are the same whichever runs them (see :func:`layout_chunks`).
     """
     if jobs < 1:
         raise ValueError(f"jobs must be positive, got {jobs}")
+    engine = active_engine()
+    if engine is not None:
+        return engine.run(chunks, progress, desc)
     results: list[ChunkResult] = []
     if jobs == 1 or len(chunks) == 1:
         for ch in tqdm(chunks, desc=desc, disable=not progress or len(chunks) == 1):
@@ -519,6 +613,21 @@ def execute_chunks(
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_setup()
+
+
+def worker_setup() -> None:
+    """Prepare a worker process (``--jobs``, a Dask worker) to run chunks.
+
+    tqdm's default lock holds a multiprocessing semaphore that only a normal exit releases:
+    a worker stopped mid-chunk (Ctrl-C, a killed worker) leaves it to the resource tracker,
+    which then warns on the user's terminal. A worker's progress bars need no lock across
+    processes, so it gets a thread lock (unless it already has a lock).
+    """
+    from tqdm.std import tqdm as std_tqdm
+
+    if "_lock" not in vars(std_tqdm):
+        std_tqdm.set_lock(threading.RLock())
 
 
 def lambda_opt_for(problem: Problem, hidden: Sequence[int], n_train: int) -> float:

@@ -16,7 +16,14 @@ import torch
 
 from svbnn._device import check_device
 
-from .common import COMMON_DEFAULTS, RunConfig, execute_chunks
+from .common import (
+    COMMON_DEFAULTS,
+    QUICK_DEFAULTS,
+    RunConfig,
+    active_engine,
+    execute_chunks,
+    usable_cpus,
+)
 from .files import (
     atomic_write_text,
     environment_info,
@@ -58,6 +65,9 @@ def resolve_config(
 ) -> RunConfig:
     """Merge common defaults < artifact defaults < ``--quick`` < explicit overrides.
 
+    Within :func:`svbnn_experiments.common.use_engine` (``--scheduler``, ``--cluster``),
+    ``jobs`` not given explicitly is the engine's worker count.
+
     Parameters
     ----------
     artifact : Artifact
@@ -76,7 +86,10 @@ def resolve_config(
     params: dict[str, Any] = {}
     layers: list[Mapping[str, Any]] = [artifact.defaults]
     if quick:
-        layers.append(artifact.quick)
+        layers += [QUICK_DEFAULTS, artifact.quick]
+    engine = active_engine()
+    if engine is not None:
+        layers.append({"jobs": engine.workers})
     for layer in layers:
         for k, v in layer.items():
             if k in _CONFIG_KEYS:
@@ -441,8 +454,9 @@ def list_text() -> str:
         "quick: measured wall time of `svbnn reproduce NAME --quick` (about 3 s of it is "
         "start-up) on a 2-core AMD EPYC with 1 torch thread. full: the paper's settings, "
         "estimated from per-step times measured with --estimate-epochs 200 (`measured` where "
-        "the full run was timed), with the default eager kernels. --jobs N divides the "
-        "training time by up to N on free cores; --kernels auto makes an MNIST training step "
-        "about 2x faster."
+        "the full run was timed), with the default eager kernels. --jobs N (default: the "
+        f"usable CPUs, here {usable_cpus()}; --quick: 1) divides a simulation's training "
+        "time by up to N on free cores; --kernels auto makes an MNIST training step about "
+        "2x faster."
     )
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from .common import (
     Problem,
     RunConfig,
     derive_seed,
+    engine_name,
     execute_chunks,
     lambda_opt_for,
     layout_chunks,
@@ -248,7 +249,7 @@ def plan_replications(
 
 
 def run_plan(cfg: RunConfig, chunks: list[Chunk]) -> tuple[list[ChunkResult], dict[str, Any]]:
-    """Execute chunks; return results and the seeds/layout to record in settings.json."""
+    """Execute chunks; return results and the seeds/layout and engine for settings.json."""
     results = execute_chunks(chunks, cfg.jobs, cfg.progress, desc=cfg.artifact)
     layout = [
         {
@@ -264,7 +265,7 @@ def run_plan(cfg: RunConfig, chunks: list[Chunk]) -> tuple[list[ChunkResult], di
         }
         for ch, res in zip(chunks, results, strict=True)
     ]
-    return results, {"chunks": layout}
+    return results, {"engine": engine_name(cfg.jobs, len(chunks)), "chunks": layout}
 
 
 def _problem_record(cfg: RunConfig, problem: Problem) -> dict[str, Any]:

@@ -1,0 +1,270 @@
+"""Dask as the engine of a run's chunks: ``svbnn reproduce --scheduler/--cluster``.
+
+The chunks of a simulation artifact (:class:`svbnn_experiments.common.Chunk`, picklable)
+run as Dask tasks, one per chunk, on an existing scheduler (``--scheduler tcp://HOST:PORT``)
+or on a :class:`distributed.LocalCluster` started for the run (``--cluster local:N``: N
+worker processes, one thread each). The chunk layout, hence every number of the run,
+follows the worker count only (:func:`svbnn_experiments.common.layout_chunks`): the same
+as ``--jobs N``. Tasks of a worker that dies are rescheduled by Dask; a chunk that raises
+is retried :data:`RETRIES` times.
+
+Dask is an optional dependency (``pip install 'svbnn[distributed]'``), imported only here,
+only when an engine is started.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from svbnn import get_kernel_backend, kernel_backend
+
+from .common import Chunk, ChunkResult, run_chunk, use_engine, worker_setup
+
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "INSTALL_HINT",
+    "RETRIES",
+    "DaskEngine",
+    "dask_engine",
+    "parse_cluster",
+]
+
+CONNECT_TIMEOUT_S = 5.0
+"""Seconds to wait for a scheduler to answer (and, without ``--jobs``, for a worker)."""
+
+RETRIES = 2
+"""Retries of a chunk whose task raised (e.g. a worker killed while running it)."""
+
+INSTALL_HINT = "pip install 'svbnn[distributed]'"
+
+
+def parse_cluster(text: str) -> int:
+    """The N of ``--cluster local:N`` (N >= 1 worker processes).
+
+    Raises
+    ------
+    ValueError
+        For anything else.
+    """
+    kind, sep, count = text.partition(":")
+    if kind != "local" or not sep:
+        raise ValueError(f"expects local:N (N worker processes), got {text!r}")
+    try:
+        n = int(count)
+    except ValueError:
+        raise ValueError(f"expects local:N with N a positive integer, got {text!r}") from None
+    if n < 1:
+        raise ValueError(f"expects local:N with N >= 1, got {text!r}")
+    return n
+
+
+def _chunk_task(chunk: Chunk, kernels: str) -> ChunkResult:
+    """One chunk on a Dask worker, with the client's kernel backend (a seed reproduces a
+    run within one backend, and a worker's own ``SVBNN_KERNELS`` may differ)."""
+    worker_setup()
+    with kernel_backend(kernels):
+        return run_chunk(chunk)
+
+
+@dataclass
+class DaskEngine:
+    """A Dask client (and the local cluster it owns, if any) running chunks.
+
+    Attributes
+    ----------
+    client : distributed.Client
+    address : str
+        The scheduler's address.
+    workers : int
+        Chunks run at once (worker threads): the runs' default ``--jobs``.
+    cluster : distributed.LocalCluster, optional
+        Started for the run (``--cluster``), closed with the engine.
+    retries : int
+        Retries of a chunk whose task raised.
+    """
+
+    client: Any
+    address: str
+    workers: int
+    cluster: Any = None
+    retries: int = RETRIES
+
+    @property
+    def name(self) -> str:
+        """``"dask:ADDRESS"``, as recorded in ``settings.json``."""
+        return f"dask:{self.address}"
+
+    def run(self, chunks: Sequence[Chunk], progress: bool, desc: str) -> list[ChunkResult]:
+        """Submit one task per chunk; results in chunk order.
+
+        The progress bar counts completed chunks. On any error or Ctrl-C the chunks not yet
+        done are cancelled (a task already running on an external worker finishes there;
+        the workers of a local cluster are stopped when the engine closes).
+        """
+        from distributed import as_completed
+
+        kernels = get_kernel_backend().value
+        futures = [
+            self.client.submit(_chunk_task, ch, kernels, pure=False, retries=self.retries)
+            for ch in chunks
+        ]
+        try:
+            with (
+                self.client.as_current(),
+                tqdm(total=len(futures), desc=desc, disable=not progress) as bar,
+            ):
+                for _ in as_completed(futures):
+                    bar.update()
+            results: list[ChunkResult] = [f.result() for f in futures]
+        except BaseException:
+            self.client.cancel(futures)
+            raise
+        return results
+
+
+def _import_distributed(option: str) -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise ValueError(f"{option} needs Dask: {INSTALL_HINT}") from None
+    return distributed
+
+
+@contextmanager
+def _workers_ignore_sigint() -> Iterator[None]:
+    # Worker processes started in the block ignore SIGINT (a disposition they inherit):
+    # Ctrl-C reaches the terminal's whole process group, and only this process reports it
+    # (then closes the cluster), as the --jobs workers do. Main thread only.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _quiet(logger: str = "distributed") -> Iterator[None]:
+    # Dask logs a failed connection or a closing cluster's stray warnings on stderr; the
+    # command reports its own one-line errors instead.
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@contextmanager
+def dask_engine(
+    scheduler: str | None = None,
+    cluster: str | None = None,
+    *,
+    jobs: int | None = None,
+    timeout: float | None = None,
+) -> Iterator[DaskEngine]:
+    """Connect to a Dask scheduler or start a local cluster; chunks run there in the block.
+
+    Parameters
+    ----------
+    scheduler : str, optional
+        Address of a running scheduler (``tcp://HOST:PORT``), as ``--scheduler``.
+    cluster : str, optional
+        ``"local:N"``: start a ``LocalCluster`` of N worker processes with one thread each,
+        closed at the end of the block, as ``--cluster``.
+    jobs : int, optional
+        The ``--jobs`` given, if any: with ``scheduler``, the chunk layout's worker count
+        (else the scheduler's worker threads at connection, waiting up to ``timeout`` for
+        the first worker to join).
+    timeout : float, optional
+        Seconds to wait for the scheduler (and a first worker); default
+        :data:`CONNECT_TIMEOUT_S`.
+
+    Yields
+    ------
+    DaskEngine
+        Active (:func:`svbnn_experiments.common.use_engine`) within the block.
+
+    Raises
+    ------
+    ValueError
+        One line naming the option: both or neither given, a bad ``cluster``, Dask not
+        installed, an unreachable scheduler, no worker.
+    """
+    if (scheduler is None) == (cluster is None):
+        raise ValueError("give one of --scheduler and --cluster")
+    option = "--scheduler" if scheduler is not None else "--cluster"
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+    if cluster is not None:
+        try:
+            n = parse_cluster(cluster)
+        except ValueError as exc:
+            raise ValueError(f"--cluster: {exc}") from None
+        if jobs is not None and jobs != n:
+            raise ValueError(
+                f"--jobs {jobs} disagrees with --cluster {cluster}: the chunk layout follows "
+                f"the {n} worker(s); leave out --jobs"
+            )
+    distributed = _import_distributed(option)
+    local = None
+    with _quiet():
+        if cluster is not None:
+            with _workers_ignore_sigint():
+                local = distributed.LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                )
+            try:
+                client = distributed.Client(local, set_as_default=False)
+            except BaseException:
+                local.close()
+                raise
+            workers = n
+        else:
+            try:
+                # Checked first: a Client given a malformed address is left half-started.
+                host, _ = distributed.comm.get_address_host_port(scheduler)
+                if not host:
+                    raise ValueError("no host")
+            except ValueError as exc:
+                raise ValueError(
+                    f"--scheduler {scheduler!r}: expects tcp://HOST:PORT ({exc})"
+                ) from None
+            try:
+                client = distributed.Client(scheduler, timeout=timeout, set_as_default=False)
+            except (OSError, ValueError, TypeError) as exc:
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise ValueError(f"--scheduler {scheduler}: cannot connect ({reason})") from None
+            workers = jobs or 0
+    try:
+        if jobs is None and cluster is None:
+            try:
+                client.wait_for_workers(1, timeout=timeout)
+            except TimeoutError:
+                raise ValueError(
+                    f"--scheduler {scheduler}: no worker joined within {timeout:g} s "
+                    f"(start one: dask worker {scheduler}), or give --jobs N"
+                ) from None
+            workers = sum(client.nthreads().values())
+        engine = DaskEngine(client, str(client.scheduler.address), workers, local)
+        with use_engine(engine):
+            yield engine
+    finally:
+        with _quiet():
+            client.close()
+            if local is not None:
+                local.close()
