@@ -188,13 +188,50 @@ def load_problem(
     full, _ = _stack(parts, name, splits)
     if val_fraction is None:
         return full, None
-    code = UCI_DATASETS.index(name) if name in UCI_DATASETS else 99
+    code = _dataset_code(name)
     vparts = [
         validation_split(s, val_fraction, random_state=derive_seed(seed, SEED_UCI_VAL, code, i))
         for i, s in zip(splits, parts, strict=True)
     ]
     val, _ = _stack(vparts, name, splits)
     return full, val
+
+
+def _replicated_regressor(
+    R: int,
+    n: int,
+    p: int,
+    hidden: tuple[int, ...],
+    prior_variance: float,
+    generator: torch.Generator,
+) -> SpikeSlabMLP:
+    """``R`` replicated ``p -> hidden -> 1`` SVBNN regressors at ``lambda_opt`` for ``n`` rows.
+
+    Parameters
+    ----------
+    R, n, p : int
+        Replicates, training rows and inputs.
+    hidden : tuple of int
+        Hidden layer widths.
+    prior_variance : float
+        ``sigma_0^2``.
+    generator : torch.Generator
+        Draws the initial parameters.
+
+    Returns
+    -------
+    SpikeSlabMLP
+        Replicated, ``(R, m, p) -> (R, m, 1)``.
+    """
+    return SpikeSlabMLP(
+        p,
+        hidden,
+        1,
+        prior_variance=prior_variance,
+        log_prior_inclusion=mlp_log_lambda_opt(p, hidden, 1, n),
+        n_replicates=R,
+        generator=generator,
+    )
 
 
 def fit_replicated(
@@ -229,15 +266,7 @@ def fit_replicated(
     R, n, p = X.shape
     if len(noise_std) != R:
         raise ValueError(f"need one noise sd per replicate ({R}), got {len(noise_std)}")
-    model = SpikeSlabMLP(
-        p,
-        hidden,
-        1,
-        prior_variance=prior_variance,
-        log_prior_inclusion=mlp_log_lambda_opt(p, hidden, 1, n),
-        n_replicates=R,
-        generator=generator,
-    )
+    model = _replicated_regressor(R, n, p, hidden, prior_variance, generator)
     lik = GaussianLikelihood(torch.tensor(noise_std, dtype=torch.float32).reshape(R, 1))
     t0 = time.perf_counter()
     train(
@@ -291,6 +320,240 @@ def dataset_epochs(cfg: RunConfig, name: str) -> int:
     return PAPER_EPOCHS.get(name, int(cfg.params.get("default_epochs", 500)))
 
 
+def _validation_stage(
+    cfg: RunConfig,
+    val: UCIProblem,
+    grid: Sequence[float],
+    common: dict[str, Any],
+    info: dict[str, Any],
+) -> tuple[NDArray[Any], list[dict[str, Any]]]:
+    """Fit every split at every grid value on its validation problem and pick ``sigma_eps``.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run (seed, progress, ``n_predict``).
+    val : UCIProblem
+        The validation problems of the data set's splits (see :func:`load_problem`).
+    grid : sequence of float
+        Candidate ``sigma_eps`` (standardised units).
+    common : dict
+        Keyword arguments of :func:`fit_replicated` shared by both stages.
+    info : dict
+        The data set's information; ``validation_train_s`` and ``n_subtrain`` are added.
+
+    Returns
+    -------
+    chosen : ndarray, shape (S,)
+        Per split, the grid value with the lowest validation RMSE of ``f_H``.
+    grid_rows : list of dict
+        Rows of ``grid.csv`` (:func:`_grid_rows`).
+    """
+    name, code = val.name, _dataset_code(val.name)
+    S, G = len(val.splits), len(grid)
+    # Replicate r = s * G + g: split s, grid value g.
+    Xv, yv = val.X_train.repeat_interleave(G, 0), val.y_train.repeat_interleave(G, 0)
+    noise = [g for _ in range(S) for g in grid]
+    if cfg.progress:
+        tqdm.write(
+            f"uci {name}: validation stage, {S} splits x {G} sigma_eps = {S * G} replicates,"
+            f" n = {val.n_train}, {common['epochs']} epochs"
+        )
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 0))
+    model, t_val = fit_replicated(Xv, yv, noise, generator=gen, **common)
+    rmse_std = _validation_rmse(model, val, G, int(cfg.params["n_predict"]), cfg.seed)
+    sp = sparsity(model).double().numpy().reshape(S, G)
+    best = rmse_std.argmin(axis=1)
+    chosen = np.asarray(grid)[best]
+    info["validation_train_s"] = t_val
+    info["n_subtrain"] = val.n_train
+    return chosen, _grid_rows(val, grid, rmse_std, sp, best)
+
+
+def _validation_rmse(
+    model: SpikeSlabMLP, val: UCIProblem, G: int, H: int, seed: int
+) -> NDArray[Any]:
+    """Validation RMSE of ``f_H`` (standardised units) per split and grid value, ``(S, G)``.
+
+    Replicate ``s * G + g`` of ``model`` is split ``s`` fitted at grid value ``g``; ``H``
+    draws per replicate, from the generator derived from ``seed``.
+    """
+    pgen = torch.Generator().manual_seed(
+        derive_seed(seed, SEED_UCI_PREDICT, _dataset_code(val.name), 0)
+    )
+    S = len(val.splits)
+    pred = _predict(model, val.X_test.repeat_interleave(G, 0), H, pgen).reshape(S, G, -1)
+    target = val.y_test_std.double().numpy()[:, None, :]
+    mask = np.broadcast_to(val.test_mask[:, None, :], pred.shape)
+    return _masked_rmse(pred, target, mask)
+
+
+def _grid_rows(
+    val: UCIProblem,
+    grid: Sequence[float],
+    rmse_std: NDArray[Any],
+    sp: NDArray[Any],
+    best: NDArray[Any],
+) -> list[dict[str, Any]]:
+    """Rows of ``grid.csv``: per split and grid value, validation RMSE, sparsity, choice.
+
+    Parameters
+    ----------
+    val : UCIProblem
+        The validation problems.
+    grid : sequence of float
+        Candidate ``sigma_eps``.
+    rmse_std, sp : ndarray, shape (S, G)
+        Validation RMSE (standardised units) and sparsity per split and grid value.
+    best : ndarray of int, shape (S,)
+        Per split, the index of the chosen grid value.
+
+    Returns
+    -------
+    list of dict
+    """
+    grid_rows: list[dict[str, Any]] = []
+    for i, s in enumerate(val.splits):
+        for g, sigma in enumerate(grid):
+            grid_rows.append(
+                {
+                    "dataset": val.name,
+                    "split": s,
+                    "sigma_eps": sigma,
+                    "val_rmse_std": float(rmse_std[i, g]),
+                    "val_rmse": float(rmse_std[i, g] * val.stats[i].y_std),
+                    "sparsity_pct": 100.0 * float(sp[i, g]),
+                    "chosen": int(g == best[i]),
+                }
+            )
+    return grid_rows
+
+
+def _final_stage(
+    cfg: RunConfig,
+    full: UCIProblem,
+    chosen: NDArray[Any],
+    common: dict[str, Any],
+    info: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Refit every split on its whole training part with its chosen ``sigma_eps``; evaluate.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's configuration (seed, progress, ``n_predict``).
+    full : UCIProblem
+        The data set's splits (see :func:`load_problem`).
+    chosen : ndarray, shape (S,)
+        ``sigma_eps`` per split (standardised units).
+    common : dict
+        Keyword arguments of :func:`fit_replicated` shared by both stages.
+    info : dict
+        The data set's information; ``final_train_s`` and ``eval_s`` are added.
+
+    Returns
+    -------
+    list of dict
+        One row of ``results.csv`` per split: test RMSE (original and standardised units),
+        test log-likelihood, sparsity and density.
+    """
+    name, code = full.name, _dataset_code(full.name)
+    S, epochs = len(full.splits), common["epochs"]
+    if cfg.progress:
+        tqdm.write(
+            f"uci {name}: final fits, {S} splits, n = {full.n_train}, {epochs} epochs, "
+            f"sigma_eps = {[float(c) for c in chosen]}"
+        )
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 1))
+    model, t_fit = fit_replicated(
+        full.X_train, full.y_train, [float(c) for c in chosen], generator=gen, **common
+    )
+    t0 = time.perf_counter()
+    pgen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 1))
+    metrics = _test_metrics(model, full, chosen, int(cfg.params["n_predict"]), pgen)
+    info["final_train_s"] = t_fit
+    info["eval_s"] = time.perf_counter() - t0
+    train_s = (info.get("validation_train_s", 0.0) + t_fit) / S
+    return _result_rows(full, chosen, metrics, epochs, train_s)
+
+
+def _test_metrics(
+    model: SpikeSlabMLP, full: UCIProblem, chosen: NDArray[Any], H: int, gen: torch.Generator
+) -> dict[str, NDArray[Any]]:
+    """Per split: test RMSE and log-likelihood of ``f_H``, sparsity and density.
+
+    Parameters
+    ----------
+    model : SpikeSlabMLP
+        The final fits, one replicate per split.
+    full : UCIProblem
+        The data set's splits.
+    chosen : ndarray, shape (S,)
+        ``sigma_eps`` per split (standardised units).
+    H : int
+        Posterior draws for ``f_H``.
+    gen : torch.Generator
+        Draws the posterior samples.
+
+    Returns
+    -------
+    dict of ndarray, each of shape (S,)
+        ``rmse`` (original units), ``rmse_std``, ``ll``, ``sparsity``, ``density``, ``y_std``.
+    """
+    draws_std = sample_outputs(model, full.X_test, H, generator=gen, chunk_size=4096)
+    draws_std_np = draws_std.squeeze(-1).double().numpy()  # (H, S, n_test)
+    y_mean = np.array([st.y_mean for st in full.stats])
+    y_std = np.array([st.y_std for st in full.stats])
+    draws = draws_std_np * y_std[None, :, None] + y_mean[None, :, None]
+    pred = draws.mean(0)
+    return {
+        "rmse": _masked_rmse(pred, full.y_test, full.test_mask),
+        "rmse_std": _masked_rmse(pred, full.y_test, full.test_mask) / y_std,
+        "ll": _test_loglik(draws, full.y_test, full.test_mask, chosen * y_std),
+        "sparsity": sparsity(model).double().numpy(),
+        "density": density(model, 0.5).double().numpy(),
+        "y_std": y_std,
+    }
+
+
+def _result_rows(
+    full: UCIProblem,
+    chosen: NDArray[Any],
+    m: dict[str, NDArray[Any]],
+    epochs: int,
+    train_s: float,
+) -> list[dict[str, Any]]:
+    """Rows of ``results.csv``, one per split (see :func:`_test_metrics` for ``m``)."""
+    rows = []
+    for i, s in enumerate(full.splits):
+        rows.append(
+            {
+                "method": "svbnn",
+                "dataset": full.name,
+                "split": s,
+                "n_train": full.n_train,
+                "n_test": int(full.test_mask[i].sum()),
+                "p": full.p,
+                "epochs": epochs,
+                "sigma_eps": float(chosen[i]),
+                "sigma_eps_original": float(chosen[i] * m["y_std"][i]),
+                "test_rmse": float(m["rmse"][i]),
+                "test_rmse_std": float(m["rmse_std"][i]),
+                "test_ll": float(m["ll"][i]),
+                "sparsity_pct": 100.0 * float(m["sparsity"][i]),
+                "density_pct": 100.0 * float(m["density"][i]),
+                "y_std": float(m["y_std"][i]),
+                "train_s": train_s,
+            }
+        )
+    return rows
+
+
+def _dataset_code(name: str) -> int:
+    """The data set's index in ``UCI_DATASETS`` (99 for others), used in derived seeds."""
+    return UCI_DATASETS.index(name) if name in UCI_DATASETS else 99
+
+
 def run_dataset(
     cfg: RunConfig, name: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
@@ -299,8 +562,6 @@ def run_dataset(
     grid = parse_floats(P["noise_grid"])
     hidden = tuple(int(h) for h in P["hidden"])
     epochs = dataset_epochs(cfg, name)
-    code = UCI_DATASETS.index(name) if name in UCI_DATASETS else 99
-    H = int(P["n_predict"])
     common: dict[str, Any] = {
         "hidden": hidden,
         "epochs": epochs,
@@ -316,7 +577,6 @@ def run_dataset(
         val_fraction=float(P["val_fraction"]) if len(grid) > 1 else None,
         seed=cfg.seed,
     )
-    S, G = len(full.splits), len(grid)
     info: dict[str, Any] = {
         "splits": full.splits,
         "n_train": full.n_train,
@@ -325,89 +585,10 @@ def run_dataset(
         "log_lambda_opt": mlp_log_lambda_opt(full.p, hidden, 1, full.n_train),
     }
     grid_rows: list[dict[str, Any]] = []
-    chosen = np.full(S, grid[0])
+    chosen = np.full(len(full.splits), grid[0])
     if val is not None:
-        # Replicate r = s * G + g: split s, grid value g.
-        Xv = val.X_train.repeat_interleave(G, 0)
-        yv = val.y_train.repeat_interleave(G, 0)
-        noise = [g for _ in range(S) for g in grid]
-        if cfg.progress:
-            tqdm.write(
-                f"uci {name}: validation stage, {S} splits x {G} sigma_eps = {S * G} replicates,"
-                f" n = {val.n_train}, {epochs} epochs"
-            )
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 0))
-        model, t_val = fit_replicated(Xv, yv, noise, generator=gen, **common)
-        pgen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 0))
-        pred = _predict(model, val.X_test.repeat_interleave(G, 0), H, pgen).reshape(S, G, -1)
-        target = val.y_test_std.double().numpy()[:, None, :]
-        mask = np.broadcast_to(val.test_mask[:, None, :], pred.shape)
-        rmse_std = _masked_rmse(pred, target, mask)  # (S, G)
-        sp = sparsity(model).double().numpy().reshape(S, G)
-        best = rmse_std.argmin(axis=1)
-        chosen = np.asarray(grid)[best]
-        info["validation_train_s"] = t_val
-        info["n_subtrain"] = val.n_train
-        for i, s in enumerate(full.splits):
-            for g, sigma in enumerate(grid):
-                grid_rows.append(
-                    {
-                        "dataset": name,
-                        "split": s,
-                        "sigma_eps": sigma,
-                        "val_rmse_std": float(rmse_std[i, g]),
-                        "val_rmse": float(rmse_std[i, g] * val.stats[i].y_std),
-                        "sparsity_pct": 100.0 * float(sp[i, g]),
-                        "chosen": int(g == best[i]),
-                    }
-                )
-    if cfg.progress:
-        tqdm.write(
-            f"uci {name}: final fits, {S} splits, n = {full.n_train}, {epochs} epochs, "
-            f"sigma_eps = {[float(c) for c in chosen]}"
-        )
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 1))
-    model, t_fit = fit_replicated(
-        full.X_train, full.y_train, [float(c) for c in chosen], generator=gen, **common
-    )
-    t0 = time.perf_counter()
-    pgen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 1))
-    draws_std = sample_outputs(model, full.X_test, H, generator=pgen, chunk_size=4096)
-    draws_std_np = draws_std.squeeze(-1).double().numpy()  # (H, S, n_test)
-    y_mean = np.array([st.y_mean for st in full.stats])
-    y_std = np.array([st.y_std for st in full.stats])
-    draws = draws_std_np * y_std[None, :, None] + y_mean[None, :, None]
-    pred = draws.mean(0)
-    rmse = _masked_rmse(pred, full.y_test, full.test_mask)
-    rmse_std = _masked_rmse(pred, full.y_test, full.test_mask) / y_std
-    ll = _test_loglik(draws, full.y_test, full.test_mask, chosen * y_std)
-    sp = sparsity(model).double().numpy()
-    de = density(model, 0.5).double().numpy()
-    t_eval = time.perf_counter() - t0
-    info["final_train_s"] = t_fit
-    info["eval_s"] = t_eval
-    rows = []
-    for i, s in enumerate(full.splits):
-        rows.append(
-            {
-                "method": "svbnn",
-                "dataset": name,
-                "split": s,
-                "n_train": full.n_train,
-                "n_test": int(full.test_mask[i].sum()),
-                "p": full.p,
-                "epochs": epochs,
-                "sigma_eps": float(chosen[i]),
-                "sigma_eps_original": float(chosen[i] * y_std[i]),
-                "test_rmse": float(rmse[i]),
-                "test_rmse_std": float(rmse_std[i]),
-                "test_ll": float(ll[i]),
-                "sparsity_pct": 100.0 * float(sp[i]),
-                "density_pct": 100.0 * float(de[i]),
-                "y_std": float(y_std[i]),
-                "train_s": (info.get("validation_train_s", 0.0) + t_fit) / S,
-            }
-        )
+        chosen, grid_rows = _validation_stage(cfg, val, grid, common, info)
+    rows = _final_stage(cfg, full, chosen, common, info)
     return rows, grid_rows, info
 
 
