@@ -258,14 +258,13 @@ def _sampler_results(
     train_seed: int,
     wall: float,
 ) -> tuple[list[dict[str, Any]], dict[str, NDArray[Any]]]:
-    """The fitted layer of one sampler: rows of ``results.csv`` and its coefficients.
+    """A sampler's fitted layer (a replicate per replication): rows and coefficients.
 
     Parameters
     ----------
     cfg, sampler, train_seed, wall
         The run, the sampler, its training seed and the training time of all replications.
     layer : SpikeSlabLinear
-        Fitted, one replicate per replication.
     toy : (beta, relevant, data_seeds)
         The true coefficients, the relevant inputs and the data seed of each replication.
 
