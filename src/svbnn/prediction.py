@@ -29,7 +29,6 @@ def _check_level(level: float) -> None:
         raise ValueError(f"level must lie in (0, 1), got {level}")
 
 
-@torch.no_grad()
 @contextmanager
 def _evaluation(model: nn.Module, generator: torch.Generator | None) -> Iterator[None]:
     """Put ``model`` in eval mode with its layers drawing from ``generator`` (when given);
@@ -47,6 +46,7 @@ def _evaluation(model: nn.Module, generator: torch.Generator | None) -> Iterator
             layer.generator = gen
 
 
+@torch.no_grad()
 def sample_outputs(
     model: nn.Module,
     X: Tensor,
