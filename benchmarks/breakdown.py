@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from svbnn.nn.spike_slab import SpikeSlabMLP
 from svbnn.training import make_optimizer, replicate_orders
@@ -59,26 +59,13 @@ def _backward_traffic(*arrays: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return g + mu, g + rho, g + alpha
 
 
-def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]:
-    """Where an SVBNN training step spends its time, piece by piece (DESIGN section 6).
-
-    Pieces of the step ``SpikeSlabMLP`` runs, each timed on its own (interleaved): the
-    noise (``rand`` + ``randn``; the compiled kernel hashes its noise inside instead); the
-    draw of all weights with the exact KL, forward + backward, as the one fused function the
-    step uses, and the memory floor of any such function (the arrays it must read and
-    write, no arithmetic); the network forward + backward on those flat weights; the same
-    network with plain ``nn.Linear`` weights (a dense step without its optimiser); the Adam
-    step over the variational parameters; the full step.
+def _draw_pieces(
+    model: SpikeSlabMLP, gen: torch.Generator
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The weight-draw pieces of the step: the eager kernels' noise (``rand`` + ``randn``),
+    and the draw of all weights with the exact KL, forward + backward (one fused function).
     """
-    from svbnn.nn._fused import FlatMLP
-
-    step, model = build_step(net, SVBNN, seed=6)
-    step()  # creates the gradients and the Adam state
-    assert isinstance(model, SpikeSlabMLP)
     layers = model.layers()
-    gen = torch.Generator().manual_seed(7)
-    dense = dense_model(net)
-    x, y = synthetic_batch(net, gen)
 
     def draws() -> None:
         torch.rand(model.mu.shape, generator=gen)
@@ -91,7 +78,17 @@ def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]
         theta, kl = model._fused.draw_with_kl(model, layers[0])
         torch.autograd.backward([theta, kl], [ones, torch.ones_like(kl)])
 
-    shapes = tuple((layer.out_features, layer.fan_in) for layer in layers)
+    return draws, draw_kl
+
+
+def _network_pieces(
+    net: NetSpec, model: SpikeSlabMLP, dense: nn.Module, x: Tensor, y: Tensor
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The network pieces of the step: forward + backward on a copy of the current flat
+    weights ``mu``, and the same network with plain ``nn.Linear`` weights (``dense``)."""
+    from svbnn.nn._fused import FlatMLP
+
+    shapes = tuple((layer.out_features, layer.fan_in) for layer in model.layers())
     theta = (model.mu.detach() * 1.0).requires_grad_()
 
     def flat_net() -> None:
@@ -103,6 +100,30 @@ def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]
         dense.zero_grad(set_to_none=True)
         out = dense(x)
         plain_loss(net, out, y).backward()
+
+    return flat_net, matmuls
+
+
+def phase_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]:
+    """Where an SVBNN training step spends its time, piece by piece (DESIGN section 6).
+
+    Pieces of the step ``SpikeSlabMLP`` runs, each timed on its own (interleaved): the
+    noise (``rand`` + ``randn``; the compiled kernel hashes its noise inside instead); the
+    draw of all weights with the exact KL, forward + backward, as the one fused function the
+    step uses, and the memory floor of any such function (the arrays it must read and
+    write, no arithmetic); the network forward + backward on those flat weights; the same
+    network with plain ``nn.Linear`` weights (a dense step without its optimiser); the Adam
+    step over the variational parameters; the full step.
+    """
+    step, model = build_step(net, SVBNN, seed=6)
+    step()  # creates the gradients and the Adam state
+    assert isinstance(model, SpikeSlabMLP)
+    gen = torch.Generator().manual_seed(7)
+    dense = dense_model(net)
+    x, y = synthetic_batch(net, gen)
+
+    draws, draw_kl = _draw_pieces(model, gen)
+    flat_net, matmuls = _network_pieces(net, model, dense, x, y)
 
     # A separate Adam over the same parameters: it always finds gradients, because
     # ``draw_kl`` (run before it in every round) leaves them in place.

@@ -176,9 +176,9 @@ def _rows(folder: Path) -> list[dict[str, str]]:
     return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows]
 
 
-def cases(with_mnist: bool) -> list[Case]:
-    sets = ["reproduce", "table2", "--quick", "--no-progress", "--out", "TMP/o"]
-    out: list[Case] = [
+def _checkpoint_cases() -> list[Case]:
+    """Faults 1 and 3: a planted pickle runs no code; damaged checkpoints are refused."""
+    return [
         # 1. checkpoints run no code
         _py_case("1 train(resume) on a planted pickle", _PLANT + _train_resume(""), "error"),
         # 3. integrity
@@ -194,6 +194,12 @@ def cases(with_mnist: bool) -> list[Case]:
         _py_case(
             "3 garbage checkpoint", "open(PATH,'wb').write(b'x'*99);" + _train_resume(""), "error"
         ),
+    ]
+
+
+def _refit_cases() -> list[Case]:
+    """Fault 4: a failed refit keeps the previous fit."""
+    return [
         # 4. failed refit
         _py_case(
             "4 failed refit keeps the previous fit",
@@ -202,6 +208,12 @@ def cases(with_mnist: bool) -> list[Case]:
             "except ValueError: pass\nm.predict(X[:2])",
             "ok",
         ),
+    ]
+
+
+def _estimator_cases() -> list[Case]:
+    """Fault 6: estimator edge cases (bad settings and inputs are refused or warned about)."""
+    return [
         # 6. estimator edge cases
         _py_case(
             "6 hidden_layer_sizes=5 (one layer)",
@@ -246,6 +258,12 @@ def cases(with_mnist: bool) -> list[Case]:
             _FIT + "SVBNNRegressor(max_iter=2,random_state=np.random.default_rng(0)).fit(X,y)",
             "ok",
         ),
+    ]
+
+
+def _loader_cases() -> list[Case]:
+    """Fault 7: the data loaders refuse a path outside the data folder."""
+    return [
         # 7. data loaders
         _py_case(
             "7 load_uci path traversal",
@@ -254,6 +272,13 @@ def cases(with_mnist: bool) -> list[Case]:
             " base_url='file:///nonexistent')",
             "error",
         ),
+    ]
+
+
+def _cli_cases() -> list[Case]:
+    """Faults 5 and 2: bad command-line settings and folders; two runs into one ``--out``."""
+    sets = ["reproduce", "table2", "--quick", "--no-progress", "--out", "TMP/o"]
+    return [
         # 5. CLI
         _cli_case("5 --out an existing file", [*sets[:-1], "TMP/f"], lambda t: (t / "f").touch()),
         _cli_case("5 --out file/sub", [*sets[:-1], "TMP/f/sub"], lambda t: (t / "f").touch()),
@@ -274,15 +299,31 @@ def cases(with_mnist: bool) -> list[Case]:
         ),
         Case("2 two runs into one --out", _two_runs_same_out),
     ]
+
+
+def _mnist_cases() -> list[Case]:
+    """Fault 1 on the real-data artifacts: planted checkpoints beside MNIST runs."""
+    return [
+        _cli_case(
+            "1 reproduce mnist on a planted --out checkpoint",
+            ["reproduce", "mnist", "--quick", "--no-progress", "--out", "TMP/D"],
+            lambda t: _plant(t / "D" / "checkpoints" / "svbnn.pt"),
+        ),
+        Case("1 mnist-uq beside a planted sibling mnist run", _uq_sibling),
+    ]
+
+
+def cases(with_mnist: bool) -> list[Case]:
+    """Every fault case, in report order; the MNIST ones only with ``with_mnist``."""
+    out: list[Case] = [
+        *_checkpoint_cases(),
+        *_refit_cases(),
+        *_estimator_cases(),
+        *_loader_cases(),
+        *_cli_cases(),
+    ]
     if with_mnist:
-        out += [
-            _cli_case(
-                "1 reproduce mnist on a planted --out checkpoint",
-                ["reproduce", "mnist", "--quick", "--no-progress", "--out", "TMP/D"],
-                lambda t: _plant(t / "D" / "checkpoints" / "svbnn.pt"),
-            ),
-            Case("1 mnist-uq beside a planted sibling mnist run", _uq_sibling),
-        ]
+        out += _mnist_cases()
     return out
 
 

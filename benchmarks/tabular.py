@@ -222,18 +222,13 @@ def ece(proba: Array, y: NDArray[np.int64], bins: int = 10) -> float:
     )
 
 
-def evaluate(task: Task, method: str, est: Any, k: int, seed: int, gp_rows: int) -> dict[str, Any]:
-    """Fit ``est`` on the task and return one row of metrics."""
-    Xtr, ytr = task.Xtr, task.ytr
-    if method == "GP" and len(ytr) > gp_rows:
-        rows = np.random.default_rng(seed).choice(len(ytr), gp_rows, replace=False)
-        Xtr, ytr = Xtr[rows], ytr[rows]
-    p = task.Xtr.shape[1]
-    caught: list[str] = []
+def _fit_recorded(est: Any, X: Any, y: Any, method: str) -> tuple[float, list[str]]:
+    """Fit ``est``; return the fit time and the categories of the warnings it raised
+    (scikit-learn's ``ConvergenceWarning`` counted for SVBNN only)."""
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        est.fit(Xtr, ytr)
+        est.fit(X, y)
     fit_time = time.perf_counter() - t0
     caught = sorted(
         {
@@ -242,6 +237,48 @@ def evaluate(task: Task, method: str, est: Any, k: int, seed: int, gp_rows: int)
             if method == "SVBNN" or w.category is not ConvergenceWarning
         }
     )
+    return fit_time, caught
+
+
+def _regression_metrics(task: Task, method: str, est: Any) -> dict[str, Any]:
+    """Test RMSE; for predictive distributions also NLL, 95% coverage and interval width
+    (in units of the training sd of ``y``); SVBNN's noise sd (same units)."""
+    row: dict[str, Any] = {}
+    sd_y = float(np.std(task.ytr))
+    if method in ("MLP", "LassoCV"):
+        mean, sd = est.predict(task.Xte), None
+    else:
+        mean, sd = _normal_predictive(est, task.Xte)
+    row["rmse"] = float(np.sqrt(np.mean((mean - task.yte) ** 2)))
+    if sd is not None:
+        z = (task.yte - mean) / sd
+        row["nll"] = float(np.mean(0.5 * np.log(2 * np.pi * sd**2) + 0.5 * z**2))
+        row["coverage"] = float(np.mean(np.abs(z) <= Z95))
+        row["width"] = float(np.mean(2 * Z95 * sd) / sd_y)
+    if method == "SVBNN" and hasattr(est, "noise_std_"):
+        row["noise_std"] = float(est.noise_std_) / sd_y
+    return row
+
+
+def _classification_metrics(task: Task, est: Any) -> dict[str, Any]:
+    """Test accuracy, log loss and expected calibration error."""
+    proba = est.predict_proba(task.Xte)
+    y = np.searchsorted(est.classes_, task.yte)
+    return {
+        "accuracy": float(np.mean(proba.argmax(1) == y)),
+        "log_loss": float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-15, 1)))),
+        "ece": ece(proba, y),
+    }
+
+
+def evaluate(task: Task, method: str, est: Any, k: int, seed: int, gp_rows: int) -> dict[str, Any]:
+    """Fit ``est`` on the task and return one row of metrics."""
+    Xtr, ytr = task.Xtr, task.ytr
+    if method == "GP" and len(ytr) > gp_rows:
+        rows = np.random.default_rng(seed).choice(len(ytr), gp_rows, replace=False)
+        Xtr, ytr = Xtr[rows], ytr[rows]
+    p = task.Xtr.shape[1]
+    fit_time, caught = _fit_recorded(est, Xtr, ytr, method)
     row: dict[str, Any] = {
         "method": method,
         "fit_s": fit_time,
@@ -249,25 +286,9 @@ def evaluate(task: Task, method: str, est: Any, k: int, seed: int, gp_rows: int)
         "warnings": ";".join(caught),
     }
     if task.kind == "regression":
-        sd_y = float(np.std(task.ytr))
-        if method in ("MLP", "LassoCV"):
-            mean, sd = est.predict(task.Xte), None
-        else:
-            mean, sd = _normal_predictive(est, task.Xte)
-        row["rmse"] = float(np.sqrt(np.mean((mean - task.yte) ** 2)))
-        if sd is not None:
-            z = (task.yte - mean) / sd
-            row["nll"] = float(np.mean(0.5 * np.log(2 * np.pi * sd**2) + 0.5 * z**2))
-            row["coverage"] = float(np.mean(np.abs(z) <= Z95))
-            row["width"] = float(np.mean(2 * Z95 * sd) / sd_y)
-        if method == "SVBNN" and hasattr(est, "noise_std_"):
-            row["noise_std"] = float(est.noise_std_) / sd_y
+        row.update(_regression_metrics(task, method, est))
     else:
-        proba = est.predict_proba(task.Xte)
-        y = np.searchsorted(est.classes_, task.yte)
-        row["accuracy"] = float(np.mean(proba.argmax(1) == y))
-        row["log_loss"] = float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-15, 1))))
-        row["ece"] = ece(proba, y)
+        row.update(_classification_metrics(task, est))
     if hasattr(est, "converged_"):
         row["epochs"], row["converged"] = int(est.n_iter_), bool(est.converged_)
     sel = _selected(est, p)
@@ -403,7 +424,8 @@ def _git_commit() -> str | None:
     return out.stdout.strip()
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m benchmarks.tabular``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("results/tabular"))
     ap.add_argument("--datasets", nargs="+", default=None)
@@ -414,12 +436,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--image-train", type=int, default=3000)
     ap.add_argument("--quick", action="store_true", help="4 small tasks, 1 split")
     ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    names = args.datasets or (list(QUICK_SETS) if args.quick else [*UCI_SETS, *CLF_SETS])
-    splits = 1 if args.quick else args.splits
-    args.out.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = {
+    return ap
+
+
+def _settings(
+    args: argparse.Namespace, argv: list[str] | None, names: list[str], splits: int
+) -> dict[str, Any]:
+    """The run's ``settings.json``: options, git commit, versions, estimator defaults."""
+    return {
         "argv": " ".join(argv if argv is not None else sys.argv[1:]),
         "datasets": names,
         "splits": splits,
@@ -441,37 +465,58 @@ def main(argv: list[str] | None = None) -> None:
             "SVBNNClassifier": SVBNNClassifier().get_params(),
         },
     }
+
+
+def _run_task(name: str, split: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every method on one task (data set and split): one row of metrics per method."""
+    rng = np.random.default_rng([args.seed, split, sum(map(ord, name))])
+    task = make_task(name, split, args.noise_columns, rng, args)
+    seed = args.seed * 1000 + split
+    p = task.Xtr.shape[1]
+    methods = (
+        regression_methods(seed)
+        if task.kind == "regression"
+        else classification_methods(seed, task.n_true is not None)
+    )
+    rows = []
+    for method, build in methods.items():
+        row = evaluate(task, method, build(p), args.noise_columns, seed, args.gp_rows)
+        row.update(
+            task=name,
+            kind=task.kind,
+            split=split,
+            p=p,
+            n_total=len(task.ytr),
+            n_test=len(task.yte),
+        )
+        rows.append(row)
+    return rows
+
+
+def _write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+    """``results.csv`` (columns sorted) and ``report.md`` of the rows so far."""
+    fields = sorted({k for r in rows for k in r})
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields)
+    w.writeheader()
+    w.writerows(rows)
+    _atomic_write(out / "results.csv", buf.getvalue())
+    _atomic_write(out / "report.md", report(rows, settings))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    names = args.datasets or (list(QUICK_SETS) if args.quick else [*UCI_SETS, *CLF_SETS])
+    splits = 1 if args.quick else args.splits
+    args.out.mkdir(parents=True, exist_ok=True)
+    settings = _settings(args, argv, names, splits)
     _atomic_write(args.out / "settings.json", json.dumps(settings, indent=2, default=str))
     jobs = [(n, s) for n in names for s in range(splits if n in UCI_INFO else 1)]
     rows: list[dict[str, Any]] = []
     for name, split in tqdm(jobs, desc="tasks"):
-        rng = np.random.default_rng([args.seed, split, sum(map(ord, name))])
-        task = make_task(name, split, args.noise_columns, rng, args)
-        seed = args.seed * 1000 + split
-        p = task.Xtr.shape[1]
-        methods = (
-            regression_methods(seed)
-            if task.kind == "regression"
-            else classification_methods(seed, task.n_true is not None)
-        )
-        for method, build in methods.items():
-            row = evaluate(task, method, build(p), args.noise_columns, seed, args.gp_rows)
-            row.update(
-                task=name,
-                kind=task.kind,
-                split=split,
-                p=p,
-                n_total=len(task.ytr),
-                n_test=len(task.yte),
-            )
-            rows.append(row)
-        fields = sorted({k for r in rows for k in r})
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-        _atomic_write(args.out / "results.csv", buf.getvalue())
-        _atomic_write(args.out / "report.md", report(rows, settings))
+        rows += _run_task(name, split, args)
+        _write_results(args.out, rows, settings)
 
 
 if __name__ == "__main__":

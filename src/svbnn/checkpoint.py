@@ -90,6 +90,52 @@ def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> N
     atomic_write_bytes(target, _MAGIC + digest + b"\n" + payload)
 
 
+_ADVICE = "delete it (training then starts afresh) or use another output folder"
+
+
+def _read_checkpoint_bytes(target: Path) -> bytes:
+    """The bytes of the checkpoint file ``target``; stale temporaries beside it are removed.
+
+    Raises
+    ------
+    CheckpointError
+        When the file does not exist or cannot be read.
+    """
+    try:
+        raw = target.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {target} does not exist") from None
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint {target}: {err.strerror}") from None
+    _remove_stale_temporaries(target)
+    return raw
+
+
+def _verified_payload(raw: bytes, target: Path) -> bytes:
+    """The payload of a checkpoint file's bytes ``raw``, after its header and SHA-256 check.
+
+    Raises
+    ------
+    CheckpointError
+        When ``raw`` is empty, has no svbnn header, or does not match its digest.
+    """
+    head = len(_MAGIC) + _HASH_LEN + 1
+    if not raw.startswith(_MAGIC) or len(raw) < head or raw[head - 1 : head] != b"\n":
+        what = (
+            "is empty"
+            if not raw
+            else "is not an svbnn checkpoint (or was written by an older version)"
+        )
+        raise CheckpointError(f"checkpoint {target} {what}; {_ADVICE}")
+    digest, payload = raw[len(_MAGIC) : head - 1], raw[head:]
+    if hashlib.sha256(payload).hexdigest().encode("ascii") != digest:
+        raise CheckpointError(
+            f"checkpoint {target} is corrupted (its content does not match its SHA-256: "
+            f"truncated or altered); {_ADVICE}"
+        )
+    return payload
+
+
 def load_checkpoint(
     path: str | os.PathLike[str], map_location: str | torch.device | None = "cpu"
 ) -> dict[str, Any]:
@@ -113,35 +159,14 @@ def load_checkpoint(
         something other than weights; the message names the file.
     """
     target = Path(path)
-    advice = "delete it (training then starts afresh) or use another output folder"
-    try:
-        raw = target.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {target} does not exist") from None
-    except OSError as err:
-        raise CheckpointError(f"cannot read checkpoint {target}: {err.strerror}") from None
-    _remove_stale_temporaries(target)
-    head = len(_MAGIC) + _HASH_LEN + 1
-    if not raw.startswith(_MAGIC) or len(raw) < head or raw[head - 1 : head] != b"\n":
-        what = (
-            "is empty"
-            if not raw
-            else "is not an svbnn checkpoint (or was written by an older version)"
-        )
-        raise CheckpointError(f"checkpoint {target} {what}; {advice}")
-    digest, payload = raw[len(_MAGIC) : head - 1], raw[head:]
-    if hashlib.sha256(payload).hexdigest().encode("ascii") != digest:
-        raise CheckpointError(
-            f"checkpoint {target} is corrupted (its content does not match its SHA-256: "
-            f"truncated or altered); {advice}"
-        )
+    payload = _verified_payload(_read_checkpoint_bytes(target), target)
     try:
         state = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means an untrusted file
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise CheckpointError(
-            f"checkpoint {target} holds more than weights and was not loaded ({first}); {advice}"
+            f"checkpoint {target} holds more than weights and was not loaded ({first}); {_ADVICE}"
         ) from None
     if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint {target} does not hold a state dictionary; {advice}")
+        raise CheckpointError(f"checkpoint {target} does not hold a state dictionary; {_ADVICE}")
     return state

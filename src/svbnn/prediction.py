@@ -7,6 +7,9 @@ memory), so the H curves are genuine posterior function draws.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor, nn
 
@@ -24,6 +27,23 @@ __all__ = [
 def _check_level(level: float) -> None:
     if not (0.0 < level < 1.0):
         raise ValueError(f"level must lie in (0, 1), got {level}")
+
+
+@contextmanager
+def _evaluation(model: nn.Module, generator: torch.Generator | None) -> Iterator[None]:
+    """Put ``model`` in eval mode with its layers drawing from ``generator`` (when given);
+    on exit, restore its training mode and its layers' own generators."""
+    was_training = model.training
+    previous = [layer.generator for layer in variational_layers(model)]
+    model.eval()
+    if generator is not None:
+        set_generator(model, generator)
+    try:
+        yield
+    finally:
+        model.train(was_training)
+        for layer, gen in zip(variational_layers(model), previous, strict=True):
+            layer.generator = gen
 
 
 @torch.no_grad()
@@ -67,25 +87,15 @@ def sample_outputs(
     mode = ForwardMode(mode)
     if mode is not ForwardMode.SAMPLE:
         n_samples = 1
-    was_training = model.training
-    previous = [layer.generator for layer in variational_layers(model)]
-    model.eval()
-    if generator is not None:
-        set_generator(model, generator)
     outs = []
-    try:
-        with forward_mode(model, mode):
-            for _ in range(n_samples):
-                with frozen_sample(model):
-                    parts = [model(xc) for xc in _chunks(model, X, chunk_size)]
-                out = torch.cat(parts, dim=_row_dim(model))
-                if transform == "softmax":
-                    out = torch.softmax(out, dim=-1)
-                outs.append(out)
-    finally:
-        model.train(was_training)
-        for layer, gen in zip(variational_layers(model), previous, strict=True):
-            layer.generator = gen
+    with _evaluation(model, generator), forward_mode(model, mode):
+        for _ in range(n_samples):
+            with frozen_sample(model):
+                parts = [model(xc) for xc in _chunks(model, X, chunk_size)]
+            out = torch.cat(parts, dim=_row_dim(model))
+            if transform == "softmax":
+                out = torch.softmax(out, dim=-1)
+            outs.append(out)
     return torch.stack(outs)
 
 

@@ -496,6 +496,33 @@ def make_mlp(
     return nn.Sequential(*mods)
 
 
+def _task_loss(task: Task) -> Callable[[Tensor, Tensor], Tensor]:
+    """The mean loss of ``task``: squared error (regression) or cross-entropy (logits)."""
+
+    def loss_fn(out: Tensor, target: Tensor) -> Tensor:
+        if task is Task.REGRESSION:
+            return F.mse_loss(out.reshape(-1), target.reshape(-1).to(out.dtype))
+        return F.cross_entropy(out, target.long())
+
+    return loss_fn
+
+
+def _after_step(
+    model: nn.Module, pruner: AGPPruner | None, start_step: int
+) -> Callable[[int], None]:
+    """The hook run after optimiser step ``t``: the pruner's step ``start_step + t``, or
+    without a pruner the model's masks applied (when it carries any)."""
+    has_masks = any(hasattr(m, _MASK) for m in prunable_layers(model))
+
+    def on_step(t: int) -> None:
+        if pruner is not None:
+            pruner.step(start_step + t)
+        elif has_masks:
+            apply_masks(model)
+
+    return on_step
+
+
 def train_pruned(
     model: nn.Module,
     X: Tensor,
@@ -544,24 +571,12 @@ def train_pruned(
         raise ValueError(
             f"X and y must hold the same, positive number of rows: {X.shape}, {y.shape}"
         )
-    has_masks = any(hasattr(m, _MASK) for m in prunable_layers(model))
-
-    def loss_fn(out: Tensor, target: Tensor) -> Tensor:
-        if task is Task.REGRESSION:
-            return F.mse_loss(out.reshape(-1), target.reshape(-1).to(out.dtype))
-        return F.cross_entropy(out, target.long())
-
-    def on_step(t: int) -> None:
-        if pruner is not None:
-            pruner.step(start_step + t)
-        elif has_masks:
-            apply_masks(model)
-
+    on_step = _after_step(model, pruner, start_step)
     history = train(
         model,
         X,
         y,
-        objective=loss_objective(loss_fn),
+        objective=loss_objective(_task_loss(task)),
         epochs=epochs,
         batch_size=batch_size,
         lr=lr,

@@ -247,6 +247,69 @@ def module_size_bytes(module: nn.Module) -> int:
     return buf.getbuffer().nbytes
 
 
+def _plain_conv(child: SpikeSlabConv2d, w: Tensor, b: Tensor | None, like: Tensor) -> nn.Conv2d:
+    """An ``nn.Conv2d`` of ``child``'s geometry with weights ``w`` and bias ``b``."""
+    conv = nn.Conv2d(
+        child.in_channels,
+        child.out_channels,
+        child.kernel_size,
+        child.stride,
+        child.padding,
+        child.dilation,
+        child.groups,
+        bias=b is not None,
+    ).to(like)
+    with torch.no_grad():
+        conv.weight.copy_(w.reshape(child.kernel_shape))
+        if b is not None and conv.bias is not None:
+            conv.bias.copy_(b)
+    return conv
+
+
+def _plain_linear(child: _SpikeSlabLayer, w: Tensor, b: Tensor | None, like: Tensor) -> nn.Linear:
+    """An ``nn.Linear`` of ``child``'s shape with weights ``w`` and bias ``b``."""
+    lin = nn.Linear(child.fan_in, child.out_features, bias=b is not None).to(like)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+        if b is not None and lin.bias is not None:
+            lin.bias.copy_(b)
+    return lin
+
+
+def _export_layer(child: _SpikeSlabLayer, threshold: float, storage: str) -> tuple[nn.Module, int]:
+    """The median model of one spike-and-slab layer as a plain layer.
+
+    Parameters
+    ----------
+    child : spike-and-slab layer
+        Not replicated.
+    threshold : float
+        Edges with ``phi > threshold`` keep ``mu``; the others are zero.
+    storage : {"sparse", "dense"}
+        Linear layers as :class:`SparseLinear` or ``nn.Linear``.
+
+    Returns
+    -------
+    module : nn.Module
+    nnz : int
+        Kept parameters (weights and biases).
+    """
+    if child.n_replicates is not None:
+        raise ValueError("cannot export a replicated model")
+    with torch.no_grad():
+        keep = torch.sigmoid(child.alpha) > threshold
+        flat = child.mu * keep
+    w, b = child._split(flat)
+    new: nn.Module
+    if isinstance(child, SpikeSlabConv2d):
+        new = _plain_conv(child, w, b, flat)
+    elif storage == "sparse":
+        new = SparseLinear(w, b)
+    else:
+        new = _plain_linear(child, w, b, flat)
+    return new, int(keep.sum())
+
+
 def export_sparse(
     model: nn.Module, threshold: float = 0.5, storage: str = "sparse"
 ) -> tuple[nn.Module, ExportReport]:
@@ -274,40 +337,9 @@ def export_sparse(
         nonlocal nnz, total
         for name, child in parent.named_children():
             if isinstance(child, _SpikeSlabLayer):
-                if child.n_replicates is not None:
-                    raise ValueError("cannot export a replicated model")
-                with torch.no_grad():
-                    keep = torch.sigmoid(child.alpha) > threshold
-                    flat = child.mu * keep
-                w, b = child._split(flat)
-                nnz += int(keep.sum())
+                new, kept = _export_layer(child, threshold, storage)
+                nnz += kept
                 total += child.n_params()
-                new: nn.Module
-                if isinstance(child, SpikeSlabConv2d):
-                    conv = nn.Conv2d(
-                        child.in_channels,
-                        child.out_channels,
-                        child.kernel_size,
-                        child.stride,
-                        child.padding,
-                        child.dilation,
-                        child.groups,
-                        bias=b is not None,
-                    ).to(flat)
-                    with torch.no_grad():
-                        conv.weight.copy_(w.reshape(child.kernel_shape))
-                        if b is not None and conv.bias is not None:
-                            conv.bias.copy_(b)
-                    new = conv
-                elif storage == "sparse":
-                    new = SparseLinear(w, b)
-                else:
-                    lin = nn.Linear(child.fan_in, child.out_features, bias=b is not None).to(flat)
-                    with torch.no_grad():
-                        lin.weight.copy_(w)
-                        if b is not None and lin.bias is not None:
-                            lin.bias.copy_(b)
-                    new = lin
                 setattr(parent, name, new)
             else:
                 replace(child)

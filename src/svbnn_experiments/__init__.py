@@ -10,7 +10,7 @@ never imports it. Importing this package registers every artifact:
   ``mnist-uq``, ``fmnist-cnn``; ``classifiers`` and ``classifier_runs`` hold what the last
   three share);
 * ``baseline_methods``, ``pruned_methods``: VBNN, VD and HS-BNN; AGP and LOT, as methods of
-  the simulation artifacts.
+  the simulation artifacts (``pruned_networks``: the replicated plain networks they prune).
 
 New artifacts (e.g. real-data ones) register with :func:`register_artifact` in a module
 imported below; new methods with :func:`svbnn_experiments.methods.register_method`.

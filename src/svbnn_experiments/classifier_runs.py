@@ -73,20 +73,28 @@ def _agp_schedule(spec: ClassifierSpec, steps_per_epoch: int) -> dict[str, int]:
     return {"begin_step": t0, "frequency": dt, "n_updates": n}
 
 
-def _fit_agp(
-    spec: ClassifierSpec,
-    model: nn.Module,
-    X: Tensor,
-    y: Tensor,
-    ckpt: Path,
-    on_epoch: Callable[[int, nn.Module, dict[str, float]], None],
-) -> None:
-    """AGP training (cross-entropy, masks recomputed on Zhu & Gupta's cubic schedule) with a
-    checkpoint after every epoch, resumed from ``ckpt`` when it exists."""
-    n = int(X.shape[0])
-    n_batches = math.ceil(n / min(spec.batch_size, n))
-    ensure_masks(model)
-    schedule = _agp_schedule(spec, n_batches)
+def _agp_pruner(
+    spec: ClassifierSpec, model: nn.Module, steps_per_epoch: int, ckpt: Path
+) -> tuple[AGPPruner, dict[str, int]]:
+    """AGP's pruner and its schedule, restored from ``ckpt`` when it exists.
+
+    Parameters
+    ----------
+    spec : ClassifierSpec
+    model : nn.Module
+        The network, with masks (:func:`svbnn.pruning.ensure_masks`).
+    steps_per_epoch : int
+    ckpt : Path
+        Checkpoint file; a resumed run keeps the schedule of the original run (so that it
+        prunes as it would have) and its current sparsity.
+
+    Returns
+    -------
+    pruner : AGPPruner
+    schedule : dict
+        ``begin_step``, ``frequency`` and ``n_updates``, saved with every checkpoint.
+    """
+    schedule = _agp_schedule(spec, steps_per_epoch)
     extra: dict[str, Any] = {}
     if ckpt.exists():
         extra = dict(load_checkpoint(ckpt).get("extra", {}))
@@ -101,6 +109,23 @@ def _fit_agp(
     )
     if "current_sparsity" in extra:
         pruner.current_sparsity = float(extra["current_sparsity"])
+    return pruner, schedule
+
+
+def _fit_agp(
+    spec: ClassifierSpec,
+    model: nn.Module,
+    X: Tensor,
+    y: Tensor,
+    ckpt: Path,
+    on_epoch: Callable[[int, nn.Module, dict[str, float]], None],
+) -> None:
+    """AGP training (cross-entropy, masks recomputed on Zhu & Gupta's cubic schedule) with a
+    checkpoint after every epoch, resumed from ``ckpt`` when it exists."""
+    n = int(X.shape[0])
+    n_batches = math.ceil(n / min(spec.batch_size, n))
+    ensure_masks(model)
+    pruner, schedule = _agp_pruner(spec, model, n_batches, ckpt)
 
     def callback(epoch: int, model: nn.Module, history: History) -> None:
         on_epoch(epoch, model, {"train_loss": float(history.loss[-1])})
@@ -129,6 +154,95 @@ def _fit_agp(
         },
     )
     apply_masks(model)
+
+
+def _fit_bayesian(
+    spec: ClassifierSpec,
+    model: nn.Module,
+    X: Tensor,
+    y: Tensor,
+    ckpt: Path,
+    on_epoch: Callable[[int, nn.Module, dict[str, float]], None],
+) -> None:
+    """Variational training (negative ELBO; SVBNN's KL term weighted by ``spec.kl_weight``)
+    with a checkpoint after every epoch, resumed from ``ckpt`` when it exists.
+
+    ``on_epoch`` receives the epoch's training loss, NLL and KL per datum.
+    """
+    gen = torch.Generator().manual_seed(spec.seed)
+    set_flip_generator(model, gen)
+
+    def callback(epoch: int, model: nn.Module, history: History) -> None:
+        losses = {
+            "train_loss": float(history.loss[-1]),
+            "train_nll": float(history.nll[-1]),
+            "kl_per_datum": float(history.kl[-1]),
+        }
+        on_epoch(epoch, model, losses)
+
+    train(
+        model,
+        X,
+        y,
+        CategoricalLikelihood(),
+        epochs=spec.epochs,
+        batch_size=spec.batch_size,
+        lr=spec.lr,
+        optimizer=spec.optimizer,
+        generator=gen,
+        verbose=spec.progress,
+        checkpoint_path=ckpt,
+        checkpoint_every=1,
+        resume=True,
+        callbacks=[callback],
+        track_sparsity=False,
+        kl_weight=spec.kl_weight if spec.method == "svbnn" else 1.0,
+    )
+    set_flip_generator(model, None)
+
+
+def _epoch_recorder(
+    spec: ClassifierSpec,
+    X_test: Tensor,
+    y_test: Tensor,
+    book: EpochBook,
+    extra: dict[str, Any] | None,
+) -> Callable[[int, nn.Module, dict[str, float]], None]:
+    """The per-epoch callback of :func:`fit_classifier`: evaluate on the test set, add a row.
+
+    ``record(epoch, model, losses)`` adds (and saves) one row of ``book`` with the test
+    metrics, the kept fraction, ``losses``, the epoch's training time (counted from this
+    call or the previous record) and the columns of ``extra``.
+    """
+    method = spec.method
+    chunk = 1000 if spec.arch == "cnn" else 2000
+    clock = [time.perf_counter()]
+
+    def record(epoch: int, model: nn.Module, losses: dict[str, float]) -> None:
+        train_s = time.perf_counter() - clock[0]
+        egen = torch.Generator().manual_seed(derive_seed(spec.eval_seed, epoch))
+        t0 = time.perf_counter()
+        metrics = evaluate_classifier(
+            model, method, X_test, y_test, spec.eval_draws, egen, chunk_size=chunk
+        )
+        sp, de = kept_fraction(model, method)
+        row = {
+            "method": method,
+            "epoch": epoch,
+            **metrics,
+            "sparsity_pct": sp,
+            "density_pct": de,
+            **losses,
+            "epoch_train_s": train_s,
+            "eval_s": time.perf_counter() - t0,
+            "eval_draws": spec.eval_draws if method != "agp" else 0,
+            **(extra or {}),
+        }
+        book.add(row)
+        book.save()
+        clock[0] = time.perf_counter()
+
+    return record
 
 
 def fit_classifier(
@@ -161,71 +275,15 @@ def fit_classifier(
         ``resumed_from`` (epoch), ``epochs_done``, ``train_s`` (this call).
     """
     X, y, X_test, y_test = data
-    method = spec.method
     start = checkpoint_epoch(ckpt)
-    book.truncate(method, start)
+    book.truncate(spec.method, start)
     book.save()
-    clock = [time.perf_counter()]
-    t_start = clock[0]
-    gen = torch.Generator().manual_seed(spec.seed)
-    chunk = 1000 if spec.arch == "cnn" else 2000
-
-    def record(epoch: int, model: nn.Module, losses: dict[str, float]) -> None:
-        train_s = time.perf_counter() - clock[0]
-        egen = torch.Generator().manual_seed(derive_seed(spec.eval_seed, epoch))
-        t0 = time.perf_counter()
-        metrics = evaluate_classifier(
-            model, method, X_test, y_test, spec.eval_draws, egen, chunk_size=chunk
-        )
-        sp, de = kept_fraction(model, method)
-        row = {
-            "method": method,
-            "epoch": epoch,
-            **metrics,
-            "sparsity_pct": sp,
-            "density_pct": de,
-            **losses,
-            "epoch_train_s": train_s,
-            "eval_s": time.perf_counter() - t0,
-            "eval_draws": spec.eval_draws if method != "agp" else 0,
-            **(extra or {}),
-        }
-        book.add(row)
-        book.save()
-        clock[0] = time.perf_counter()
-
-    if method == "agp":
+    t_start = time.perf_counter()
+    record = _epoch_recorder(spec, X_test, y_test, book, extra)
+    if spec.method == "agp":
         _fit_agp(spec, model, X, y, ckpt, record)
     else:
-        set_flip_generator(model, gen)
-
-        def callback(epoch: int, model: nn.Module, history: History) -> None:
-            losses = {
-                "train_loss": float(history.loss[-1]),
-                "train_nll": float(history.nll[-1]),
-                "kl_per_datum": float(history.kl[-1]),
-            }
-            record(epoch, model, losses)
-
-        train(
-            model,
-            X,
-            y,
-            CategoricalLikelihood(),
-            epochs=spec.epochs,
-            batch_size=spec.batch_size,
-            lr=spec.lr,
-            optimizer=spec.optimizer,
-            generator=gen,
-            verbose=spec.progress,
-            checkpoint_path=ckpt,
-            checkpoint_every=1,
-            resume=True,
-            callbacks=[callback],
-            track_sparsity=False,
-            kl_weight=spec.kl_weight if method == "svbnn" else 1.0,
-        )
-        set_flip_generator(model, None)
+        _fit_bayesian(spec, model, X, y, ckpt, record)
     return {
         "resumed_from": start,
         "epochs_done": max(spec.epochs, start),

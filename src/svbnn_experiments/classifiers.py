@@ -173,6 +173,74 @@ def paper_cnn(
     return nn.Sequential(*mods)
 
 
+def _build_mlp(
+    spec: ClassifierSpec, n_train: int, generator: torch.Generator, info: dict[str, Any]
+) -> nn.Module:
+    """The 784-hidden-10 MLP of ``spec.method``; SVBNN's ``log_lambda`` goes into ``info``."""
+    m = spec.method
+    h = spec.hidden
+    if m == "svbnn":
+        log_lam = mlp_log_lambda_opt(784, h, 10, n_train)
+        info["log_lambda"] = log_lam
+        return SpikeSlabMLP(
+            784,
+            h,
+            10,
+            prior_variance=spec.prior_variance,
+            log_prior_inclusion=log_lam,
+            generator=generator,
+        )
+    if m == "vbnn":
+        return GaussianMLP(784, h, 10, prior_variance=spec.prior_variance, generator=generator)
+    if m == "vd":
+        return VariationalDropoutMLP(784, h, 10, generator=generator)
+    if m == "agp":
+        return make_mlp(784, h, 10, generator=generator)
+    raise ValueError(f"unknown method {m!r}")
+
+
+def _build_cnn(
+    spec: ClassifierSpec, n_train: int, generator: torch.Generator, info: dict[str, Any]
+) -> nn.Module:
+    """The paper's CNN of ``spec.method``; SVBNN's ``log_lambda`` goes into ``info``."""
+    m = spec.method
+    fc = spec.hidden[0]
+    if m == "svbnn":
+        kw: dict[str, Any] = {
+            "prior_variance": spec.prior_variance,
+            "generator": generator,
+        }
+        model = paper_cnn(
+            partial(SpikeSlabConv2d, **kw),
+            partial(SpikeSlabLinear, **kw),
+            fc,
+            spec.flip,
+        )
+        layers = spike_slab_layers(model)
+        T = sum(layer.n_params() for layer in layers)
+        log_lam = log_lambda_opt(T, 3, max(32, 64, fc), n_train, 784)
+        for layer in layers:
+            layer.log_prior_inclusion.fill_(log_lam)
+        info["log_lambda"] = log_lam
+        return model
+    if m == "vbnn":
+        kw = {"prior_variance": spec.prior_variance, "generator": generator}
+        return paper_cnn(
+            partial(GaussianConv2d, **kw),
+            partial(GaussianLinear, **kw),
+            fc,
+            spec.flip,
+        )
+    if m == "vd":
+        return paper_cnn(
+            partial(VariationalDropoutConv2d, generator=generator),
+            partial(VariationalDropoutLinear, generator=generator),
+            fc,
+            spec.flip,
+        )
+    raise ValueError(f"the CNN runs {', '.join(CNN_METHODS)}, got {m!r}")
+
+
 def build_classifier(
     spec: ClassifierSpec, n_train: int, generator: torch.Generator
 ) -> tuple[nn.Module, dict[str, Any]]:
@@ -184,65 +252,11 @@ def build_classifier(
     largest of 32, 64 and the FC width, ``p = 784`` (the theory covers MLPs only; this is
     the natural transcription).
     """
-    m = spec.method
     info: dict[str, Any] = {}
     if spec.arch == "mlp":
-        h = spec.hidden
-        if m == "svbnn":
-            log_lam = mlp_log_lambda_opt(784, h, 10, n_train)
-            info["log_lambda"] = log_lam
-            model: nn.Module = SpikeSlabMLP(
-                784,
-                h,
-                10,
-                prior_variance=spec.prior_variance,
-                log_prior_inclusion=log_lam,
-                generator=generator,
-            )
-        elif m == "vbnn":
-            model = GaussianMLP(784, h, 10, prior_variance=spec.prior_variance, generator=generator)
-        elif m == "vd":
-            model = VariationalDropoutMLP(784, h, 10, generator=generator)
-        elif m == "agp":
-            model = make_mlp(784, h, 10, generator=generator)
-        else:
-            raise ValueError(f"unknown method {m!r}")
+        model = _build_mlp(spec, n_train, generator, info)
     elif spec.arch == "cnn":
-        fc = spec.hidden[0]
-        if m == "svbnn":
-            kw: dict[str, Any] = {
-                "prior_variance": spec.prior_variance,
-                "generator": generator,
-            }
-            model = paper_cnn(
-                partial(SpikeSlabConv2d, **kw),
-                partial(SpikeSlabLinear, **kw),
-                fc,
-                spec.flip,
-            )
-            layers = spike_slab_layers(model)
-            T = sum(layer.n_params() for layer in layers)
-            log_lam = log_lambda_opt(T, 3, max(32, 64, fc), n_train, 784)
-            for layer in layers:
-                layer.log_prior_inclusion.fill_(log_lam)
-            info["log_lambda"] = log_lam
-        elif m == "vbnn":
-            kw = {"prior_variance": spec.prior_variance, "generator": generator}
-            model = paper_cnn(
-                partial(GaussianConv2d, **kw),
-                partial(GaussianLinear, **kw),
-                fc,
-                spec.flip,
-            )
-        elif m == "vd":
-            model = paper_cnn(
-                partial(VariationalDropoutConv2d, generator=generator),
-                partial(VariationalDropoutLinear, generator=generator),
-                fc,
-                spec.flip,
-            )
-        else:
-            raise ValueError(f"the CNN runs {', '.join(CNN_METHODS)}, got {m!r}")
+        model = _build_cnn(spec, n_train, generator, info)
     else:
         raise ValueError(f"arch must be 'mlp' or 'cnn', got {spec.arch!r}")
     info["n_params"] = n_params(model)

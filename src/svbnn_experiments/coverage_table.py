@@ -113,73 +113,96 @@ def _teacher_sds(problem: Problem, data_seeds: Sequence[int]) -> dict[int, float
     return out
 
 
-def report_coverage(out: Path) -> None:
-    rows = read_csv(out / "results.csv")
-    settings = read_settings(out)
+_COVERAGE_INTRO = (
+    "Reproduction of supplement Table 5 (coverage of Bayesian credible intervals of the "
+    "response mean). Protocol of supplement B.5: a fixed point `x*` is drawn once from "
+    "the covariate law U(-1, 1)^p with a fixed seed (`xstar_seed`, recorded below and in "
+    "`settings.json`); coordinate x1 (then x2, then x3) runs over 1000 equidistant points "
+    "in [-1, 1] with the others at `x*`; at each point the equal-tailed credible interval "
+    "of f_theta(x) from 600 posterior draws is checked against the true f0(x); coverage "
+    "is the fraction of the 1000 points covered, averaged over replications "
+    "(mean ± sd over replications shown)."
+)
+
+_COVERAGE_SETTINGS = [
+    ("config.reps", "replications per teacher"),
+    ("config.epochs", "epochs"),
+    ("config.params.coverage_draws", "posterior draws per interval"),
+    ("config.params.coverage_grid", "grid points"),
+    ("config.params.xstar_seed", "x* seed"),
+    ("config.params.teacher_seed", "dense teacher seed"),
+    ("config.params.teacher_sd", "dense teacher signal sd (0: unscaled)"),
+    ("config.params.redraw_teacher", "a teacher per replication"),
+    ("config.init", "initialisation of mu"),
+    ("config.seed", "base seed"),
+    ("config.quick", "quick mode"),
+    ("wall_time_s", "wall time (s)"),
+    ("environment.git.commit", "git commit"),
+]
+
+
+def _teacher_sections(
+    out: Path, srows: list[dict[str, Any]], settings: dict[str, Any], setting: str
+) -> list[str]:
+    """The sections of one teacher: its table beside the paper's, ``x*``, per-point table.
+
+    Parameters
+    ----------
+    out : Path
+        The run folder (for the per-point frequencies).
+    srows : list of dict
+        The teacher's rows of ``results.csv`` (not empty).
+    settings : dict
+        The run's ``settings.json``.
+    setting : {"dense", "sparse"}
+
+    Returns
+    -------
+    list of str
+    """
     cols = [
         Column(f"coverage{lv}_x{j}_pct", f"{lv}% x{j}", 1) for lv in (90, 95) for j in (1, 2, 3)
     ]
-    sections = [
-        "Reproduction of supplement Table 5 (coverage of Bayesian credible intervals of the "
-        "response mean). Protocol of supplement B.5: a fixed point `x*` is drawn once from "
-        "the covariate law U(-1, 1)^p with a fixed seed (`xstar_seed`, recorded below and in "
-        "`settings.json`); coordinate x1 (then x2, then x3) runs over 1000 equidistant points "
-        "in [-1, 1] with the others at `x*`; at each point the equal-tailed credible interval "
-        "of f_theta(x) from 600 posterior draws is checked against the true f0(x); coverage "
-        "is the fraction of the 1000 points covered, averaged over replications "
-        "(mean ± sd over replications shown)."
+
+    def paper(m: str, k: str, s: str = setting) -> Any:
+        return paper_value("coverage", m, k, s)
+
+    title = "Dense teacher (A), 20-6-6-1" if setting == "dense" else "Sparse teacher (B)"
+    extra_cols = [
+        Column("test_rmse", "Test RMSE", 2, paper=False),
+        Column("test_rmse_f", "Test RMSE vs f0", 3, paper=False),
+        Column("sparsity_pct", "Sparsity (%)", 2, paper=False),
     ]
+    if setting == "dense":
+        extra_cols.append(Column("teacher_f_sd", "sd of f0", 3, paper=False))
+        title += teacher_note(settings.get("problems", {}).get("dense", {}))
+    sections = [
+        f"## {title}\n\n"
+        + comparison_table(
+            srows, cols + extra_cols, paper, methods=["svbnn", "vbnn", "vd", "hsbnn"]
+        )
+    ]
+    x_star = settings.get("x_star", {}).get(setting)
+    if x_star:
+        sections.append(
+            f"`x*` ({setting}, first 5 of {len(x_star)}): {np.round(x_star[:5], 4).tolist()}"
+        )
+    sections.append(points_section(out, setting))
+    return sections
+
+
+def report_coverage(out: Path) -> None:
+    """``report.md`` of the ``coverage`` artifact: per teacher, coverage beside the paper's."""
+    rows = read_csv(out / "results.csv")
+    settings = read_settings(out)
+    sections = [_COVERAGE_INTRO]
     for setting in ("dense", "sparse"):
         srows = [r for r in rows if r.get("setting") == setting]
         if not srows:
             continue  # a run of one teacher (--set teachers=...)
-
-        def paper(m: str, k: str, s: str = setting) -> Any:
-            return paper_value("coverage", m, k, s)
-
-        title = "Dense teacher (A), 20-6-6-1" if setting == "dense" else "Sparse teacher (B)"
-        extra_cols = [
-            Column("test_rmse", "Test RMSE", 2, paper=False),
-            Column("test_rmse_f", "Test RMSE vs f0", 3, paper=False),
-            Column("sparsity_pct", "Sparsity (%)", 2, paper=False),
-        ]
-        if setting == "dense":
-            extra_cols.append(Column("teacher_f_sd", "sd of f0", 3, paper=False))
-            title += teacher_note(settings.get("problems", {}).get("dense", {}))
-        sections.append(
-            f"## {title}\n\n"
-            + comparison_table(
-                srows, cols + extra_cols, paper, methods=["svbnn", "vbnn", "vd", "hsbnn"]
-            )
-        )
-        x_star = settings.get("x_star", {}).get(setting)
-        if x_star:
-            sections.append(
-                f"`x*` ({setting}, first 5 of {len(x_star)}): {np.round(x_star[:5], 4).tolist()}"
-            )
-        sections.append(points_section(out, setting))
+        sections += _teacher_sections(out, srows, settings, setting)
     sections.append(PER_POINT_NOTE)
-    sections.append(
-        "## Settings\n\n"
-        + settings_section(
-            settings,
-            [
-                ("config.reps", "replications per teacher"),
-                ("config.epochs", "epochs"),
-                ("config.params.coverage_draws", "posterior draws per interval"),
-                ("config.params.coverage_grid", "grid points"),
-                ("config.params.xstar_seed", "x* seed"),
-                ("config.params.teacher_seed", "dense teacher seed"),
-                ("config.params.teacher_sd", "dense teacher signal sd (0: unscaled)"),
-                ("config.params.redraw_teacher", "a teacher per replication"),
-                ("config.init", "initialisation of mu"),
-                ("config.seed", "base seed"),
-                ("config.quick", "quick mode"),
-                ("wall_time_s", "wall time (s)"),
-                ("environment.git.commit", "git commit"),
-            ],
-        )
-    )
+    sections.append("## Settings\n\n" + settings_section(settings, _COVERAGE_SETTINGS))
     write_report(out, "Coverage of credible intervals (supplement Table 5)", sections)
 
 

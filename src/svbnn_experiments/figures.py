@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 
 from svbnn.data import linear_toy
 from svbnn.nn import SpikeSlabLinear
@@ -95,29 +96,37 @@ def fig_selected_network(cfg: RunConfig) -> dict[str, Any]:
     return extra
 
 
-def _report_selected(out: Path) -> None:
-    rows = read_csv(out / "results.csv")
-    settings = read_settings(out)
-    edges = read_csv(out / "network.csv") if (out / "network.csv").stat().st_size > 1 else []
+def _saved_network(
+    settings: dict[str, Any], edges: list[dict[str, Any]]
+) -> tuple[list[NDArray[np.bool_]], list[NDArray[np.float64]]]:
+    """The drawn replication's network from ``network.csv``: per layer, masks and means.
+
+    Parameters
+    ----------
+    settings : dict
+        The run's ``settings.json`` (``layer_shapes``: per layer, ``(out, in)``).
+    edges : list of dict
+        Rows of ``network.csv``: ``layer`` (1-based), ``from``, ``to``, ``phi``, ``mu``.
+
+    Returns
+    -------
+    masks : list of bool arrays
+        The kept edges (phi > 0.5).
+    weights : list of arrays
+        Their posterior means ``mu`` (0 elsewhere).
+    """
     shapes = settings.get("layer_shapes") or []
     masks = [np.zeros(s, dtype=bool) for s in shapes]
     weights = [np.zeros(s) for s in shapes]
     for e in edges:
         masks[e["layer"] - 1][e["to"], e["from"]] = True
         weights[e["layer"] - 1][e["to"], e["from"]] = e["mu"]
-    rep = settings.get("drawn_rep", 0)
-    row = next((r for r in rows if r["rep"] == rep), rows[0])
-    relevant = [j - 1 for j in settings.get("problem", {}).get("relevant_1based", [1, 2, 3, 4, 5])]
-    fig = None
-    if masks:
-        fig = plot_network(
-            out / "selected_network.png",
-            masks,
-            weights=weights,
-            relevant=relevant,
-            title=f"Selected network, replication {rep} (edges phi > 0.5; red +, blue -)",
-        )
-    table = markdown_table(
+    return masks, weights
+
+
+def _selected_table(rows: list[dict[str, Any]]) -> str:
+    """Per replication: selected inputs, FPR, FNR, test RMSE, sparsity and density."""
+    return markdown_table(
         [
             "rep",
             "selected inputs",
@@ -140,6 +149,35 @@ def _report_selected(out: Path) -> None:
             for r in rows
         ],
     )
+
+
+_SELECTED_SETTINGS = [
+    ("config.reps", "replications"),
+    ("config.epochs", "epochs"),
+    ("problem.covariates", "covariates"),
+    ("config.init", "initialisation of mu"),
+    *_ENV_KEYS,
+]
+
+
+def _report_selected(out: Path) -> None:
+    """``report.md`` and ``selected_network.png`` of ``fig-selected-network``."""
+    rows = read_csv(out / "results.csv")
+    settings = read_settings(out)
+    edges = read_csv(out / "network.csv") if (out / "network.csv").stat().st_size > 1 else []
+    masks, weights = _saved_network(settings, edges)
+    rep = settings.get("drawn_rep", 0)
+    row = next((r for r in rows if r["rep"] == rep), rows[0])
+    relevant = [j - 1 for j in settings.get("problem", {}).get("relevant_1based", [1, 2, 3, 4, 5])]
+    fig = None
+    if masks:
+        fig = plot_network(
+            out / "selected_network.png",
+            masks,
+            weights=weights,
+            relevant=relevant,
+            title=f"Selected network, replication {rep} (edges phi > 0.5; red +, blue -)",
+        )
     write_report(
         out,
         "Figure 2 (c): selected network of Simulation II",
@@ -149,20 +187,10 @@ def _report_selected(out: Path) -> None:
             f"run fitted {len(rows)} replication(s) and draws replication {rep}: the first "
             "with FPR = FNR = 0, or the one with the lowest test RMSE if none.",
             f"![selected network]({fig.name})" if fig else "(no network saved)",
-            table,
+            _selected_table(rows),
             f"Selected replication: {row.get('selected') or '(none)'}; {len(edges)} edges kept "
             "(listed in `network.csv` with their phi and mu).",
-            "## Settings\n\n"
-            + settings_section(
-                settings,
-                [
-                    ("config.reps", "replications"),
-                    ("config.epochs", "epochs"),
-                    ("problem.covariates", "covariates"),
-                    ("config.init", "initialisation of mu"),
-                    *_ENV_KEYS,
-                ],
-            ),
+            "## Settings\n\n" + settings_section(settings, _SELECTED_SETTINGS),
         ],
     )
 
@@ -202,6 +230,78 @@ def _fit_linear(
     return layer, time.perf_counter() - t0
 
 
+def _coefficient_errors(mean: NDArray[Any], beta: NDArray[Any]) -> dict[str, float]:
+    """Errors of the posterior means ``mean`` against the true ``beta``: the RMSE, the
+    largest error on a nonzero coefficient, and the mean and largest ``|mean|`` on a zero one.
+    """
+    zero = beta == 0
+    return {
+        "coef_rmse": float(np.sqrt(np.mean((mean - beta) ** 2))),
+        "max_abs_err_nonzero": float(np.abs(mean - beta)[~zero].max()),
+        "mean_abs_err_zero": float(np.abs(mean[zero]).mean()),
+        "max_abs_err_zero": float(np.abs(mean[zero]).max()),
+    }
+
+
+def _posterior_coefficients(layer: SpikeSlabLinear) -> dict[str, NDArray[Any]]:
+    """Per replicate, ``(R, p)``: ``phi``, ``mu`` and the posterior mean ``mean = phi * mu``."""
+    phi = torch.sigmoid(layer.alpha.detach())[:, 0, :].double().numpy()  # (R, p)
+    mu = layer.mu.detach()[:, 0, :].double().numpy()
+    return {"phi": phi, "mu": mu, "mean": phi * mu}
+
+
+def _sampler_results(
+    cfg: RunConfig,
+    sampler: str,
+    layer: SpikeSlabLinear,
+    toy: tuple[NDArray[Any], NDArray[Any], list[int]],
+    train_seed: int,
+    wall: float,
+) -> tuple[list[dict[str, Any]], dict[str, NDArray[Any]]]:
+    """A sampler's fitted layer (a replicate per replication): rows and coefficients.
+
+    Parameters
+    ----------
+    cfg, sampler, train_seed, wall
+        The run, the sampler, its training seed and the training time of all replications.
+    layer : SpikeSlabLinear
+    toy : (beta, relevant, data_seeds)
+        The true coefficients, the relevant inputs and the data seed of each replication.
+
+    Returns
+    -------
+    rows : list of dict
+        Per replication: coefficient errors, FPR, FNR, sparsity, smallest phi of a nonzero beta.
+    coefs : dict
+        ``phi_<sampler>``, ``mu_<sampler>``, ``mean_<sampler>`` of the first replication.
+    """
+    beta, relevant, seeds = toy
+    post = _posterior_coefficients(layer)
+    phi, mean = post["phi"], post["mean"]
+    sel = selected_features(layer)
+    sel_list = sel if isinstance(sel, list) else [sel]
+    rows = []
+    zero = beta == 0
+    for r in range(cfg.reps):
+        fpr, fnr = fpr_fnr(sel_list[r], relevant, len(beta))
+        rows.append(
+            {
+                "method": "svbnn",
+                "sampler": sampler,
+                "rep": r,
+                "data_seed": seeds[r],
+                "train_seed": train_seed,
+                **_coefficient_errors(mean[r], beta),
+                "fpr_pct": 100 * fpr,
+                "fnr_pct": 100 * fnr,
+                "sparsity_pct": 100 * float(phi[r].mean()),
+                "min_phi_nonzero": float(phi[r][~zero].min()),
+                "wall_s": wall / cfg.reps,
+            }
+        )
+    return rows, {f"{k}_{sampler}": v[0] for k, v in post.items()}
+
+
 @register_artifact(
     "fig-linear-toy",
     description="Supplement Figure 6: linear toy, Gumbel-softmax vs inverse-CDF posterior means",
@@ -238,35 +338,12 @@ def fig_linear_toy(cfg: RunConfig) -> dict[str, Any]:
     for si, sampler in enumerate(("gumbel", "inverse_cdf")):
         train_seeds[sampler] = derive_seed(cfg.seed, SEED_TRAIN, 4, si)
         layer, wall = _fit_linear(sampler, X, y, cfg, train_seeds[sampler])
-        phi = torch.sigmoid(layer.alpha.detach())[:, 0, :].double().numpy()  # (R, p)
-        mu = layer.mu.detach()[:, 0, :].double().numpy()
-        mean = phi * mu
-        sel = selected_features(layer)
-        sel_list = sel if isinstance(sel, list) else [sel]
-        for r in range(cfg.reps):
-            fpr, fnr = fpr_fnr(sel_list[r], relevant, len(beta))
-            zero = beta == 0
-            rows.append(
-                {
-                    "method": "svbnn",
-                    "sampler": sampler,
-                    "rep": r,
-                    "data_seed": seeds[r],
-                    "train_seed": train_seeds[sampler],
-                    "coef_rmse": float(np.sqrt(np.mean((mean[r] - beta) ** 2))),
-                    "max_abs_err_nonzero": float(np.abs(mean[r] - beta)[~zero].max()),
-                    "mean_abs_err_zero": float(np.abs(mean[r][zero]).mean()),
-                    "max_abs_err_zero": float(np.abs(mean[r][zero]).max()),
-                    "fpr_pct": 100 * fpr,
-                    "fnr_pct": 100 * fnr,
-                    "sparsity_pct": 100 * float(phi[r].mean()),
-                    "min_phi_nonzero": float(phi[r][~zero].min()),
-                    "wall_s": wall / cfg.reps,
-                }
-            )
-        coefs[f"phi_{sampler}"] = phi[0]
-        coefs[f"mu_{sampler}"] = mu[0]
-        coefs[f"mean_{sampler}"] = mean[0]
+        toy = (beta, relevant, seeds)
+        sampler_rows, sampler_coefs = _sampler_results(
+            cfg, sampler, layer, toy, train_seeds[sampler], wall
+        )
+        rows += sampler_rows
+        coefs.update(sampler_coefs)
     write_csv(cfg.out / "results.csv", rows)
     n = len(beta)
     write_csv(
@@ -298,14 +375,9 @@ kept phi near 1 in every case. `--set init_rho=-6` shows the effect; the column
 `min phi (nonzero beta)` tracks it."""
 
 
-def _report_linear(out: Path) -> None:
-    rows = read_csv(out / "results.csv")
-    coefs = read_csv(out / "coefficients.csv")
-    settings = read_settings(out)
-    beta = np.array([c["beta_true"] for c in coefs])
-    est = {s: np.array([c[f"mean_{s}"] for c in coefs]) for s in ("gumbel", "inverse_cdf")}
-    fig = plot_linear_toy(out / "linear_toy.png", beta, est)
-    table = markdown_table(
+def _linear_table(rows: list[dict[str, Any]]) -> str:
+    """Per sampler and replication: coefficient errors, FPR, FNR, sparsity, min phi, time."""
+    return markdown_table(
         [
             "sampler",
             "rep",
@@ -336,32 +408,45 @@ def _report_linear(out: Path) -> None:
             for r in rows
         ],
     )
+
+
+_LINEAR_INTRO = (
+    "y = X beta + N(0, 1), n = 1000, p = 200, beta_50 = beta_100 = beta_150 = 10, "
+    "beta_75 = beta_125 = -10 (X iid N(0, 1)); spike-and-slab prior with sigma_0 = 5 and "
+    "lambda = 0.03 (supplement B.4), fitted as `SpikeSlabLinear(200, 1, bias=False)` "
+    "with each sampler. Plotted: the posterior mean E[beta_j] = phi_j mu_j (blue) "
+    "against the truth (red). The paper finds the two samplers nearly equal, the "
+    "inverse CDF with slightly larger error on the zero coefficients."
+)
+
+_LINEAR_SETTINGS = [
+    ("config.epochs", "epochs"),
+    ("config.params.batch_size", "minibatch"),
+    ("config.params.lr", "learning rate (Adam; not stated in the paper)"),
+    ("config.params.prior_sd", "prior sd sigma_0"),
+    ("config.params.prior_inclusion", "lambda"),
+    ("config.params.temperature", "tau"),
+    ("config.params.init_rho", "initial rho (sigma = softplus(rho))"),
+    *_ENV_KEYS,
+]
+
+
+def _report_linear(out: Path) -> None:
+    """``report.md`` and ``linear_toy.png`` of ``fig-linear-toy``."""
+    rows = read_csv(out / "results.csv")
+    coefs = read_csv(out / "coefficients.csv")
+    settings = read_settings(out)
+    beta = np.array([c["beta_true"] for c in coefs])
+    est = {s: np.array([c[f"mean_{s}"] for c in coefs]) for s in ("gumbel", "inverse_cdf")}
+    fig = plot_linear_toy(out / "linear_toy.png", beta, est)
     write_report(
         out,
         "Supplement Figure 6: linear toy, Gumbel-softmax vs inverse CDF",
         [
-            "y = X beta + N(0, 1), n = 1000, p = 200, beta_50 = beta_100 = beta_150 = 10, "
-            "beta_75 = beta_125 = -10 (X iid N(0, 1)); spike-and-slab prior with sigma_0 = 5 and "
-            "lambda = 0.03 (supplement B.4), fitted as `SpikeSlabLinear(200, 1, bias=False)` "
-            "with each sampler. Plotted: the posterior mean E[beta_j] = phi_j mu_j (blue) "
-            "against the truth (red). The paper finds the two samplers nearly equal, the "
-            "inverse CDF with slightly larger error on the zero coefficients.",
+            _LINEAR_INTRO,
             f"![linear toy]({fig.name})",
-            table,
-            "## Settings\n\n"
-            + settings_section(
-                settings,
-                [
-                    ("config.epochs", "epochs"),
-                    ("config.params.batch_size", "minibatch"),
-                    ("config.params.lr", "learning rate (Adam; not stated in the paper)"),
-                    ("config.params.prior_sd", "prior sd sigma_0"),
-                    ("config.params.prior_inclusion", "lambda"),
-                    ("config.params.temperature", "tau"),
-                    ("config.params.init_rho", "initial rho (sigma = softplus(rho))"),
-                    *_ENV_KEYS,
-                ],
-            ),
+            _linear_table(rows),
+            "## Settings\n\n" + settings_section(settings, _LINEAR_SETTINGS),
             LINEAR_TOY_NOTE,
         ],
     )
@@ -415,12 +500,23 @@ def fig_gumbel_convergence(cfg: RunConfig) -> dict[str, Any]:
     return {}
 
 
-def _report_gumbel(out: Path) -> None:
-    rows = read_csv(out / "results.csv")
-    settings = read_settings(out)
-    P = settings.get("config", {}).get("params", {})
-    phi, u_fixed = float(P.get("phi", 0.9)), float(P.get("u", 0.2))
-    taus = [float(k[len("g_tau_") :]) for k in rows[0] if k.startswith("g_tau_")]
+def _gumbel_panels(
+    rows: list[dict[str, Any]], taus: list[float]
+) -> dict[str, tuple[NDArray[Any], dict[float, NDArray[Any]], NDArray[Any]]]:
+    """The saved curves per panel (``u`` and ``alpha``): ``x``, ``g_tau`` per tau, hard gate.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of ``results.csv``, one per panel and point.
+    taus : list of float
+        The temperatures of the saved ``g_tau_*`` columns.
+
+    Returns
+    -------
+    dict
+        Per panel, ``(x, {tau: g_tau}, g_hard)``.
+    """
     data = {}
     for panel in ("u", "alpha"):
         pr = [r for r in rows if r["panel"] == panel]
@@ -429,6 +525,35 @@ def _report_gumbel(out: Path) -> None:
             {t: np.array([r[f"g_tau_{t:g}"] for r in pr]) for t in taus},
             np.array([r["g_hard"] for r in pr]),
         )
+    return data
+
+
+def _gumbel_table(
+    data: dict[str, tuple[NDArray[Any], dict[float, NDArray[Any]], NDArray[Any]]],
+    taus: list[float],
+) -> str:
+    """Per tau, the mean distance of ``g_tau`` from the hard gate in each panel."""
+    return markdown_table(
+        ["tau", "mean |g_tau - g| over u (phi fixed)", "mean |g_tau - g| over alpha (u fixed)"],
+        [
+            [
+                f"{t:g}",
+                f"{np.mean(np.abs(data['u'][1][t] - data['u'][2])):.4f}",
+                f"{np.mean(np.abs(data['alpha'][1][t] - data['alpha'][2])):.4f}",
+            ]
+            for t in taus
+        ],
+    )
+
+
+def _report_gumbel(out: Path) -> None:
+    """``report.md`` and ``gumbel_convergence.png`` of ``fig-gumbel-convergence``."""
+    rows = read_csv(out / "results.csv")
+    settings = read_settings(out)
+    P = settings.get("config", {}).get("params", {})
+    phi, u_fixed = float(P.get("phi", 0.9)), float(P.get("u", 0.2))
+    taus = [float(k[len("g_tau_") :]) for k in rows[0] if k.startswith("g_tau_")]
+    data = _gumbel_panels(rows, taus)
     fig = plot_gumbel(
         out / "gumbel_convergence.png",
         data["u"][0],
@@ -439,17 +564,6 @@ def _report_gumbel(out: Path) -> None:
         data["alpha"][2],
         phi,
         u_fixed,
-    )
-    table = markdown_table(
-        ["tau", "mean |g_tau - g| over u (phi fixed)", "mean |g_tau - g| over alpha (u fixed)"],
-        [
-            [
-                f"{t:g}",
-                f"{np.mean(np.abs(data['u'][1][t] - data['u'][2])):.4f}",
-                f"{np.mean(np.abs(data['alpha'][1][t] - data['alpha'][2])):.4f}",
-            ]
-            for t in taus
-        ],
     )
     write_report(
         out,
@@ -463,6 +577,6 @@ def _report_gumbel(out: Path) -> None:
             "Bernoulli(phi) law (u and 1 - u are equal in law), but not the pointwise limit of "
             "its g_tau, so the figure uses 1[eta > 0].",
             f"![Gumbel convergence]({fig.name})",
-            table,
+            _gumbel_table(data, taus),
         ],
     )

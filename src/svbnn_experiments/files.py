@@ -332,6 +332,49 @@ def _take_over(path: Path, owner: dict[str, Any]) -> None:
     moved.unlink(missing_ok=True)
 
 
+def _acquire_lock(path: Path, record: dict[str, Any], folder: Path, option: str) -> None:
+    """Create the lock file ``path`` holding ``record``, taking over a stale lock.
+
+    Parameters
+    ----------
+    path : Path
+        The lock file.
+    record : dict
+        The owner's pid, host, start time and command, written as JSON.
+    folder, option
+        The locked folder and the option that named it, for the messages.
+
+    Raises
+    ------
+    OutputLockedError
+        When another live run holds the folder, or after 20 tries.
+    """
+    for _ in range(20):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            owner = _read_lock(path)
+            if owner is None:
+                continue  # released between our open and our read
+            if _lock_is_stale(path, owner):
+                _take_over(path, owner)
+                continue
+            if not owner:
+                time.sleep(0.05)  # a run is writing its record; look again
+                continue
+            where = "" if owner.get("host") == record["host"] else f" on {owner.get('host')}"
+            raise OutputLockedError(
+                f"{option} {folder}: another run (pid {owner.get('pid')}{where}) is writing "
+                f"this folder; wait for it, or choose another {option} (if no such run "
+                f"exists, delete {path})"
+            ) from None
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        break
+    else:
+        raise OutputLockedError(f"{option} {folder}: could not lock {path}; try again")
+
+
 @contextmanager
 def lock_output(folder: Path, option: str = "--out") -> Iterator[Path]:
     """Hold the output folder ``folder`` for one run: refuse if another live run holds it.
@@ -364,30 +407,7 @@ def lock_output(folder: Path, option: str = "--out") -> Iterator[Path]:
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": " ".join(sys.argv),
     }
-    for _ in range(20):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            owner = _read_lock(path)
-            if owner is None:
-                continue  # released between our open and our read
-            if _lock_is_stale(path, owner):
-                _take_over(path, owner)
-                continue
-            if not owner:
-                time.sleep(0.05)  # a run is writing its record; look again
-                continue
-            where = "" if owner.get("host") == record["host"] else f" on {owner.get('host')}"
-            raise OutputLockedError(
-                f"{option} {folder}: another run (pid {owner.get('pid')}{where}) is writing "
-                f"this folder; wait for it, or choose another {option} (if no such run "
-                f"exists, delete {path})"
-            ) from None
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
-        break
-    else:
-        raise OutputLockedError(f"{option} {folder}: could not lock {path}; try again")
+    _acquire_lock(path, record, folder, option)
     try:
         yield path
     finally:

@@ -50,17 +50,9 @@ def _describe(settings: Mapping[str, Any]) -> str:
     return ", ".join(parts) + (f"; `{command}`" if command else "")
 
 
-def compare_mnist_runs(runs: Mapping[str, Path], out: Path) -> Path:
-    """Write the comparison of ``runs`` (label to ``mnist`` output folder) into ``out``."""
-    if not runs:
-        raise ValueError("give at least one LABEL=RUN_FOLDER")
-    out.mkdir(parents=True, exist_ok=True)
-    curves = {label: _svbnn_rows(Path(folder)) for label, folder in runs.items()}
-    settings = {label: read_settings(Path(folder)) for label, folder in runs.items()}
-    write_csv(
-        out / "results.csv",
-        [{"variant": label, **r} for label, rows in curves.items() for r in rows],
-    )
+def _plot_variants(curves: Mapping[str, list[dict[str, Any]]], path: Path) -> None:
+    """Test accuracy and sparsity against the epoch, one curve per variant (the paper's
+    values dashed)."""
     plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for label, rows in curves.items():
@@ -73,9 +65,13 @@ def compare_mnist_runs(runs: Mapping[str, Path], out: Path) -> Path:
     ax2.set(xlabel="epoch", ylabel="sum(phi)/T (%)", yscale="log")
     ax1.legend(fontsize=8)
     fig.tight_layout()
-    atomic_savefig(fig, out / "mnist_variants.png", dpi=120)
+    atomic_savefig(fig, path, dpi=120)
     plt.close(fig)
 
+
+def _variants_table(curves: Mapping[str, list[dict[str, Any]]]) -> str:
+    """Per variant: epochs run, best accuracy, the paper's row, accuracy and sparsity at
+    ``_EPOCHS``."""
     headers = ["variant", "epochs run", "best acc. % [epoch]", "paper's row (>= 98% at <= 5.06%)"]
     headers += [f"epoch {e}: acc. / sparsity %" for e in _EPOCHS]
     table = []
@@ -94,6 +90,22 @@ def compare_mnist_runs(runs: Mapping[str, Path], out: Path) -> Path:
                 "-" if r is None else f"{float(r['test_acc']):.2f} / {float(r['sparsity_pct']):.2f}"
             )
         table.append(line)
+    return markdown_table(headers, table)
+
+
+def compare_mnist_runs(runs: Mapping[str, Path], out: Path) -> Path:
+    """Write the comparison of ``runs`` (label to ``mnist`` output folder) into ``out``."""
+    if not runs:
+        raise ValueError("give at least one LABEL=RUN_FOLDER")
+    out.mkdir(parents=True, exist_ok=True)
+    curves = {label: _svbnn_rows(Path(folder)) for label, folder in runs.items()}
+    settings = {label: read_settings(Path(folder)) for label, folder in runs.items()}
+    write_csv(
+        out / "results.csv",
+        [{"variant": label, **r} for label, rows in curves.items() for r in rows],
+    )
+    _plot_variants(curves, out / "mnist_variants.png")
+    table = _variants_table(curves)
     variants = "\n".join(f"- **{label}**: {_describe(settings[label])}" for label in runs)
     write_settings(
         out,
@@ -112,7 +124,7 @@ def compare_mnist_runs(runs: Mapping[str, Path], out: Path) -> Path:
             "per-datum negative ELBO (kl_weight = 1) and with a weighted KL term "
             "(`kl_weight = w`: the objective `nll + w KL / n`). The paper's row is 5.06% "
             "final sparsity with the best accuracy of its methods (AGP about 98%).",
-            markdown_table(headers, table),
+            table,
             "![accuracy and sparsity by epoch](mnist_variants.png)",
             "## Variants\n\n" + variants,
             "Per-epoch rows of every variant are in `results.csv`; each run's own report "

@@ -92,22 +92,67 @@ explicitly (``--set source=results/mnist``); without it, SVBNN and AGP are train
 Nothing is loaded from a folder the user did not name."""
 
 
-@register_artifact(
-    "mnist-uq",
-    description="Supplement MNIST UQ figure: predictive distributions of overlaid digits vs AGP",
-    report=lambda out: report_mnist_uq(out),
-    defaults=UQ_DEFAULTS,
-    quick={**MNIST_QUICK, "uq_draws": 10},
-    group="real-data",
-    # With the mnist artifact's SVBNN checkpoint in place: AGP, 400 epochs at 5.0 s.
-    timing=Timing(quick_s=8.4, full_s=2000.0),
-)
-def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
-    P = cfg.params
-    source = Path(P["source"]) if P.get("source") else None
-    if source is not None and not (source / "checkpoints" / "meta.json").exists():
-        raise ValueError(f"--set source={source}: no mnist run there (no checkpoints/meta.json)")
-    raw = load_mnist(data_dir_param(P))
+def _train_here(
+    cfg: RunConfig,
+    method: str,
+    data: tuple[Tensor, Tensor, Tensor, Tensor],
+    book: EpochBook,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Train one of the two models in the run folder (resuming from its checkpoint).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+    method : {"svbnn", "agp"}
+    data : tuple
+        ``X_train, y_train, X_test, y_test`` (:func:`load_images`).
+    book : EpochBook
+        Receives the per-epoch rows (``training.csv``).
+
+    Returns
+    -------
+    model : nn.Module
+    origin : dict
+        How it was obtained: training information, sizes and the checkpoint.
+    """
+    spec = classifier_spec(cfg, method, "mlp")
+    model, info = build_classifier(
+        spec, int(data[0].shape[0]), torch.Generator().manual_seed(spec.seed)
+    )
+    ckpt_dir = cfg.out / "checkpoints"
+    fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book)
+    meta = {
+        "arch": "mlp",
+        "hidden": list(spec.hidden),
+        "n_train": int(data[0].shape[0]),
+        "methods": {method: {"lr": spec.lr}},
+    }
+    origin = {
+        "origin": "trained here",
+        **info,
+        **fit,
+        **meta,
+        "checkpoint": str(ckpt_dir / f"{method}.pt"),
+    }
+    return model, origin
+
+
+def _uq_models(cfg: RunConfig, source: Path | None) -> tuple[dict[str, nn.Module], dict[str, Any]]:
+    """SVBNN and AGP: reused from ``source``'s checkpoints when there, else trained here.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+    source : Path or None
+        Folder of a finished ``mnist`` run (never the run folder itself).
+
+    Returns
+    -------
+    models : dict
+        ``svbnn`` and ``agp``.
+    origins : dict
+        Per method, where the model comes from (``settings.json``'s ``models``).
+    """
     origins: dict[str, Any] = {}
     models: dict[str, nn.Module] = {}
     data: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
@@ -126,35 +171,31 @@ def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
             data, data_info = load_images(cfg, fashion=False, flatten=True)
             book = EpochBook(cfg.out / "training.csv")
         assert book is not None
-        spec = classifier_spec(cfg, method, "mlp")
-        model, info = build_classifier(
-            spec, int(data[0].shape[0]), torch.Generator().manual_seed(spec.seed)
-        )
-        ckpt_dir = cfg.out / "checkpoints"
-        fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book)
-        meta = {
-            "arch": "mlp",
-            "hidden": list(spec.hidden),
-            "n_train": int(data[0].shape[0]),
-            "methods": {method: {"lr": spec.lr}},
-        }
-        models[method] = model
-        origins[method] = {
-            "origin": "trained here",
-            **info,
-            **fit,
-            **meta,
-            "checkpoint": str(ckpt_dir / f"{method}.pt"),
-        }
-    overlays, idx = overlay_images(raw.x_test, raw.y_test, UQ_PAIRS, int(P["occurrence"]))
-    X = _normalise(overlays)
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UQ))
-    H = int(P["uq_draws"])
-    draws = sample_outputs(models["svbnn"], X, H, generator=gen, transform="softmax")  # (H, 3, 10)
-    svbnn_p, svbnn_sd = draws.mean(0).double().numpy(), draws.std(0).double().numpy()
-    with torch.no_grad():
-        models["agp"].eval()
-        agp_p = torch.softmax(models["agp"](X), -1).double().numpy()
+        models[method], origins[method] = _train_here(cfg, method, data, book)
+    return models, origins
+
+
+def _uq_rows(
+    idx: list[tuple[int, int]],
+    svbnn_p: NDArray[Any],
+    svbnn_sd: NDArray[Any],
+    agp_p: NDArray[Any],
+) -> list[dict[str, Any]]:
+    """Rows of ``results.csv``: per pair and method, the class probabilities and entropy.
+
+    Parameters
+    ----------
+    idx : list of (int, int)
+        Test-set indices of the two images of each pair of ``UQ_PAIRS``.
+    svbnn_p, svbnn_sd : ndarray, shape (len(UQ_PAIRS), 10)
+        Mean and sd over SVBNN's posterior draws of the softmax vectors.
+    agp_p : ndarray, shape (len(UQ_PAIRS), 10)
+        AGP's softmax vectors.
+
+    Returns
+    -------
+    list of dict
+    """
     rows = []
     for k, ((a, b), (i, j)) in enumerate(zip(UQ_PAIRS, idx, strict=True)):
         for method, probs, sds in (("svbnn", svbnn_p, svbnn_sd), ("agp", agp_p, None)):
@@ -176,15 +217,51 @@ def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
                 for c in range(10):
                     row[f"sd{c}"] = float(sds[k, c])
             rows.append(row)
-    write_csv(cfg.out / "results.csv", rows)
+    return rows
+
+
+def _save_overlays(
+    out: Path, images: NDArray[Any], idx: list[tuple[int, int]], overlays: NDArray[Any]
+) -> None:
+    """``overlays.npz``: the two test images of each pair and their overlay (for the report)."""
     buf = io.BytesIO()
     np.savez_compressed(
         buf,
-        first=np.stack([raw.x_test[i] for i, _ in idx]),
-        second=np.stack([raw.x_test[j] for _, j in idx]),
+        first=np.stack([images[i] for i, _ in idx]),
+        second=np.stack([images[j] for _, j in idx]),
         overlay=overlays,
     )
-    atomic_write_bytes(cfg.out / "overlays.npz", buf.getvalue())
+    atomic_write_bytes(out / "overlays.npz", buf.getvalue())
+
+
+@register_artifact(
+    "mnist-uq",
+    description="Supplement MNIST UQ figure: predictive distributions of overlaid digits vs AGP",
+    report=lambda out: report_mnist_uq(out),
+    defaults=UQ_DEFAULTS,
+    quick={**MNIST_QUICK, "uq_draws": 10},
+    group="real-data",
+    # With the mnist artifact's SVBNN checkpoint in place: AGP, 400 epochs at 5.0 s.
+    timing=Timing(quick_s=8.4, full_s=2000.0),
+)
+def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
+    P = cfg.params
+    source = Path(P["source"]) if P.get("source") else None
+    if source is not None and not (source / "checkpoints" / "meta.json").exists():
+        raise ValueError(f"--set source={source}: no mnist run there (no checkpoints/meta.json)")
+    raw = load_mnist(data_dir_param(P))
+    models, origins = _uq_models(cfg, source)
+    overlays, idx = overlay_images(raw.x_test, raw.y_test, UQ_PAIRS, int(P["occurrence"]))
+    X = _normalise(overlays)
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UQ))
+    H = int(P["uq_draws"])
+    draws = sample_outputs(models["svbnn"], X, H, generator=gen, transform="softmax")  # (H, 3, 10)
+    svbnn_p, svbnn_sd = draws.mean(0).double().numpy(), draws.std(0).double().numpy()
+    with torch.no_grad():
+        models["agp"].eval()
+        agp_p = torch.softmax(models["agp"](X), -1).double().numpy()
+    write_csv(cfg.out / "results.csv", _uq_rows(idx, svbnn_p, svbnn_sd, agp_p))
+    _save_overlays(cfg.out, raw.x_test, idx, overlays)
     return {
         "source": str(source) if source is not None else "",
         "models": origins,
@@ -240,14 +317,19 @@ def _plot_uq(
     plt.close(fig)
 
 
-def report_mnist_uq(out: Path) -> None:
-    """``report.md`` and ``mnist_uq.png`` of the ``mnist-uq`` artifact."""
-    rows = read_csv(out / "results.csv")
-    settings = read_settings(out)
-    with np.load(out / "overlays.npz") as z:
-        images = {k: z[k] for k in ("first", "second", "overlay")}
-    draws = settings.get("config", {}).get("params", {}).get("uq_draws", "?")
-    _plot_uq(rows, images, out / "mnist_uq.png", draws)
+def _probability_table(rows: list[dict[str, Any]]) -> str:
+    """Per pair and method: the top class, the entropy and the ten class probabilities.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of ``results.csv``.
+
+    Returns
+    -------
+    str
+        A Markdown table.
+    """
     headers = ["pair", "test indices", "method", "top class (prob.)", "entropy (nats)"] + [
         str(c) for c in range(10)
     ]
@@ -263,6 +345,11 @@ def report_mnist_uq(out: Path) -> None:
                 *[f"{float(r[f'p{c}']):.3f}" for c in range(10)],
             ]
         )
+    return markdown_table(headers, table)
+
+
+def _models_section(settings: dict[str, Any]) -> str:
+    """``## Models``: where each model comes from (reused or trained here), and its epoch."""
     models = settings.get("models", {})
     origin = []
     for m, info in models.items():
@@ -270,31 +357,45 @@ def report_mnist_uq(out: Path) -> None:
             f"- {METHOD_LABELS.get(m, m)}: {info.get('origin')} "
             f"({info.get('checkpoint')}, epoch {info.get('epoch', info.get('epochs_done'))})"
         )
+    return "## Models\n\n" + "\n".join(origin)
+
+
+_UQ_INTRO = (
+    "Each ambiguous input is the pixel average of two MNIST test images (the first "
+    "test image of each digit unless `occurrence` says otherwise). SVBNN's predictive "
+    "distribution is the average of the softmax vectors of `uq_draws` posterior draws "
+    "(error bars: their sd across draws); AGP's is the softmax of its pruned network. "
+    "The paper's point: AGP is nearly certain of one digit, SVBNN spreads its "
+    "probability over the two digits."
+)
+
+_UQ_SETTINGS = [
+    ("config.params.uq_draws", "posterior draws"),
+    ("source", "checkpoint folder looked up"),
+    ("config.epochs", "epochs (if trained here)"),
+    ("config.seed", "base seed"),
+    ("config.quick", "quick mode"),
+    ("wall_time_s", "wall time (s)"),
+    ("environment.git.commit", "git commit"),
+]
+
+
+def report_mnist_uq(out: Path) -> None:
+    """``report.md`` and ``mnist_uq.png`` of the ``mnist-uq`` artifact."""
+    rows = read_csv(out / "results.csv")
+    settings = read_settings(out)
+    with np.load(out / "overlays.npz") as z:
+        images = {k: z[k] for k in ("first", "second", "overlay")}
+    draws = settings.get("config", {}).get("params", {}).get("uq_draws", "?")
+    _plot_uq(rows, images, out / "mnist_uq.png", draws)
     write_report(
         out,
         "MNIST uncertainty quantification on overlaid digits (supplement figure)",
         [
-            "Each ambiguous input is the pixel average of two MNIST test images (the first "
-            "test image of each digit unless `occurrence` says otherwise). SVBNN's predictive "
-            "distribution is the average of the softmax vectors of `uq_draws` posterior draws "
-            "(error bars: their sd across draws); AGP's is the softmax of its pruned network. "
-            "The paper's point: AGP is nearly certain of one digit, SVBNN spreads its "
-            "probability over the two digits.",
+            _UQ_INTRO,
             "![overlaid digits and predictive distributions](mnist_uq.png)",
-            markdown_table(headers, table),
-            "## Models\n\n" + "\n".join(origin),
-            "## Settings\n\n"
-            + settings_section(
-                settings,
-                [
-                    ("config.params.uq_draws", "posterior draws"),
-                    ("source", "checkpoint folder looked up"),
-                    ("config.epochs", "epochs (if trained here)"),
-                    ("config.seed", "base seed"),
-                    ("config.quick", "quick mode"),
-                    ("wall_time_s", "wall time (s)"),
-                    ("environment.git.commit", "git commit"),
-                ],
-            ),
+            _probability_table(rows),
+            _models_section(settings),
+            "## Settings\n\n" + settings_section(settings, _UQ_SETTINGS),
         ],
     )

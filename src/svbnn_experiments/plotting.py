@@ -32,35 +32,33 @@ def pyplot() -> Any:
     return plt
 
 
-def draw_network(
-    ax: Any,
+def _network_inputs(
     masks: Sequence[NDArray[Any]],
-    *,
-    weights: Sequence[NDArray[Any]] | None = None,
-    shown_inputs: Sequence[int] | None = None,
-    relevant: Sequence[int] = (),
-    title: str = "",
-    edge_word: str = "kept edge",
-    max_inputs: int = 30,
-) -> None:
-    """Draw a layered network: nodes per layer, the kept edges (``masks[l]`` of ``(out, in)``).
+    shown_inputs: Sequence[int] | None,
+    rel: list[int],
+    max_inputs: int,
+) -> tuple[list[int], NDArray[Any]]:
+    """The inputs to draw, and all inputs with a first-layer edge.
 
     Parameters
     ----------
-    ax : matplotlib Axes
     masks : sequence of bool arrays
-        Per layer, ``(out, in)`` masks of the edges to draw.
-    weights : sequence of arrays, optional
-        Same shapes; edge colour by sign, width by magnitude.
-    shown_inputs : sequence of int, optional
-        0-based inputs to draw (default: inputs with an edge, plus ``relevant``).
-    relevant : sequence of int
-        Truly relevant inputs, labelled in bold.
-    title : str
+        Per layer, ``(out, in)`` masks of the edges.
+    shown_inputs : sequence of int or None
+        Inputs asked for; ``None``: inputs with an edge plus ``rel``, at most ``max_inputs``
+        (the relevant ones first) when the first layer is not pruned.
+    rel : list of int
+        Truly relevant inputs.
+    max_inputs : int
+
+    Returns
+    -------
+    inputs : list of int
+        0-based inputs to draw.
+    used : ndarray of int
+        0-based inputs with an edge.
     """
-    p = masks[0].shape[1]
     used = np.flatnonzero(masks[0].any(axis=0))
-    rel = [int(j) for j in relevant]
     if shown_inputs is None:
         inputs = sorted(set(used.tolist()) | set(rel))
         if len(inputs) > max_inputs:
@@ -69,8 +67,12 @@ def draw_network(
             inputs = sorted(set(rel) | set(others))
     else:
         inputs = list(shown_inputs)
-    n_undrawn = len(set(used.tolist()) - set(inputs))
-    layer_nodes: list[list[int]] = [inputs] + [list(range(m.shape[0])) for m in masks]
+    return inputs, used
+
+
+def _node_positions(layer_nodes: list[list[int]]) -> list[dict[int, tuple[float, float]]]:
+    """Per layer, the ``(x, y)`` of each node: layers spread over ``x`` in [0, 1], nodes
+    centred on ``y = 0`` (spread over up to [-0.5, 0.5] with their number)."""
     n_layers = len(layer_nodes)
     pos: list[dict[int, tuple[float, float]]] = []
     for li, nodes in enumerate(layer_nodes):
@@ -79,12 +81,27 @@ def draw_network(
         pos.append(
             {node: (li / (n_layers - 1), float(y)) for node, y in zip(nodes, ys, strict=True)}
         )
-    # Nodes touched by an edge are drawn solid; the rest faded.
+    return pos
+
+
+def _active_nodes(masks: Sequence[NDArray[Any]], used: NDArray[Any]) -> list[set[int]]:
+    """Per layer, the nodes touched by an edge (drawn solid; the rest are faded)."""
     active: list[set[int]] = [set(used.tolist())]
     for li, m in enumerate(masks):
         active.append(set(np.flatnonzero(m.any(axis=1)).tolist()))
         if li > 0:
             active[li] |= set(np.flatnonzero(m.any(axis=0)).tolist())
+    return active
+
+
+def _draw_edges(
+    ax: Any,
+    masks: Sequence[NDArray[Any]],
+    pos: list[dict[int, tuple[float, float]]],
+    weights: Sequence[NDArray[Any]] | None,
+) -> None:
+    """Draw the kept edges between drawn nodes: grey, or coloured by the weight's sign
+    (red positive, blue negative) with widths by its magnitude."""
     wmax = max(
         (float(np.abs(w[masks[i]]).max()) for i, w in enumerate(weights or []) if masks[i].any()),
         default=1.0,
@@ -102,6 +119,17 @@ def draw_network(
             else:
                 color, lw = "0.3", 1.0
             ax.plot([x0, x1], [y0, y1], color=color, lw=lw, alpha=0.7, zorder=1)
+
+
+def _draw_nodes(
+    ax: Any,
+    layer_nodes: list[list[int]],
+    pos: list[dict[int, tuple[float, float]]],
+    active: list[set[int]],
+    rel: list[int],
+) -> None:
+    """Draw the nodes, the inputs labelled ``x1, x2, ...`` (relevant ones bold), output ``y``."""
+    n_layers = len(layer_nodes)
     for li, nodes in enumerate(layer_nodes):
         for node in nodes:
             x, y = pos[li][node]
@@ -136,7 +164,11 @@ def draw_network(
                     va="center",
                     fontsize=9,
                 )
-    hidden = p - len(inputs) - n_undrawn
+
+
+def _note_undrawn(ax: Any, hidden: int, n_undrawn: int, edge_word: str) -> None:
+    """Note below the drawing how many inputs with an edge are not drawn (``n_undrawn``)
+    and how many have none (``hidden``)."""
     notes = []
     if n_undrawn:
         notes.append(f"{n_undrawn} more inputs with a\n{edge_word}, not drawn")
@@ -144,6 +176,43 @@ def draw_network(
         notes.append(f"{hidden} other inputs,\nno {edge_word}")
     if notes:
         ax.text(0.0, -0.62, "(" + ";\n".join(notes) + ")", ha="center", va="top", fontsize=7)
+
+
+def draw_network(
+    ax: Any,
+    masks: Sequence[NDArray[Any]],
+    *,
+    weights: Sequence[NDArray[Any]] | None = None,
+    shown_inputs: Sequence[int] | None = None,
+    relevant: Sequence[int] = (),
+    title: str = "",
+    edge_word: str = "kept edge",
+    max_inputs: int = 30,
+) -> None:
+    """Draw a layered network: nodes per layer, the kept edges (``masks[l]`` of ``(out, in)``).
+
+    Parameters
+    ----------
+    ax : matplotlib Axes
+    masks : sequence of bool arrays
+        Per layer, ``(out, in)`` masks of the edges to draw.
+    weights : sequence of arrays, optional
+        Same shapes; edge colour by sign, width by magnitude.
+    shown_inputs : sequence of int, optional
+        0-based inputs to draw (default: inputs with an edge, plus ``relevant``).
+    relevant : sequence of int
+        Truly relevant inputs, labelled in bold.
+    title : str
+    """
+    p = masks[0].shape[1]
+    rel = [int(j) for j in relevant]
+    inputs, used = _network_inputs(masks, shown_inputs, rel, max_inputs)
+    n_undrawn = len(set(used.tolist()) - set(inputs))
+    layer_nodes: list[list[int]] = [inputs] + [list(range(m.shape[0])) for m in masks]
+    pos = _node_positions(layer_nodes)
+    _draw_edges(ax, masks, pos, weights)
+    _draw_nodes(ax, layer_nodes, pos, _active_nodes(masks, used), rel)
+    _note_undrawn(ax, p - len(inputs) - n_undrawn, n_undrawn, edge_word)
     ax.set_xlim(-0.15, 1.1)
     ax.set_ylim(-0.75, 0.62)
     ax.axis("off")
@@ -167,6 +236,46 @@ def plot_network(
     atomic_savefig(fig, path, dpi=150)
     plt.close(fig)
     return path
+
+
+def _sweep_panel(
+    ax: Any, panel: str, summary: Sequence[Mapping[str, Any]], log10_opt: float
+) -> None:
+    """One RMSE panel of the lambda figure: train and test RMSE (mean ± sd) against lambda.
+
+    Parameters
+    ----------
+    ax : matplotlib Axes
+    panel : {"a", "b"}
+        ``"a"``: the lambdas <= lambda_opt against log10(lambda); ``"b"``: those >=
+        lambda_opt against lambda.
+    summary, log10_opt
+        As in :func:`plot_lambda_sweep`.
+    """
+    pts = sorted((s for s in summary if panel in s["panel"]), key=lambda s: s["log10_lambda"])
+    if panel == "a":
+        x = np.array([s["log10_lambda"] for s in pts])
+        xo = log10_opt
+        ax.set_xlabel("log10(lambda)")
+        ax.set_title("(a) lambda <= lambda_opt", fontsize=10)
+    else:
+        x = np.array([10.0 ** s["log10_lambda"] for s in pts])
+        xo = 10.0**log10_opt
+        ax.set_xlabel("lambda")
+        ax.set_title("(b) lambda >= lambda_opt", fontsize=10)
+    for key, label, color in (
+        ("train", "train RMSE", "tab:blue"),
+        ("test", "test RMSE", "tab:orange"),
+    ):
+        mean = np.array([s[f"{key}_mean"] for s in pts], dtype=float)
+        sd = np.array([s[f"{key}_sd"] for s in pts], dtype=float)
+        sd = np.where(np.isfinite(sd), sd, 0.0)
+        ax.errorbar(x, mean, yerr=sd, marker="o", ms=4, capsize=3, label=label, color=color)
+    ax.axvline(xo, color="0.4", ls="--", lw=1)
+    ylim = ax.get_ylim()
+    ax.text(xo, ylim[1], " lambda_opt", va="top", ha="left", fontsize=8, color="0.3")
+    ax.set_ylabel("RMSE")
+    ax.legend(fontsize=8)
 
 
 def plot_lambda_sweep(
@@ -193,30 +302,7 @@ def plot_lambda_sweep(
     n_panels = 3 if teacher is not None else 2
     fig, axes = plt.subplots(1, n_panels, figsize=(4.6 * n_panels, 3.8))
     for ax, panel in zip(axes[:2], ("a", "b"), strict=True):
-        pts = sorted((s for s in summary if panel in s["panel"]), key=lambda s: s["log10_lambda"])
-        if panel == "a":
-            x = np.array([s["log10_lambda"] for s in pts])
-            xo = log10_opt
-            ax.set_xlabel("log10(lambda)")
-            ax.set_title("(a) lambda <= lambda_opt", fontsize=10)
-        else:
-            x = np.array([10.0 ** s["log10_lambda"] for s in pts])
-            xo = 10.0**log10_opt
-            ax.set_xlabel("lambda")
-            ax.set_title("(b) lambda >= lambda_opt", fontsize=10)
-        for key, label, color in (
-            ("train", "train RMSE", "tab:blue"),
-            ("test", "test RMSE", "tab:orange"),
-        ):
-            mean = np.array([s[f"{key}_mean"] for s in pts], dtype=float)
-            sd = np.array([s[f"{key}_sd"] for s in pts], dtype=float)
-            sd = np.where(np.isfinite(sd), sd, 0.0)
-            ax.errorbar(x, mean, yerr=sd, marker="o", ms=4, capsize=3, label=label, color=color)
-        ax.axvline(xo, color="0.4", ls="--", lw=1)
-        ylim = ax.get_ylim()
-        ax.text(xo, ylim[1], " lambda_opt", va="top", ha="left", fontsize=8, color="0.3")
-        ax.set_ylabel("RMSE")
-        ax.legend(fontsize=8)
+        _sweep_panel(ax, panel, summary, log10_opt)
     if teacher is not None:
         masks, weights, relevant = teacher
         draw_network(

@@ -128,6 +128,48 @@ def _check_number(where: str, v: Any, example: Any, rule: _Range) -> int | float
     return f
 
 
+def _check_text(where: str, key: str, value: Any) -> str:
+    """A text setting: ``value`` must be text, one of the allowed values where fixed."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: expects text, got {value!r}")
+    choices = _SETTING_CHOICES.get(key)
+    if choices is not None and value not in choices:
+        raise ValueError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _parse_literal(where: str, value: str) -> Any:
+    """Read command-line text as a Python literal (``nan`` and ``inf`` as floats)."""
+    text = value.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        try:
+            # "nan" and "inf" are no Python literals: read them, to refuse them by name.
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{where}: cannot read {text!r} as a value") from None
+
+
+def _check_list(
+    where: str, artifact: str, key: str, value: Any, default: list[Any] | tuple[Any, ...]
+) -> list[Any] | tuple[Any, ...]:
+    """A list setting: a non-empty list of numbers (one number: a list of one), each in the
+    range of the setting; a tuple when the default is one."""
+    if _is_real(value):
+        value = [value]  # one number for a list setting: a list of one (noise_grid=0.5)
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(
+            f"{where}: expects a non-empty list such as {list(default)!r}, got {value!r}"
+        )
+    example = default[0] if default else 1.0
+    rule = _range_for(artifact, key, example)
+    items = [
+        _check_number(f"{where} (item {i + 1})", v, example, rule) for i, v in enumerate(value)
+    ]
+    return tuple(items) if isinstance(default, tuple) else items
+
+
 def check_setting(artifact: str, key: str, value: Any, default: Any) -> Any:
     """Check one ``--set`` value against the type and range of the setting's default.
 
@@ -160,39 +202,15 @@ def check_setting(artifact: str, key: str, value: Any, default: Any) -> Any:
     """
     where = f"--set {key}"
     if isinstance(default, str):
-        if not isinstance(value, str):
-            raise ValueError(f"{where}: expects text, got {value!r}")
-        choices = _SETTING_CHOICES.get(key)
-        if choices is not None and value not in choices:
-            raise ValueError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
-        return value
+        return _check_text(where, key, value)
     if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            try:
-                # "nan" and "inf" are no Python literals: read them, to refuse them by name.
-                value = float(text)
-            except ValueError:
-                raise ValueError(f"{where}: cannot read {text!r} as a value") from None
+        value = _parse_literal(where, value)
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ValueError(f"{where}: expects True or False, got {value!r}")
         return value
     if isinstance(default, (list, tuple)):
-        if _is_real(value):
-            value = [value]  # one number for a list setting: a list of one (noise_grid=0.5)
-        if not isinstance(value, (list, tuple)) or not value:
-            raise ValueError(
-                f"{where}: expects a non-empty list such as {list(default)!r}, got {value!r}"
-            )
-        example = default[0] if default else 1.0
-        rule = _range_for(artifact, key, example)
-        items = [
-            _check_number(f"{where} (item {i + 1})", v, example, rule) for i, v in enumerate(value)
-        ]
-        return tuple(items) if isinstance(default, tuple) else items
+        return _check_list(where, artifact, key, value, default)
     if _is_real(default):
         return _check_number(where, value, default, _range_for(artifact, key, default))
     # A setting of another type (none today): take the value as given.

@@ -106,9 +106,30 @@ TITLES = {
 }
 
 
-def _report(out: Path, kind: str) -> None:
-    rows = read_csv(out / "results.csv")
-    settings = read_settings(out)
+def _cell(v: tuple[float, float, int], d: int = 3) -> str:
+    """``mean ± sd`` with ``d`` decimals (``-`` when the mean is not finite)."""
+    if not math.isfinite(v[0]):
+        return "-"
+    return f"{v[0]:.{d}f}" + (f" ± {v[1]:.{d}f}" if math.isfinite(v[1]) else "")
+
+
+def _lambda_summary(
+    rows: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+    """Per lambda (in increasing order), SVBNN's train and test RMSE over replications.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of ``results.csv``, one per method, lambda and replication.
+
+    Returns
+    -------
+    summary : list of dict
+        Rows of ``summary.csv`` (means and sds of the figure).
+    table : list of list
+        Rows of the report's table (RMSE, sparsity, density, FPR and FNR).
+    """
     groups = group_rows([r for r in rows if r.get("method") == "svbnn"], ["lambda_label"])
     summary = []
     table = []
@@ -132,62 +153,70 @@ def _report(out: Path, kind: str) -> None:
                 "n": tr[2],
             }
         )
+        cells = [_cell(tr), _cell(te), _cell(sp, 2), _cell(de, 2), _cell(fpr, 1), _cell(fnr, 1)]
+        table.append([lab, f"{l10:.2f}", tr[2], *cells])
+    return summary, table
 
-        def f(v: tuple[float, float, int], d: int = 3) -> str:
-            if not math.isfinite(v[0]):
-                return "-"
-            return f"{v[0]:.{d}f}" + (f" ± {v[1]:.{d}f}" if math.isfinite(v[1]) else "")
 
-        table.append(
-            [lab, f"{l10:.2f}", tr[2], f(tr), f(te), f(sp, 2), f(de, 2), f(fpr, 1), f(fnr, 1)]
-        )
-    write_csv(out / "summary.csv", summary)
+def _sweep_figure(
+    out: Path, summary: list[dict[str, Any]], settings: dict[str, Any], kind: str
+) -> Path:
+    """``lambda_sweep.png``: the figure of ``summary``, with lambda_opt and the teacher."""
     opt = [s for s in summary if s["lambda_label"] == "opt"]
     log10_opt = float(opt[0]["log10_lambda"]) if opt else float("nan")
-    fig = plot_lambda_sweep(
+    return plot_lambda_sweep(
         out / "lambda_sweep.png",
         summary,
         log10_opt,
         title=TITLES[kind],
         teacher=_teacher_drawing(settings, kind),
     )
-    headers = [
-        "lambda",
-        "log10 lambda",
-        "reps",
-        "Train RMSE",
-        "Test RMSE",
-        "Sparsity sum(phi)/T (%)",
-        "Density phi>0.5 (%)",
-        "FPR (%)",
-        "FNR (%)",
-    ]
+
+
+_HEADERS = [
+    "lambda",
+    "log10 lambda",
+    "reps",
+    "Train RMSE",
+    "Test RMSE",
+    "Sparsity sum(phi)/T (%)",
+    "Density phi>0.5 (%)",
+    "FPR (%)",
+    "FNR (%)",
+]
+
+_SETTINGS = [
+    ("config.reps", "replications per lambda"),
+    ("config.epochs", "epochs"),
+    ("problem.student", "student network"),
+    ("problem.activation", "activation"),
+    ("problem.log10_lambda_opt", "log10 lambda_opt"),
+    ("config.params.n_train", "n"),
+    ("config.params.batch_size", "minibatch m"),
+    ("problem.covariates", "covariates"),
+    ("config.init", "initialisation of mu"),
+    ("config.seed", "base seed"),
+    ("config.quick", "quick mode"),
+    ("wall_time_s", "wall time (s)"),
+    ("environment.git.commit", "git commit"),
+]
+
+
+def _report(out: Path, kind: str) -> None:
+    """``report.md``, ``summary.csv`` and ``lambda_sweep.png`` of a lambda-sweep artifact."""
+    rows = read_csv(out / "results.csv")
+    settings = read_settings(out)
+    summary, table = _lambda_summary(rows)
+    write_csv(out / "summary.csv", summary)
+    fig = _sweep_figure(out, summary, settings, kind)
     sections = [
         f"{TITLES[kind]}. The paper publishes this only as a figure, so there are no numbers "
         "to compare with; the expected shape: training RMSE falls as lambda grows, testing "
         "RMSE is U-shaped (sparse teacher, Simulation II) or slowly falling (dense teacher), "
         "with lambda_opt in the valley. Error bars are ± 1 sd over replications.",
         f"![lambda sweep]({fig.name})",
-        markdown_table(headers, table),
-        "## Settings\n\n"
-        + settings_section(
-            settings,
-            [
-                ("config.reps", "replications per lambda"),
-                ("config.epochs", "epochs"),
-                ("problem.student", "student network"),
-                ("problem.activation", "activation"),
-                ("problem.log10_lambda_opt", "log10 lambda_opt"),
-                ("config.params.n_train", "n"),
-                ("config.params.batch_size", "minibatch m"),
-                ("problem.covariates", "covariates"),
-                ("config.init", "initialisation of mu"),
-                ("config.seed", "base seed"),
-                ("config.quick", "quick mode"),
-                ("wall_time_s", "wall time (s)"),
-                ("environment.git.commit", "git commit"),
-            ],
-        ),
+        markdown_table(_HEADERS, table),
+        "## Settings\n\n" + settings_section(settings, _SETTINGS),
         "RMSE is of f_H (H = 30) against the noisy responses; per-replicate rows are in "
         "`results.csv`, the per-lambda means in `summary.csv`.",
     ]

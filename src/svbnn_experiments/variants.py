@@ -120,6 +120,70 @@ def _per_point_sd(v: Variant, key: str) -> str:
     return f"{vals.mean():.1f} ± {vals.std(ddof=1):.2f} (min {vals.min():.0f})"
 
 
+def _variant_summary(v: Variant, kind: str) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """One variant's table row, ``results.csv`` row and ``settings.json`` record.
+
+    Parameters
+    ----------
+    v : Variant
+    kind : {"table2", "coverage"}
+
+    Returns
+    -------
+    cells : list
+        The report's table row: label, replications, epochs, mean ± sd per column.
+    row : dict
+        The means and sds of the columns.
+    record : dict
+        Where the run is and how it was made (command, config, git, wall time).
+    """
+    rows = _rows(v, kind)
+    settings = read_settings(v.folder)
+    cells: list[Any] = [v.label, len(rows), settings.get("config", {}).get("epochs", "-")]
+    row: dict[str, Any] = {"variant": v.label, "reps": len(rows), "folder": str(v.folder)}
+    for key, _, digits in KINDS[kind]:
+        m, s, _ = mean_sd(r.get(key) for r in rows)
+        cells.append(fmt_mean_sd(m, s, digits))
+        row[f"{key}_mean"], row[f"{key}_sd"] = m, s
+    if kind == "coverage":
+        cells.append(_per_point_sd(v, "coverage95_x3_pct"))
+    record = {
+        "label": v.label,
+        "folder": str(v.folder),
+        "reps": list(v.reps) if v.reps is not None else None,
+        "command": _command(settings),
+        "config": settings.get("config"),
+        "git": settings.get("environment", {}).get("git"),
+        "wall_time_s": settings.get("wall_time_s"),
+    }
+    return cells, row, record
+
+
+def _variants_table(kind: str, table: list[list[Any]]) -> str:
+    """The variants' rows (:func:`_variant_summary`) and the paper's, as a Markdown table."""
+    cols = KINDS[kind]
+    headers = ["Variant", "reps", "epochs", *(label for _, label, _ in cols)]
+    if kind == "coverage":
+        headers.append("95% x3 per grid point")
+    paper = _PAPER[kind]
+    table.append(
+        ["paper", 30 if kind == "table2" else 60, "-", *(paper.get(k, "-") for k, *_ in cols)]
+    )
+    if kind == "coverage":
+        table[-1].append("97.5 ± 1.71")
+    return markdown_table(headers, table)
+
+
+def _commands_section(record: list[dict[str, Any]]) -> str:
+    """``## Commands``: the command of each variant's run (and the replications used)."""
+    commands = "\n".join(
+        f"- {r['label']}: `{r['command']}`"
+        + (f" (replications {r['reps'][0]}-{r['reps'][-1]} of it)" if r["reps"] else "")
+        for r in record
+    )
+    return "## Commands\n\n" + commands
+
+
 def summarize(out: Path, kind: str, variants: Sequence[Variant], intro: str = "") -> Path:
     """Write the variants' summary (report.md, results.csv, settings.json) into ``out``.
 
@@ -140,48 +204,15 @@ def summarize(out: Path, kind: str, variants: Sequence[Variant], intro: str = ""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     out.mkdir(parents=True, exist_ok=True)
-    cols = KINDS[kind]
     table: list[list[Any]] = []
     csv_rows: list[dict[str, Any]] = []
     record: list[dict[str, Any]] = []
     for v in variants:
-        rows = _rows(v, kind)
-        settings = read_settings(v.folder)
-        cells: list[Any] = [v.label, len(rows), settings.get("config", {}).get("epochs", "-")]
-        row: dict[str, Any] = {"variant": v.label, "reps": len(rows), "folder": str(v.folder)}
-        for key, _, digits in cols:
-            m, s, _ = mean_sd(r.get(key) for r in rows)
-            cells.append(fmt_mean_sd(m, s, digits))
-            row[f"{key}_mean"], row[f"{key}_sd"] = m, s
-        if kind == "coverage":
-            cells.append(_per_point_sd(v, "coverage95_x3_pct"))
+        cells, row, rec = _variant_summary(v, kind)
         table.append(cells)
         csv_rows.append(row)
-        record.append(
-            {
-                "label": v.label,
-                "folder": str(v.folder),
-                "reps": list(v.reps) if v.reps is not None else None,
-                "command": _command(settings),
-                "config": settings.get("config"),
-                "git": settings.get("environment", {}).get("git"),
-                "wall_time_s": settings.get("wall_time_s"),
-            }
-        )
-    headers = ["Variant", "reps", "epochs", *(label for _, label, _ in cols)]
-    if kind == "coverage":
-        headers.append("95% x3 per grid point")
-    paper = _PAPER[kind]
-    table.append(
-        ["paper", 30 if kind == "table2" else 60, "-", *(paper.get(k, "-") for k, *_ in cols)]
-    )
-    if kind == "coverage":
-        table[-1].append("97.5 ± 1.71")
-    commands = "\n".join(
-        f"- {r['label']}: `{r['command']}`"
-        + (f" (replications {r['reps'][0]}-{r['reps'][-1]} of it)" if r["reps"] else "")
-        for r in record
-    )
+        record.append(rec)
+    text = _variants_table(kind, table)
     write_csv(out / "results.csv", csv_rows)
     write_settings(out, {"kind": kind, "variants": record, "environment": environment_info()})
     return write_report(
@@ -190,7 +221,7 @@ def summarize(out: Path, kind: str, variants: Sequence[Variant], intro: str = ""
             "table2": "Simulation II: what moves FNR (x1 missed)",
             "coverage": "Dense-teacher coverage: signal strength and teachers",
         }[kind],
-        [s for s in (intro, markdown_table(headers, table), "## Commands\n\n" + commands) if s],
+        [s for s in (intro, text, _commands_section(record)) if s],
     )
 
 

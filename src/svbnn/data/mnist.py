@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -155,6 +156,49 @@ class MNISTData:
         return X_train, y_train, X_test, y_test
 
 
+def _read_checked(
+    path: Path, relpath: str, *, download: bool, base_url: str | None
+) -> dict[str, NDArray[np.generic]]:
+    """Read and check the MNIST file ``path`` (``relpath`` in the data folder).
+
+    Raises
+    ------
+    DataIntegrityError
+        When the file cannot be read or its arrays are not MNIST's; the message names the
+        file and says what to do (download it again or delete it).
+    """
+    try:
+        arrays = _read_mnist(path)
+        _check_mnist(arrays, path)
+    except DataIntegrityError as err:
+        # Reached with verify=False (or a file accepted by hash yet unreadable, which would
+        # mean a wrong registry entry): say which file and what to do.
+        hint = _broken_file_hint(
+            str(path),
+            downloadable=download or _download_hint(relpath, base_url) is not None,
+            hashed=relpath in CHECKSUMS,
+        )
+        raise DataIntegrityError(f"{err}. {hint}") from err
+    logger.info(
+        "loaded %s from %s: %d train, %d test",
+        relpath,
+        path,
+        *(len(arrays[k]) for k in ("y_train", "y_test")),
+    )
+    return arrays
+
+
+def _as_mnist_data(arrays: dict[str, NDArray[np.generic]], name: str) -> MNISTData:
+    """The checked arrays of an MNIST-style file as :class:`MNISTData` (``uint8``)."""
+    return MNISTData(
+        x_train=np.asarray(arrays["x_train"], dtype=np.uint8),
+        y_train=np.asarray(arrays["y_train"], dtype=np.uint8),
+        x_test=np.asarray(arrays["x_test"], dtype=np.uint8),
+        y_test=np.asarray(arrays["y_test"], dtype=np.uint8),
+        name=name,
+    )
+
+
 def load_mnist(
     data_dir: str | os.PathLike[str] | None = None,
     *,
@@ -202,28 +246,5 @@ def load_mnist(
     )
     if verify:
         _verify(path, relpath, downloadable=SOURCES.get(relpath) is not None)
-    try:
-        arrays = _read_mnist(path)
-        _check_mnist(arrays, path)
-    except DataIntegrityError as err:
-        # Reached with verify=False (or a file accepted by hash yet unreadable, which would
-        # mean a wrong registry entry): say which file and what to do.
-        hint = _broken_file_hint(
-            str(path),
-            downloadable=download or _download_hint(relpath, base_url) is not None,
-            hashed=relpath in CHECKSUMS,
-        )
-        raise DataIntegrityError(f"{err}. {hint}") from err
-    logger.info(
-        "loaded %s from %s: %d train, %d test",
-        relpath,
-        path,
-        *(len(arrays[k]) for k in ("y_train", "y_test")),
-    )
-    return MNISTData(
-        x_train=np.asarray(arrays["x_train"], dtype=np.uint8),
-        y_train=np.asarray(arrays["y_train"], dtype=np.uint8),
-        x_test=np.asarray(arrays["x_test"], dtype=np.uint8),
-        y_test=np.asarray(arrays["y_test"], dtype=np.uint8),
-        name="fashion_mnist" if fashion else "mnist",
-    )
+    arrays = _read_checked(path, relpath, download=download, base_url=base_url)
+    return _as_mnist_data(arrays, "fashion_mnist" if fashion else "mnist")

@@ -144,6 +144,19 @@ def dense_teacher_moments(
     return float(f.mean()), float(f.std())
 
 
+def _scale_signal(
+    layers: list[tuple[NDArray[np.float64], NDArray[np.float64]]], signal_sd: float
+) -> dict[str, NDArray[np.float64]]:
+    """Rescale the teacher's output layer in place so that f0 has sd ``signal_sd`` about its
+    mean (under its covariate law); returns the original mean and sd of f0 and the factor.
+    """
+    mean, sd = dense_teacher_moments(layers)
+    k = signal_sd / sd
+    w3, b3 = layers[2]
+    layers[2] = (k * w3, k * b3 + (1.0 - k) * mean)
+    return {"f_mean": np.array(mean), "f_sd": np.array(sd), "scale": np.array(k)}
+
+
 def dense_teacher(
     n: int = 3000,
     n_test: int = 1000,
@@ -184,13 +197,7 @@ def dense_teacher(
         (rng.uniform(0, 1, (sizes[i + 1], sizes[i])), rng.uniform(0, 1, sizes[i + 1]))
         for i in range(3)
     ]
-    extra: dict[str, NDArray[np.float64]] = {}
-    if signal_sd is not None:
-        mean, sd = dense_teacher_moments(layers)
-        k = signal_sd / sd
-        w3, b3 = layers[2]
-        layers[2] = (k * w3, k * b3 + (1.0 - k) * mean)
-        extra = {"f_mean": np.array(mean), "f_sd": np.array(sd), "scale": np.array(k)}
+    extra = _scale_signal(layers, signal_sd) if signal_sd is not None else {}
 
     def f(x: NDArray[np.float64]) -> NDArray[np.float64]:
         return _teacher_forward(x, layers, "sigmoid")

@@ -361,6 +361,25 @@ def _read_rows(
     return train_index, test_index
 
 
+def _year_split(data: NDArray[np.float64], n_train: int, n_test: int) -> UCISplit:
+    """The standard Year Prediction MSD split of the file's rows ``data`` (target first):
+    the first ``n_train`` rows train, the next ``n_test`` test."""
+    train_index = np.arange(n_train, dtype=np.int64)
+    test_index = np.arange(n_train, n_train + n_test, dtype=np.int64)
+    X, y = data[:, 1:], data[:, 0]
+    return UCISplit(
+        X_train=X[:n_train],
+        y_train=y[:n_train],
+        X_test=X[n_train:],
+        y_test=y[n_train:],
+        name="year",
+        split=0,
+        n_splits=1,
+        train_index=train_index,
+        test_index=test_index,
+    )
+
+
 def load_year(
     path_or_data_dir: str | os.PathLike[str] | None = None,
     *,
@@ -401,21 +420,7 @@ def load_year(
         verify_file(path, (sha256,), hint="The file is corrupted or a different version.")
     else:
         logger.info("no sha256 registered for %s; checking its structure only", path)
-    data = _read_year(path, n_train=n_train, n_test=n_test)
-    train_index = np.arange(n_train, dtype=np.int64)
-    test_index = np.arange(n_train, n_train + n_test, dtype=np.int64)
-    X, y = data[:, 1:], data[:, 0]
-    return UCISplit(
-        X_train=X[:n_train],
-        y_train=y[:n_train],
-        X_test=X[n_train:],
-        y_test=y[n_train:],
-        name="year",
-        split=0,
-        n_splits=1,
-        train_index=train_index,
-        test_index=test_index,
-    )
+    return _year_split(_read_year(path, n_train=n_train, n_test=n_test), n_train, n_test)
 
 
 def _find_year_file(path_or_data_dir: str | os.PathLike[str] | None) -> Path:

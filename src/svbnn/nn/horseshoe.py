@@ -141,6 +141,15 @@ def matrix_normal_kl(mean: Tensor, row_rho: Tensor, row_factor: Tensor, col_rho:
     return 0.5 * (tr_v * tr_u + sq - d * out - out * logdet_u - d * logdet_v)
 
 
+def _check_settings(local_scale: float, global_scale: float, prune_ratio: float) -> None:
+    """Refuse non-positive (or non-finite) prior scales and a ``prune_ratio`` outside [0, 1)."""
+    for name, v in (("local_scale", local_scale), ("global_scale", global_scale)):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be positive, got {v}")
+    if not (0.0 <= prune_ratio < 1.0):
+        raise ValueError(f"prune_ratio must lie in [0, 1), got {prune_ratio}")
+
+
 class HorseshoeLinear(VariationalLayer):
     """Fully connected layer with a node-wise horseshoe prior and a structured posterior.
 
@@ -196,11 +205,7 @@ class HorseshoeLinear(VariationalLayer):
     ) -> None:
         super().__init__()
         _check_sizes(out_features, in_features, n_replicates)
-        for name, v in (("local_scale", local_scale), ("global_scale", global_scale)):
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be positive, got {v}")
-        if not (0.0 <= prune_ratio < 1.0):
-            raise ValueError(f"prune_ratio must lie in [0, 1), got {prune_ratio}")
+        _check_settings(local_scale, global_scale, prune_ratio)
         self.in_features = in_features
         self.fan_in = in_features
         self.out_features = out_features
@@ -211,9 +216,19 @@ class HorseshoeLinear(VariationalLayer):
         self.prune_ratio = float(prune_ratio)
         self.n_replicates = n_replicates
         self.generator = generator
-        d = in_features + int(bias)
-        lead: tuple[int, ...] = () if n_replicates is None else (n_replicates,)
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        self._allocate_parameters({"device": device, "dtype": dtype})
+        self.reset_parameters(init_rho, init_mu_range, init_log_scale, init_scale_rho)
+
+    def _allocate_parameters(self, factory: dict[str, Any]) -> None:
+        """Create the variational parameters, uninitialised (``factory``: device and dtype).
+
+        The weight means ``(out, d)`` (``d`` inputs plus the bias column), the row (input)
+        and column (output) scales, the node scales (when ``node_scales``) and the layer
+        scale, each with a leading replicate axis when the layer is replicated.
+        """
+        out_features = self.out_features
+        d = self.in_features + int(self.has_bias)
+        lead: tuple[int, ...] = () if self.n_replicates is None else (self.n_replicates,)
         self.weight_mu = nn.Parameter(torch.empty((*lead, out_features, d), **factory))
         self.row_rho = nn.Parameter(torch.empty((*lead, d), **factory))
         self.row_factor = nn.Parameter(torch.empty((*lead, d), **factory))
@@ -226,7 +241,6 @@ class HorseshoeLinear(VariationalLayer):
             self.register_parameter("node_rho", None)
         self.layer_loc = nn.Parameter(torch.empty((*lead, 1), **factory))
         self.layer_rho = nn.Parameter(torch.empty((*lead, 1), **factory))
-        self.reset_parameters(init_rho, init_mu_range, init_log_scale, init_scale_rho)
 
     def reset_parameters(
         self,
