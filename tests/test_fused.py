@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from scipy import stats
 
 import svbnn._kernels as K
@@ -81,6 +82,63 @@ def test_counter_noise_is_a_function_of_seed_and_shape() -> None:
     u_other, _ = counter_noise(like, torch.tensor([1, 3], dtype=torch.int32))
     assert not torch.equal(u, u_other)
     assert len(torch.unique(u)) == u.numel()  # 53-bit uniforms: no repeats among 999
+
+
+def _ulps(got: torch.Tensor, exact: torch.Tensor) -> float:
+    """Largest error of float32 ``got`` in units of the last place of the float64 ``exact``."""
+    ref = exact.float().abs()
+    spacing = (torch.nextafter(ref, torch.tensor(math.inf)) - ref).double()
+    return float(((got.double() - exact) / spacing).abs().max())
+
+
+def test_inline_float32_math_is_within_a_few_ulp() -> None:
+    # The fused kernel's float32 log, log1p, exp and cos (arithmetic and bit operations
+    # instead of library calls) against float64, over their domains and at the edges.
+    g = torch.Generator().manual_seed(0)
+    x = torch.exp(torch.empty(N).uniform_(-87.0, 88.0, generator=g)).float()
+    x[:4] = torch.tensor([2.0**-126, 1.0, 0.70710677, 3.0e38])
+    assert _ulps(K._log(x), torch.log(x.double())) <= 2.0
+    # softplus, log sigmoid and the sigmoids of x = -log(e), e = exp(-|x|) in (0, 1]
+    e = (torch.rand(N, generator=g) ** 8).clamp(min=1e-37)
+    e[:7] = torch.tensor([1e-37, 1e-30, 2.0**-24, 0.41421354, 0.41421357, 0.5, 1.0])
+    x = torch.cat([-torch.log(e), torch.log(e)])
+    xd = x.double()
+    want = (F.softplus(xd), F.logsigmoid(xd), torch.sigmoid(xd), torch.sigmoid(-xd))
+    # (the sigmoids within 3 ulp, as torch's float32 sigmoid: 2.4 ulp on these points)
+    for got, exact, ulps in zip(K._softplus_parts(x), want, (2, 2, 3, 3), strict=True):
+        assert _ulps(got, exact) <= ulps
+    z = -torch.empty(N).uniform_(0.0, 87.3, generator=g)
+    z[:3] = torch.tensor([0.0, -1e-9, -0.34657359])
+    assert _ulps(K._exp_nonpositive(z), torch.exp(z.double())) <= 2.0
+    # Subnormal and underflowing results: correctly rounded to within one subnormal step.
+    tail = torch.tensor([-87.5, -90.0, -100.0, -103.2, -104.0, -150.0, -math.inf])
+    err = (K._exp_nonpositive(tail).double() - torch.exp(tail.double())).abs()
+    assert float(err.max()) <= 2.0**-149
+    # cos(2 pi v) at every 16-bit angle of the counter noise, and at the interval's ends:
+    # within 2 ulp of 1 (torch.cos of the rounded float32 2 pi v: 3 ulp)
+    v = torch.cat([(torch.arange(2**16) + 0.5) * 2.0**-16, torch.tensor([0.0, 0.25, 1.0])])
+    err = (K._cos_2pi(v).double() - torch.cos(2.0 * math.pi * v.double())).abs()
+    assert float(err.max()) <= 2.0**-22
+
+
+def test_float32_fused_forward_matches_float64_formulas() -> None:
+    # The float32 kernel (inline math) against the float64 reference formulas evaluated
+    # on the same float32 inputs and noise: weights, KL and gradient factors.
+    shape = (20_000,)
+    mu, rho, alpha = (t.detach().float() for t in _params(shape, seed=3))
+    seed = torch.tensor([21, -4], dtype=torch.int32)
+    lam = torch.tensor(-6.0)
+    log_1mlam = torch.log(-torch.expm1(lam))
+    out = K.fused_forward(mu, rho, alpha, seed, lam, log_1mlam, 0.25, math.exp(0.5), 0.5)
+    u, eps = counter_noise(mu, seed)
+    m, r, a = (t.double().requires_grad_() for t in (mu, rho, alpha))
+    ref_theta = (u.double() > torch.sigmoid(-a)) * (m + torch.nn.functional.softplus(r) * eps)
+    ref_kl = spike_slab_kl_reference(m, r, a, lam.double(), math.exp(0.5))
+    kl_grads = torch.autograd.grad(ref_kl.sum(), (m, r, a))
+    torch.testing.assert_close(out[0].double(), ref_theta.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(out[1].double(), ref_kl.sum().detach(), rtol=1e-6, atol=0)
+    for got, want in zip(out[4:], kl_grads, strict=True):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
 
 
 def _params(shape: tuple[int, ...], seed: int = 0) -> list[torch.Tensor]:

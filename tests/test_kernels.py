@@ -123,3 +123,18 @@ def test_bad_environment_backend_is_a_clear_import_error() -> None:
     )
     assert res.returncode != 0
     assert "unknown SVBNN_KERNELS 'fast'; choose from eager, compiled, auto" in res.stderr
+
+
+@pytest.mark.slow
+def test_compiled_float32_fused_forward_matches_eager() -> None:
+    # The inline float32 math (bit casts, polynomials) compiles to the same numbers: only
+    # the order of roundings may differ.
+    g = torch.Generator().manual_seed(0)
+    n = 5000
+    mu, rho, alpha = (torch.randn(n, generator=g) * s + c for s, c in ((0.1, 0), (2, -4), (3, 0)))
+    rho[:4] = torch.tensor([-120.0, -30.0, 0.0, 40.0])
+    args = (torch.tensor([3, 4], dtype=torch.int32), torch.tensor(-4.0), torch.tensor(-0.0183))
+    eager = K.fused_forward(mu, rho, alpha, *args, 0.1, 1.5, 0.5)
+    compiled = torch.compile(K.fused_forward, dynamic=True)(mu, rho, alpha, *args, 0.1, 1.5, 0.5)
+    for a, b in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

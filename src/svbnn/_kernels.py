@@ -159,7 +159,7 @@ def kl_forward(
     phi = torch.sigmoid(alpha)
     log_phi = F.logsigmoid(alpha)
     log_1mphi = F.logsigmoid(-alpha)
-    slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
+    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, var0)
     return phi * (log_phi - log_lam) + (1.0 - phi) * (log_1mphi - log_1mlam) + phi * slab
 
 
@@ -188,7 +188,7 @@ def kl_forward_saving(
     """Eager KL summed over the last dimension, plus what :func:`kl_backward_saved` needs."""
     sigma = F.softplus(rho)
     phi = torch.sigmoid(alpha)
-    slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
+    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, var0)
     kl = (
         phi * (F.logsigmoid(alpha) - log_lam)
         + (1.0 - phi) * (F.logsigmoid(-alpha) - log_1mlam)
@@ -219,7 +219,7 @@ def kl_backward(
     """Analytic gradient of the elementwise KL times ``grad`` (broadcastable)."""
     sigma = F.softplus(rho)
     phi = torch.sigmoid(alpha)
-    slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
+    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, var0)
     g_phi = grad * phi
     # d/dalpha: phi (1 - phi) [logit(phi) - logit(lambda) + slab]
     g_alpha = g_phi * (1.0 - phi) * (alpha - log_lam + log_1mlam + slab)
@@ -269,7 +269,8 @@ def counter_noise(like: Tensor, seed: Tensor) -> tuple[Tensor, Tensor]:
     ``|eps|`` is 5.8, as with ``torch.rand``'s 24 bits) and 16 to the angle ``v2``. Each
     hash costs about 1 ms of the fused loop on the 669,706 parameters of the MNIST network
     (measured: five hashes 7.3 ms, four 6.2 ms), so the angle, which needs no tail
-    resolution, shares the two words.
+    resolution, shares the two words. The logarithm and the cosine are the inline
+    ``float32`` versions below (:func:`_log`, :func:`_cos_2pi`), within 2 ulp.
     ``float64``: five hashes, 52-bit ``u`` and ``v1``, 23-bit ``v2``. (Pairing elements to
     share one Box-Muller draw, ``r cos t`` and ``r sin t``, measured slower compiled: the
     concatenation splits the fused loop.)
@@ -299,44 +300,109 @@ def counter_noise(like: Tensor, seed: Tensor) -> tuple[Tensor, Tensor]:
         v1 = _unit(h2, None, dtype)
         angle_bits = ((base & 0xFF) << 8) | (h2 & 0xFF)
         v2 = (angle_bits.to(dtype) + 0.5) * 2.0**-16
-    eps = torch.sqrt(-2.0 * torch.log(v1)) * torch.cos((2.0 * math.pi) * v2)
+    eps = torch.sqrt(-2.0 * _log(v1)) * _cos_2pi(v2)
     return u, eps
 
 
-def _log1p(e: Tensor) -> Tensor:
-    # log1p by the log of 1 + e with Goldberg's correction: a log is cheaper than a log1p
-    # in the vectorised math library, and this keeps ~1 ulp (max relative error 1.6e-7 in
-    # float32 over [1e-30, 1], against 6e-8 for torch.log1p).
-    v = 1.0 + e
-    return torch.where(v == 1.0, e, torch.log(v) * (e / (v - 1.0)))
+# ------------------------------------------------------------------ float32 math, inline
+# Compiled for the CPU, torch.log / exp / log1p / cos are calls into the SLEEF library
+# inside the fused loop, and a call clobbers every vector register: the loop, which keeps
+# dozens of values live, spills and reloads them around each call. Written as arithmetic
+# and integer bit operations instead, they stay inline (measured: docs/performance.md).
+# Each is accurate to 2 ulp in float32 on its stated domain, the sigmoids to 3 as torch's
+# own (tests/test_fused.py checks them against float64); other dtypes use the torch
+# functions. The polynomials are musl's logf and Cephes' expf. Their coefficients are
+# literals: torch.compile turns a float read from a module global into a graph input, a
+# tensor conversion on every call.
+
+
+def _log_reduced(f: Tensor, k: Tensor) -> Tensor:
+    """``log(1 + f) + k log 2`` for ``f`` in ``[sqrt(1/2) - 1, sqrt(2) - 1]`` (musl's
+    logf: ``log(1 + f) = 2 atanh(s)``, ``s = f / (2 + f)``, one division)."""
+    s = f / (2.0 + f)
+    z = s * s
+    w = z * z
+    r = z * (0.66666662693 + w * 0.28498786688) + w * (0.40000972152 + w * 0.24279078841)
+    hfsq = 0.5 * f * f
+    # log 2 = 6.9313812256e-01 + 9.0580006145e-06, the first with 16 bits
+    return s * (hfsq + r) + k * 9.0580006145e-06 - hfsq + f + k * 6.9313812256e-01
+
+
+def _log(x: Tensor) -> Tensor:
+    """``log(x)`` for positive normal ``x`` (float32: exponent and mantissa from the bits,
+    the mantissa scaled into ``[sqrt(1/2), sqrt(2))``)."""
+    if x.dtype != torch.float32:
+        return torch.log(x)
+    bits = x.view(torch.int32) + (0x3F800000 - 0x3F3504F3)
+    k = (bits >> 23) - 0x7F
+    f = ((bits & 0x007FFFFF) + 0x3F3504F3).view(torch.float32) - 1.0
+    return _log_reduced(f, k.to(torch.float32))
+
+
+def _exp_nonpositive(x: Tensor) -> Tensor:
+    """``exp(x)`` for ``x <= 0``, subnormal results included (float32: ``2^k p(r)``,
+    ``|r| <= log(2) / 2``, the power of two as two exact factors ``2^k1 2^(k - k1)``)."""
+    if x.dtype != torch.float32:
+        return torch.exp(x)
+    x = torch.clamp(x, min=-104.0)  # exp(-104) rounds to 0; k >= -151
+    k = torch.round(x * 1.4426950408889634)  # x / log 2
+    r = x - k * 0.693359375 + k * 2.12194440e-4  # 0.693359375 has 10 bits: k * it is exact
+    p = r * 1.9875691500e-4 + 1.3981999507e-3
+    for c in (8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 0.50000001201):
+        p = p * r + c
+    p = p * (r * r) + r + 1.0
+    ki = k.to(torch.int32)
+    k1 = ki >> 1
+    s1 = ((k1 + 0x7F) << 23).view(torch.float32)
+    s2 = ((ki - k1 + 0x7F) << 23).view(torch.float32)
+    return p * s1 * s2
+
+
+def _cos_2pi(v: Tensor) -> Tensor:
+    """``cos(2 pi v)`` for ``v`` in ``[0, 1]`` (float32: ``sin(2 pi a)``, ``a = |v - 1/2|
+    - 1/4`` exact for the angle's 17-bit ``v``, as an odd polynomial: the Taylor series of
+    degree 13, whose remainder is below 1e-9 for ``|a| <= 1/4``)."""
+    if v.dtype != torch.float32:
+        return torch.cos((2.0 * math.pi) * v)
+    a = (v - 0.5).abs() - 0.25
+    a2 = a * a
+    p = a2 * 3.8199525848482803 - 15.094642576822984  # (2 pi)^13 / 13!, (2 pi)^11 / 11!
+    for c in (42.058693944897634, -76.70585975306136, 81.60524927607504):
+        p = p * a2 + c
+    p = p * a2 - 41.341702240399755
+    p = p * a2 + 6.283185307179586
+    return a * p
 
 
 def _softplus_parts(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``softplus(x)``, ``log sigmoid(x) = -softplus(-x)``, ``sigmoid(x)`` and
-    ``sigmoid(-x)`` from one ``exp`` and one ``log1p`` (of ``e = exp(-|x|)``), all stable
-    (no cancellation) for any ``x``."""
-    e = torch.exp(-x.abs())
-    l1 = _log1p(e)
+    ``sigmoid(-x)`` from one ``exp`` and one ``log1p`` of ``e = exp(-|x|)`` in ``(0, 1]``,
+    all stable (no cancellation) for any ``x``.
+
+    float32: ``log1p(e)`` is :func:`_log_reduced` of ``f = e`` below ``sqrt(2) - 1``, else
+    of ``f = (e - 1) / 2`` (``1 + e = 2 (1 + f)``), so ``1 + e`` is never rounded. (One
+    division for both ``1 / (1 + e)`` and ``1 / (2 + f)``, as ``1 / ((1 + e)(2 + f))``,
+    measured 2% faster and 1 ulp less accurate.)"""
+    e = _exp_nonpositive(-x.abs())
+    r = 1.0 / (1.0 + e)
+    if x.dtype == torch.float32:
+        big = e > 0.41421356
+        l1 = _log_reduced(torch.where(big, 0.5 * (e - 1.0), e), big.to(torch.float32))
+    else:
+        l1 = torch.log1p(e)
     softplus = torch.clamp(x, min=0.0) + l1
     log_sigmoid = torch.clamp(x, max=0.0) - l1
     positive = x >= 0
-    r = 1.0 / (1.0 + e)
     er = e * r
     return softplus, log_sigmoid, torch.where(positive, r, er), torch.where(positive, er, r)
 
 
-def _dsigma_over_sigma(rho: Tensor, sigma: Tensor, d_sigma: Tensor) -> Tensor:
-    # sigmoid(rho) / softplus(rho); below -20 its series 1 - exp(rho) / 2 (error < 1e-17,
-    # exp(rho) = d_sigma to 2e-9 relative), so that a sigma underflowing to 0 (float32:
-    # rho < -87) gives the limit 1 instead of 0 * inf.
-    tiny = rho < -20.0
-    return torch.where(tiny, 1.0 - 0.5 * d_sigma, d_sigma / torch.where(tiny, 1.0, sigma))
-
-
-def _slab_kl(mu: Tensor, rho: Tensor, sigma: Tensor, log_sigma0: float, var0: float) -> Tensor:
+def _slab_kl(
+    mu: Tensor, sigma: Tensor, log_sigma: Tensor, log_sigma0: float, var0: float
+) -> Tensor:
     # Times the reciprocal: compiled, a division by a runtime scalar is a vector division
     # per element, several times a multiplication's cost.
-    return log_sigma0 - log_softplus(rho, sigma) + (sigma * sigma + mu * mu) * (0.5 / var0) - 0.5
+    return log_sigma0 - log_sigma + (sigma * sigma + mu * mu) * (0.5 / var0) - 0.5
 
 
 def counter_index(like: Tensor) -> Tensor:
@@ -373,9 +439,15 @@ def fused_forward(
     sp_alpha, log_phi, phi, one_m_phi = _softplus_parts(alpha)
     slab_w = mu + sigma * eps
     theta = torch.where(u > one_m_phi, slab_w, torch.zeros_like(mu))
-    slab = _slab_kl(mu, rho, sigma, log_sigma0, var0)
+    # log(sigma) as in log_softplus. d_sigma / sigma = sigmoid(rho) / softplus(rho): below
+    # -20 its series 1 - exp(rho) / 2 (error < 1e-17, exp(rho) = d_sigma to 2e-9
+    # relative), so that a sigma underflowing to 0 (float32: rho < -87) gives the limit 1
+    # instead of 0 * inf.
+    tiny = rho < -20.0
+    sigma_or_1 = torch.where(tiny, 1.0, sigma)
+    slab = _slab_kl(mu, sigma, torch.where(tiny, rho, _log(sigma_or_1)), log_sigma0, var0)
     # log(1 - phi) = log sigmoid(-alpha) = -softplus(alpha)
-    kl = phi * (log_phi - log_lam) + (1.0 - phi) * (-sp_alpha - log_1mlam) + phi * slab
+    kl = phi * (log_phi - log_lam) + one_m_phi * (-sp_alpha - log_1mlam) + phi * slab
     # Straight-through: d theta / d alpha through the relaxed gate s = sigmoid(eta / tau),
     # s (1 - s) / tau. With exp(eta) = a / b, a = phi u and b = (1 - phi)(1 - u), and
     # k = 1 / tau: s (1 - s) = a^k b^k / (a^k + b^k)^2, one division and no log or exp for
@@ -397,8 +469,10 @@ def fused_forward(
     # KL derivatives; d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab].
     phi_v = phi * (1.0 / var0)
     kl_mu = phi_v * mu
-    kl_rho = phi_v * sigma * d_sigma - phi * _dsigma_over_sigma(rho, sigma, d_sigma)
-    kl_alpha = phi * (1.0 - phi) * (alpha - log_lam + log_1mlam + slab)
+    kl_rho = phi_v * sigma * d_sigma - phi * torch.where(
+        tiny, 1.0 - 0.5 * d_sigma, d_sigma / sigma_or_1
+    )
+    kl_alpha = phi * one_m_phi * (alpha - log_lam + log_1mlam + slab)
     return theta, kl.sum(-1), a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
 
 
