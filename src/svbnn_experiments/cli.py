@@ -329,7 +329,7 @@ def _demo(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from svbnn_experiments.common import execute_chunks
+    from svbnn_experiments.engine import execute_chunks
     from svbnn_experiments.paper_values import TABLE2
     from svbnn_experiments.registry import get_artifact
     from svbnn_experiments.runner import resolve_config

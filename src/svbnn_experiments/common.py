@@ -5,32 +5,25 @@ data, drawn from its own seed) that one method fits as a single replicated netwo
 chunk layout depends only on the number of replications, ``--batch`` (the most replicates
 per network) and ``--jobs`` (at least one chunk per worker), and is recorded in
 ``settings.json``; for a given layout and ``--seed`` a run is reproducible bit for bit,
-whichever engine runs the chunks: this process, ``--jobs N`` worker processes or a Dask
-cluster (:mod:`svbnn_experiments.distributed`, where ``--jobs`` is the cluster's worker
-count unless given).
+whichever engine runs the chunks (:mod:`svbnn_experiments.engine`): this process,
+``--jobs N`` worker processes or a Dask cluster (:mod:`svbnn_experiments.distributed`,
+where ``--jobs`` is the cluster's worker count unless given).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from tqdm.auto import tqdm
 
 from svbnn.data import dense_teacher, sim2_function, sparse_teacher_function
 from svbnn.priors import mlp_log_lambda_opt
@@ -42,20 +35,14 @@ __all__ = [
     "COMMON_DEFAULTS",
     "QUICK_DEFAULTS",
     "Chunk",
-    "ChunkEngine",
     "ChunkResult",
     "CoverageSpec",
     "Problem",
     "RunConfig",
-    "active_engine",
     "derive_seed",
-    "engine_name",
-    "execute_chunks",
     "layout_chunks",
     "run_chunk",
     "usable_cpus",
-    "use_engine",
-    "worker_setup",
 ]
 
 # Purposes of derived seeds: one stream per purpose, so that changing, e.g., the number of
@@ -512,122 +499,6 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
         nets = [fitted.layer_inclusion(i) for i in range(R)]
         networks = [n for n in nets if n is not None] or None
     return ChunkResult(chunk.index, rows, networks, train_s, eval_s, points or None)
-
-
-class ChunkEngine(Protocol):
-    """Something other than this machine's processes that runs chunks (a Dask cluster).
-
-    Attributes
-    ----------
-    name : str
-        As recorded in ``settings.json`` (``"dask:tcp://host:8786"``).
-    workers : int
-        Chunks it runs at once: the default ``--jobs`` (chunk layout) of runs it serves.
-    """
-
-    workers: int
-
-    @property
-    def name(self) -> str:
-        """As recorded in ``settings.json``."""
-        ...
-
-    def run(self, chunks: Sequence[Chunk], progress: bool, desc: str) -> list[ChunkResult]:
-        """Run the chunks; results in chunk order."""
-        ...
-
-
-_ENGINE: ContextVar[ChunkEngine | None] = ContextVar("svbnn_chunk_engine", default=None)
-
-
-@contextmanager
-def use_engine(engine: ChunkEngine) -> Iterator[ChunkEngine]:
-    """Within the block, :func:`execute_chunks` runs every chunk on ``engine``."""
-    token = _ENGINE.set(engine)
-    try:
-        yield engine
-    finally:
-        _ENGINE.reset(token)
-
-
-def active_engine() -> ChunkEngine | None:
-    """The engine of the enclosing :func:`use_engine` block, if any."""
-    return _ENGINE.get()
-
-
-def engine_name(jobs: int, n_chunks: int) -> str:
-    """What :func:`execute_chunks` runs ``n_chunks`` chunks on: ``"local"`` (this process),
-    ``"processes:N"`` (N spawned worker processes) or the active engine's name."""
-    engine = active_engine()
-    if engine is not None:
-        return engine.name
-    if jobs == 1 or n_chunks == 1:
-        return "local"
-    return f"processes:{jobs}"
-
-
-def execute_chunks(
-    chunks: Sequence[Chunk], jobs: int = 1, progress: bool = True, desc: str = "chunks"
-) -> list[ChunkResult]:
-    """Run chunks in this process (``jobs == 1``), in ``jobs`` spawned worker processes,
-    or on the engine of an enclosing :func:`use_engine` block (a Dask cluster).
-
-    Results come back in chunk order whatever the completion order. The chunks, hence the
-    results, are the same whichever runs them (see :func:`layout_chunks`).
-    """
-    if jobs < 1:
-        raise ValueError(f"jobs must be positive, got {jobs}")
-    engine = active_engine()
-    if engine is not None:
-        return engine.run(chunks, progress, desc)
-    results: list[ChunkResult] = []
-    if jobs == 1 or len(chunks) == 1:
-        for ch in tqdm(chunks, desc=desc, disable=not progress or len(chunks) == 1):
-            results.append(run_chunk(replace(ch, spec=replace(ch.spec, progress=progress))))
-        return results
-    # spawn, not fork: forking a process whose torch thread pools are running is unsafe.
-    pool = ProcessPoolExecutor(
-        max_workers=jobs, mp_context=get_context("spawn"), initializer=_ignore_sigint
-    )
-    try:
-        futures = [pool.submit(run_chunk, ch) for ch in chunks]
-        for fut in tqdm(futures, desc=desc, disable=not progress):
-            results.append(fut.result())
-    except BaseException:
-        # Ctrl-C (or a failed chunk): stop the workers now rather than let them finish
-        # their chunks. Workers ignore SIGINT, so only this process reports the interrupt.
-        # (The worker handles are taken before shutdown(), which drops them.)
-        procs: dict[int, Any] = getattr(pool, "_processes", None) or {}
-        workers = list(procs.values())
-        for proc in workers:
-            proc.terminate()
-        for proc in workers:
-            proc.join(timeout=10)
-        # With its workers gone the pool winds down at once; waiting for that releases its
-        # queues (else the resource tracker warns of leaked semaphores on stderr).
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return sorted(results, key=lambda r: r.index)
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker_setup()
-
-
-def worker_setup() -> None:
-    """Prepare a worker process (``--jobs``, a Dask worker) to run chunks.
-
-    tqdm's default lock holds a multiprocessing semaphore that only a normal exit releases:
-    a worker stopped mid-chunk (Ctrl-C, a killed worker) leaves it to the resource tracker,
-    which then warns on the user's terminal. A worker's progress bars need no lock across
-    processes, so it gets a thread lock (unless it already has a lock).
-    """
-    from tqdm.std import tqdm as std_tqdm
-
-    if "_lock" not in vars(std_tqdm):
-        std_tqdm.set_lock(threading.RLock())
 
 
 def lambda_opt_for(problem: Problem, hidden: Sequence[int], n_train: int) -> float:

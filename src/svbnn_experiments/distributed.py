@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from svbnn import get_kernel_backend, kernel_backend
 
-from .common import Chunk, ChunkResult, run_chunk, use_engine, worker_setup
+from .common import Chunk, ChunkResult, run_chunk
+from .engine import use_engine, worker_setup
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -194,7 +195,7 @@ def dask_engine(
     Yields
     ------
     DaskEngine
-        Active (:func:`svbnn_experiments.common.use_engine`) within the block.
+        Active (:func:`svbnn_experiments.engine.use_engine`) within the block.
 
     Raises
     ------

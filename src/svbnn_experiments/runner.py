@@ -16,14 +16,8 @@ import torch
 
 from svbnn._device import check_device
 
-from .common import (
-    COMMON_DEFAULTS,
-    QUICK_DEFAULTS,
-    RunConfig,
-    active_engine,
-    execute_chunks,
-    usable_cpus,
-)
+from .common import COMMON_DEFAULTS, QUICK_DEFAULTS, RunConfig, usable_cpus
+from .engine import active_engine, execute_chunks
 from .files import (
     atomic_write_text,
     environment_info,
@@ -65,7 +59,7 @@ def resolve_config(
 ) -> RunConfig:
     """Merge common defaults < artifact defaults < ``--quick`` < explicit overrides.
 
-    Within :func:`svbnn_experiments.common.use_engine` (``--scheduler``, ``--cluster``),
+    Within :func:`svbnn_experiments.engine.use_engine` (``--scheduler``, ``--cluster``),
     ``jobs`` not given explicitly is the engine's worker count.
 
     Parameters

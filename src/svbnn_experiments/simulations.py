@@ -30,11 +30,10 @@ from .common import (
     Problem,
     RunConfig,
     derive_seed,
-    engine_name,
-    execute_chunks,
     lambda_opt_for,
     layout_chunks,
 )
+from .engine import engine_name, execute_chunks
 from .files import read_csv, read_settings, write_csv
 from .methods import METHOD_NAMES, FitSpec, method_options
 from .paper_values import paper_value
