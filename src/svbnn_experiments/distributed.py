@@ -209,14 +209,7 @@ def dask_engine(
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
     n = _local_cluster_size(cluster, jobs) if cluster is not None else 0
     distributed = _import_distributed(option)
-    local = None
-    with _quiet():
-        if scheduler is not None:
-            client = _connect(distributed, scheduler, timeout)
-            workers = jobs or 0
-        else:
-            client, local = _start_local_cluster(distributed, n)
-            workers = n
+    client, local, workers = _open_client(distributed, scheduler, n, jobs, timeout)
     try:
         if scheduler is not None and jobs is None:
             workers = _wait_for_workers(client, scheduler, timeout)
@@ -224,10 +217,28 @@ def dask_engine(
         with use_engine(engine):
             yield engine
     finally:
-        with _quiet():
-            client.close()
-            if local is not None:
-                local.close()
+        _close(client, local)
+
+
+def _open_client(
+    distributed: Any, scheduler: str | None, n: int, jobs: int | None, timeout: float
+) -> tuple[Any, Any, int]:
+    """``(client, local cluster or None, workers)``: a client of the scheduler, or of a new
+    local cluster of ``n`` workers when ``scheduler`` is None. A scheduler's workers are
+    ``jobs``, or 0 until :func:`_wait_for_workers` counts them."""
+    with _quiet():
+        if scheduler is not None:
+            return _connect(distributed, scheduler, timeout), None, jobs or 0
+        client, local = _start_local_cluster(distributed, n)
+        return client, local, n
+
+
+def _close(client: Any, local: Any) -> None:
+    """Close the client, then the local cluster it owns (if any), quietly."""
+    with _quiet():
+        client.close()
+        if local is not None:
+            local.close()
 
 
 def _local_cluster_size(cluster: str, jobs: int | None) -> int:
