@@ -23,7 +23,8 @@ from svbnn import SVBNNRegressor
 from svbnn_experiments import distributed as engine_mod
 from svbnn_experiments import get_artifact, resolve_config
 from svbnn_experiments.cli import main
-from svbnn_experiments.common import Chunk, ChunkResult, engine_name, use_engine
+from svbnn_experiments.common import Chunk, ChunkResult
+from svbnn_experiments.engine import engine_name, use_engine
 from svbnn_experiments.files import read_csv
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -13,7 +13,10 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from svbnn_experiments.common import RunConfig
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -77,7 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"svbnn {__version__}")
     sub = parser.add_subparsers(dest="command")
+    _add_reproduce_parser(sub)
+    _add_demo_parser(sub)
+    return parser
 
+
+def _add_reproduce_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``svbnn reproduce``: its options, group by group, in the order ``--help`` lists them."""
     rep = sub.add_parser(
         "reproduce",
         help="reproduce a table or figure of the paper",
@@ -87,6 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("artifact", nargs="?", help="artifact name, or 'all'")
     rep.add_argument("--list", action="store_true", help="list the artifacts and their run times")
     rep.add_argument("--quick", action="store_true", help="tiny settings (a smoke run, ~1 min)")
+    _add_run_options(rep)
+    _add_execution_options(rep)
+    _add_simulation_options(rep)
+    _add_mode_options(rep)
+    _kernels_option(rep)
+
+
+def _add_run_options(rep: argparse.ArgumentParser) -> None:
+    """What a run repeats and where it writes: replications, epochs, seed, --out, methods."""
     rep.add_argument("--reps", type=_positive_int, help="replications (paper: 30; 60 for coverage)")
     rep.add_argument("--epochs", type=_positive_int, help="training epochs")
     rep.add_argument("--seed", type=int, help="base seed (default 0); every seed derives from it")
@@ -96,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma list of methods (default svbnn): svbnn,vbnn,vd,hsbnn,agp,lot for table1-*, "
         "table2 and coverage; svbnn,vbnn,vd,agp for mnist; svbnn,vbnn,vd for fmnist-cnn",
     )
+
+
+def _add_execution_options(rep: argparse.ArgumentParser) -> None:
+    """Where and how the chunks run: --jobs, a Dask --scheduler or --cluster, --threads,
+    --batch."""
     rep.add_argument(
         "--jobs",
         type=_positive_int,
@@ -118,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--threads", type=_positive_int, help="torch threads per process (default 1)")
     rep.add_argument("--batch", type=_positive_int, help="most replications trained as one network")
+
+
+def _add_simulation_options(rep: argparse.ArgumentParser) -> None:
+    """The data and networks: covariate law, initialisation, precision, device, --set."""
     rep.add_argument(
         "--covariates",
         choices=["uniform", "normal"],
@@ -141,6 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="artifact setting, e.g. --set n_test=1000 (repeatable)",
     )
+
+
+def _add_mode_options(rep: argparse.ArgumentParser) -> None:
+    """What the command does instead of (or beside) a plain run: --report-only, --merge,
+    --estimate-epochs, --no-progress."""
     rep.add_argument(
         "--report-only", action="store_true", help="rebuild report.md and figures from saved CSVs"
     )
@@ -159,8 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="time E epochs at full settings and extrapolate the full run time",
     )
     rep.add_argument("--no-progress", action="store_true", help="no progress bars")
-    _kernels_option(rep)
 
+
+def _add_demo_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``svbnn demo`` and its options."""
     demo = sub.add_parser(
         "demo",
         help="Simulation II with SVBNN at reduced epochs (about a minute)",
@@ -179,7 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--init", choices=["torch", "authors"], default="torch")
     demo.add_argument("--no-progress", action="store_true")
     _kernels_option(demo)
-    return parser
 
 
 def _kernels_option(parser: argparse.ArgumentParser) -> None:
@@ -194,21 +227,9 @@ def _kernels_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from svbnn_experiments import artifact_names, estimate, get_artifact, list_text
-    from svbnn_experiments.runner import format_duration, merge_runs
+    from svbnn_experiments import list_text
 
-    engine_option = (
-        "--scheduler" if args.scheduler is not None else "--cluster" if args.cluster else None
-    )
-    if engine_option is not None:
-        for given, name in [
-            (args.list, "--list"),
-            (args.estimate_epochs is not None, "--estimate-epochs"),
-            (args.merge, "--merge"),
-            (args.report_only, "--report-only"),
-        ]:
-            if given:
-                raise ValueError(f"{engine_option} runs an artifact's chunks; not with {name}")
+    _check_engine_option(args)
     if args.list:
         print(list_text())
         return 0
@@ -216,6 +237,38 @@ def _reproduce(args: argparse.Namespace) -> int:
         raise ValueError("give an artifact name, 'all', or --list")
     if args.device is not None:
         _check_device_option(args.device)
+    overrides = _overrides(args)
+    if args.estimate_epochs is not None:
+        return _estimate(args, overrides)
+    if args.merge:
+        return _merge(args)
+    names = _artifacts_to_run(args)
+    with _engine(args):
+        for name in names:
+            _reproduce_one(args, name, overrides)
+    return 0
+
+
+def _check_engine_option(args: argparse.Namespace) -> None:
+    """``--scheduler`` / ``--cluster`` run chunks: refused with the options that run none."""
+    engine_option = (
+        "--scheduler" if args.scheduler is not None else "--cluster" if args.cluster else None
+    )
+    if engine_option is None:
+        return
+    for given, name in [
+        (args.list, "--list"),
+        (args.estimate_epochs is not None, "--estimate-epochs"),
+        (args.merge, "--merge"),
+        (args.report_only, "--report-only"),
+    ]:
+        if given:
+            raise ValueError(f"{engine_option} runs an artifact's chunks; not with {name}")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The run settings given on the command line (``None``: not given), ``--set`` ones
+    under ``params``."""
     overrides: dict[str, Any] = {
         "reps": args.reps,
         "epochs": args.epochs,
@@ -235,30 +288,49 @@ def _reproduce(args: argparse.Namespace) -> int:
     params = _parse_set(args.set)
     if params:
         overrides["params"] = params
-    if args.estimate_epochs is not None:
-        if args.artifact == "all":
-            raise ValueError("--estimate-epochs needs one artifact")
-        res = estimate(args.artifact, overrides, epochs=args.estimate_epochs, out=args.out)
-        for s in res["shapes"]:
-            print(
-                f"{s['method']} {s['problem']}: {s['replicates_per_network']} replicates per "
-                f"network, {s['chunks']} chunk(s): {s['per_step_ms']:.2f} ms/step "
-                f"({s['per_step_per_replicate_ms']:.3f} ms per replicate), "
-                f"{s['steps_per_epoch']} steps/epoch, eval {s['eval_s']:.1f} s, "
-                f"chunk at {s['full_epochs']} epochs ~ {format_duration(s['estimated_chunk_s'])}"
-            )
+    return overrides
+
+
+def _estimate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    """``--estimate-epochs``: time the artifact's chunk shapes and print the estimate."""
+    from svbnn_experiments import estimate
+    from svbnn_experiments.runner import format_duration
+
+    if args.artifact == "all":
+        raise ValueError("--estimate-epochs needs one artifact")
+    res = estimate(args.artifact, overrides, epochs=args.estimate_epochs, out=args.out)
+    for s in res["shapes"]:
         print(
-            f"estimated total ({res['threads']} thread(s), {res['jobs']} job(s)): "
-            f"{format_duration(res['estimated_total_s'])} ({res['estimated_total_s']:.0f} s)"
+            f"{s['method']} {s['problem']}: {s['replicates_per_network']} replicates per "
+            f"network, {s['chunks']} chunk(s): {s['per_step_ms']:.2f} ms/step "
+            f"({s['per_step_per_replicate_ms']:.3f} ms per replicate), "
+            f"{s['steps_per_epoch']} steps/epoch, eval {s['eval_s']:.1f} s, "
+            f"chunk at {s['full_epochs']} epochs ~ {format_duration(s['estimated_chunk_s'])}"
         )
-        return 0
-    if args.merge:
-        if args.artifact == "all" or args.out is None:
-            print("svbnn: error: --merge needs one artifact and --out", file=sys.stderr)
-            return 2
-        folder = merge_runs(args.artifact, args.merge, args.out)
-        print((folder / "report.md").read_text())
-        return 0
+    print(
+        f"estimated total ({res['threads']} thread(s), {res['jobs']} job(s)): "
+        f"{format_duration(res['estimated_total_s'])} ({res['estimated_total_s']:.0f} s)"
+    )
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """``--merge DIR...``: merge finished runs into ``--out`` and print the report."""
+    from svbnn_experiments.runner import merge_runs
+
+    if args.artifact == "all" or args.out is None:
+        print("svbnn: error: --merge needs one artifact and --out", file=sys.stderr)
+        return 2
+    folder = merge_runs(args.artifact, args.merge, args.out)
+    print((folder / "report.md").read_text())
+    return 0
+
+
+def _artifacts_to_run(args: argparse.Namespace) -> list[str]:
+    """The artifact named, or every artifact for ``all`` (less the real-data ones, with a
+    note on stderr, when there is no data directory)."""
+    from svbnn_experiments import artifact_names, get_artifact
+
     names = artifact_names() if args.artifact == "all" else [args.artifact]
     if args.artifact == "all" and not _real_data_available():
         skipped = [n for n in names if get_artifact(n).group == "real-data"]
@@ -268,10 +340,7 @@ def _reproduce(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         names = [n for n in names if n not in skipped]
-    with _engine(args):
-        for name in names:
-            _reproduce_one(args, name, overrides)
-    return 0
+    return names
 
 
 def _check_device_option(text: str) -> None:
@@ -326,17 +395,31 @@ def _real_data_available() -> bool:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import numpy as np
     import torch
 
-    from svbnn_experiments.common import execute_chunks
-    from svbnn_experiments.paper_values import TABLE2
-    from svbnn_experiments.registry import get_artifact
-    from svbnn_experiments.runner import resolve_config
+    from svbnn_experiments.engine import execute_chunks
     from svbnn_experiments.simulations import plan_table2
 
     torch.set_num_threads(args.threads)
-    cfg = resolve_config(
+    cfg = _demo_config(args)
+    chunk = plan_table2(cfg)
+    _print_demo_setup(args, cfg)
+    t0 = time.perf_counter()
+    rows = [r for res in execute_chunks(chunk, 1, cfg.progress) for r in res.rows]
+    wall = time.perf_counter() - t0
+    _print_demo_results(rows)
+    print(f"\nwall time {wall:.1f} s. Full reproduction: svbnn reproduce table2")
+    if not all(math.isfinite(r["test_rmse"]) for r in rows):
+        return 1
+    return 0
+
+
+def _demo_config(args: argparse.Namespace) -> RunConfig:
+    """Table 2's settings with the demo's epochs, replications, seed and options."""
+    from svbnn_experiments.registry import get_artifact
+    from svbnn_experiments.runner import resolve_config
+
+    return resolve_config(
         get_artifact("table2"),
         {
             "reps": args.reps,
@@ -350,7 +433,10 @@ def _demo(args: argparse.Namespace) -> int:
         },
         out=Path("."),
     )
-    chunk = plan_table2(cfg)
+
+
+def _print_demo_setup(args: argparse.Namespace, cfg: RunConfig) -> None:
+    """The problem and the network the demo fits."""
     print(
         f"Simulation II: f0 = 7 x2/(1+x1^2) + 5 sin(x3 x4) + 2 x5 + N(0,1), p = 200 "
         f"({args.covariates} covariates), n = {cfg.params['n_train']}, "
@@ -360,9 +446,14 @@ def _demo(args: argparse.Namespace) -> int:
         f"SVBNN 200-7-7-7-1 ReLU, lambda_opt, {args.epochs} epochs (paper: 7000), "
         f"{args.reps} replication(s) trained as one network, {args.threads} thread(s)"
     )
-    t0 = time.perf_counter()
-    rows = [r for res in execute_chunks(chunk, 1, cfg.progress) for r in res.rows]
-    wall = time.perf_counter() - t0
+
+
+def _print_demo_results(rows: list[dict[str, Any]]) -> None:
+    """Each replication's selection and metrics, then their means beside Table 2's SVBNN."""
+    import numpy as np
+
+    from svbnn_experiments.paper_values import TABLE2
+
     print()
     for r in rows:
         print(
@@ -386,10 +477,6 @@ def _demo(args: argparse.Namespace) -> int:
         pv = paper.get(key)
         ptxt = "-" if pv is None else f"{pv[0]:.2f} ± {pv[1]:.2f}"
         print(f"{label:<26}{mean:>18.{d}f}{ptxt:>30}")
-    print(f"\nwall time {wall:.1f} s. Full reproduction: svbnn reproduce table2")
-    if not all(math.isfinite(r["test_rmse"]) for r in rows):
-        return 1
-    return 0
 
 
 @contextlib.contextmanager

@@ -5,57 +5,44 @@ data, drawn from its own seed) that one method fits as a single replicated netwo
 chunk layout depends only on the number of replications, ``--batch`` (the most replicates
 per network) and ``--jobs`` (at least one chunk per worker), and is recorded in
 ``settings.json``; for a given layout and ``--seed`` a run is reproducible bit for bit,
-whichever engine runs the chunks: this process, ``--jobs N`` worker processes or a Dask
-cluster (:mod:`svbnn_experiments.distributed`, where ``--jobs`` is the cluster's worker
-count unless given).
+whichever engine runs the chunks (:mod:`svbnn_experiments.engine`): this process,
+``--jobs N`` worker processes or a Dask cluster (:mod:`svbnn_experiments.distributed`,
+where ``--jobs`` is the cluster's worker count unless given).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from tqdm.auto import tqdm
 
 from svbnn.data import dense_teacher, sim2_function, sparse_teacher_function
 from svbnn.priors import mlp_log_lambda_opt
 from svbnn.selection import fpr_fnr
 
-from .methods import FitSpec, get_method
+from .methods import FitSpec, FittedReplicates, get_method
 
 __all__ = [
     "COMMON_DEFAULTS",
     "QUICK_DEFAULTS",
     "Chunk",
-    "ChunkEngine",
     "ChunkResult",
     "CoverageSpec",
     "Problem",
     "RunConfig",
-    "active_engine",
     "derive_seed",
-    "engine_name",
-    "execute_chunks",
     "layout_chunks",
     "run_chunk",
     "usable_cpus",
-    "use_engine",
-    "worker_setup",
 ]
 
 # Purposes of derived seeds: one stream per purpose, so that changing, e.g., the number of
@@ -413,12 +400,28 @@ def _rmse(pred: NDArray[Any], target: NDArray[Any]) -> NDArray[np.float64]:
     return out
 
 
-def run_chunk(chunk: Chunk) -> ChunkResult:
-    """Draw the chunk's data, fit the method, compute every metric per replication."""
-    torch.set_num_threads(chunk.threads)
+@dataclass(frozen=True)
+class _ChunkData:
+    """A chunk's data: per-replication training sets and the shared test set, as tensors
+    for the network and arrays for the metrics.
+
+    ``X``, ``y``: ``(R, n, p)``, ``(R, n)`` tensors; ``f_train``: ``(R, n)`` f0 values.
+    ``X_test``: the ``(n_test, p)`` test points expanded to ``(R, n_test, p)``; ``y_test``,
+    ``f_test``: ``(n_test,)``, or ``(R, n_test)`` when every replication has its own teacher.
+    """
+
+    X: torch.Tensor
+    y: torch.Tensor
+    f_train: NDArray[Any]
+    X_test: torch.Tensor
+    y_test: NDArray[Any]
+    f_test: NDArray[Any]
+
+
+def _draw_chunk_data(chunk: Chunk) -> _ChunkData:
+    """Each replication's training data (from its data seed) and the shared test set."""
     dtype, device = chunk.spec.torch_dtype, torch.device(chunk.spec.device)
     prob = chunk.problem
-    R = chunk.size
     train_sets = [prob.draw(chunk.n_train, s) for s in chunk.data_seeds]
     X = torch.tensor(np.stack([t[0] for t in train_sets]), dtype=dtype, device=device)
     y = torch.tensor(np.stack([t[1] for t in train_sets]), dtype=dtype, device=device)
@@ -430,60 +433,79 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
         noise = y_test - f_test
         f_test = np.stack([prob.f0(X_test_np, s) for s in chunk.data_seeds])
         y_test = f_test + noise
-    X_test = torch.tensor(X_test_np, dtype=dtype, device=device).expand(R, -1, -1)
+    X_test = torch.tensor(X_test_np, dtype=dtype, device=device).expand(chunk.size, -1, -1)
+    return _ChunkData(X, y, f_train, X_test, y_test, f_test)
 
-    gen = torch.Generator(device=device).manual_seed(chunk.train_seed)
-    method = get_method(chunk.method)
-    t0 = time.perf_counter()
-    fitted = method.fit(X, y, chunk.spec, gen)
-    train_s = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
+def _prediction_columns(
+    chunk: Chunk, fitted: FittedReplicates, data: _ChunkData, gen: torch.Generator
+) -> dict[str, NDArray[Any]]:
+    """Per-replicate RMSEs of f_H (against the responses and f0), the tuning grid's columns,
+    the median model's test RMSE, sparsity and density (those the method has)."""
     H = chunk.n_predict
     # Methods with a tuning grid (AGP, LOT) keep the value with the best test RMSE, as the
     # paper does; they return per-replicate columns describing the grid.
-    tuned = fitted.tune_on_test(X_test, y_test, H, gen)
-    pred_train = fitted.sample_outputs(X, H, gen).mean(0).double().cpu().numpy()
-    pred_test = fitted.sample_outputs(X_test, H, gen).mean(0).double().cpu().numpy()
+    tuned = fitted.tune_on_test(data.X_test, data.y_test, H, gen)
+    pred_train = fitted.sample_outputs(data.X, H, gen).mean(0).double().cpu().numpy()
+    pred_test = fitted.sample_outputs(data.X_test, H, gen).mean(0).double().cpu().numpy()
     cols: dict[str, NDArray[Any]] = {
-        "train_rmse": _rmse(pred_train, y.double().cpu().numpy()),
-        "test_rmse": _rmse(pred_test, y_test),
-        "train_rmse_f": _rmse(pred_train, f_train),
-        "test_rmse_f": _rmse(pred_test, f_test),
+        "train_rmse": _rmse(pred_train, data.y.double().cpu().numpy()),
+        "test_rmse": _rmse(pred_test, data.y_test),
+        "train_rmse_f": _rmse(pred_train, data.f_train),
+        "test_rmse_f": _rmse(pred_test, data.f_test),
         **tuned,
     }
-    med = fitted.median_outputs(X_test)
+    med = fitted.median_outputs(data.X_test)
     if med is not None:
-        cols["test_rmse_median"] = _rmse(med.double().cpu().numpy(), y_test)
+        cols["test_rmse_median"] = _rmse(med.double().cpu().numpy(), data.y_test)
     sp, de = fitted.sparsity(), fitted.density()
     if sp is not None:
         cols["sparsity_pct"] = 100.0 * sp
     if de is not None:
         cols["density_pct"] = 100.0 * de
-    selected = fitted.selected_features()
-    points: dict[str, NDArray[np.bool_]] = {}
-    if chunk.coverage is not None and fitted.bayesian:
-        cov = chunk.coverage
-        for c in cov.coords:
-            grid = cov.grid(c)
-            truth = (
-                np.stack([prob.f0(grid, s) for s in chunk.data_seeds])
-                if prob.redraw_teacher
-                else prob.f0(grid)
-            )
-            Xg = torch.tensor(grid, dtype=dtype, device=device).expand(R, -1, -1)
-            draws = fitted.sample_outputs(Xg, cov.n_draws, gen)  # (H, R, n_grid)
-            for level in cov.levels:
-                a = (1.0 - level) / 2.0
-                q = torch.tensor([a, 1.0 - a], dtype=draws.dtype, device=draws.device)
-                # One replicate at a time: older torch refuses quantile() on > 2^24 elements.
-                bounds = torch.stack([torch.quantile(draws[:, r], q, dim=0) for r in range(R)], 1)
-                lo, hi = bounds.double().cpu().numpy()  # each (R, n_grid)
-                inside = (lo <= truth) & (truth <= hi)
-                cols[f"coverage{round(100 * level)}_x{c + 1}_pct"] = 100.0 * inside.mean(-1)
-                points[f"coverage{round(100 * level)}_x{c + 1}"] = inside
-    eval_s = time.perf_counter() - t0
+    return cols
 
+
+def _coverage_columns(
+    chunk: Chunk, cov: CoverageSpec, fitted: FittedReplicates, gen: torch.Generator
+) -> tuple[dict[str, NDArray[Any]], dict[str, NDArray[np.bool_]]]:
+    """The coverage protocol on a Bayesian fit: per-replicate coverage percentages (columns
+    ``coverage{level}_x{j}_pct``) and the per-grid-point booleans behind them."""
+    prob, R = chunk.problem, chunk.size
+    dtype, device = chunk.spec.torch_dtype, torch.device(chunk.spec.device)
+    cols: dict[str, NDArray[Any]] = {}
+    points: dict[str, NDArray[np.bool_]] = {}
+    for c in cov.coords:
+        grid = cov.grid(c)
+        truth = (
+            np.stack([prob.f0(grid, s) for s in chunk.data_seeds])
+            if prob.redraw_teacher
+            else prob.f0(grid)
+        )
+        Xg = torch.tensor(grid, dtype=dtype, device=device).expand(R, -1, -1)
+        draws = fitted.sample_outputs(Xg, cov.n_draws, gen)  # (H, R, n_grid)
+        for level in cov.levels:
+            a = (1.0 - level) / 2.0
+            q = torch.tensor([a, 1.0 - a], dtype=draws.dtype, device=draws.device)
+            # One replicate at a time: older torch refuses quantile() on > 2^24 elements.
+            bounds = torch.stack([torch.quantile(draws[:, r], q, dim=0) for r in range(R)], 1)
+            lo, hi = bounds.double().cpu().numpy()  # each (R, n_grid)
+            inside = (lo <= truth) & (truth <= hi)
+            cols[f"coverage{round(100 * level)}_x{c + 1}_pct"] = 100.0 * inside.mean(-1)
+            points[f"coverage{round(100 * level)}_x{c + 1}"] = inside
+    return cols, points
+
+
+def _chunk_rows(
+    chunk: Chunk,
+    cols: Mapping[str, NDArray[Any]],
+    selected: list[NDArray[np.int64]] | None,
+    train_s: float,
+    eval_s: float,
+) -> list[dict[str, Any]]:
+    """One ``results.csv`` row per replication: its seeds and chunk, labels, metric columns,
+    variable selection (FPR/FNR), and its share of the chunk's wall time."""
+    prob, R = chunk.problem, chunk.size
     rows: list[dict[str, Any]] = []
     for i, rep in enumerate(chunk.reps):
         row: dict[str, Any] = {
@@ -507,127 +529,34 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
         row["wall_s"] = (train_s + eval_s) / R
         row["chunk_train_s"] = train_s
         rows.append(row)
+    return rows
+
+
+def run_chunk(chunk: Chunk) -> ChunkResult:
+    """Draw the chunk's data, fit the method, compute every metric per replication."""
+    torch.set_num_threads(chunk.threads)
+    data = _draw_chunk_data(chunk)
+    gen = torch.Generator(device=torch.device(chunk.spec.device)).manual_seed(chunk.train_seed)
+    method = get_method(chunk.method)
+    t0 = time.perf_counter()
+    fitted = method.fit(data.X, data.y, chunk.spec, gen)
+    train_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    cols = _prediction_columns(chunk, fitted, data, gen)
+    selected = fitted.selected_features()
+    points: dict[str, NDArray[np.bool_]] = {}
+    if chunk.coverage is not None and fitted.bayesian:
+        coverage_cols, points = _coverage_columns(chunk, chunk.coverage, fitted, gen)
+        cols.update(coverage_cols)
+    eval_s = time.perf_counter() - t0
+
+    rows = _chunk_rows(chunk, cols, selected, train_s, eval_s)
     networks = None
     if chunk.want_network:
-        nets = [fitted.layer_inclusion(i) for i in range(R)]
+        nets = [fitted.layer_inclusion(i) for i in range(chunk.size)]
         networks = [n for n in nets if n is not None] or None
     return ChunkResult(chunk.index, rows, networks, train_s, eval_s, points or None)
-
-
-class ChunkEngine(Protocol):
-    """Something other than this machine's processes that runs chunks (a Dask cluster).
-
-    Attributes
-    ----------
-    name : str
-        As recorded in ``settings.json`` (``"dask:tcp://host:8786"``).
-    workers : int
-        Chunks it runs at once: the default ``--jobs`` (chunk layout) of runs it serves.
-    """
-
-    workers: int
-
-    @property
-    def name(self) -> str:
-        """As recorded in ``settings.json``."""
-        ...
-
-    def run(self, chunks: Sequence[Chunk], progress: bool, desc: str) -> list[ChunkResult]:
-        """Run the chunks; results in chunk order."""
-        ...
-
-
-_ENGINE: ContextVar[ChunkEngine | None] = ContextVar("svbnn_chunk_engine", default=None)
-
-
-@contextmanager
-def use_engine(engine: ChunkEngine) -> Iterator[ChunkEngine]:
-    """Within the block, :func:`execute_chunks` runs every chunk on ``engine``."""
-    token = _ENGINE.set(engine)
-    try:
-        yield engine
-    finally:
-        _ENGINE.reset(token)
-
-
-def active_engine() -> ChunkEngine | None:
-    """The engine of the enclosing :func:`use_engine` block, if any."""
-    return _ENGINE.get()
-
-
-def engine_name(jobs: int, n_chunks: int) -> str:
-    """What :func:`execute_chunks` runs ``n_chunks`` chunks on: ``"local"`` (this process),
-    ``"processes:N"`` (N spawned worker processes) or the active engine's name."""
-    engine = active_engine()
-    if engine is not None:
-        return engine.name
-    if jobs == 1 or n_chunks == 1:
-        return "local"
-    return f"processes:{jobs}"
-
-
-def execute_chunks(
-    chunks: Sequence[Chunk], jobs: int = 1, progress: bool = True, desc: str = "chunks"
-) -> list[ChunkResult]:
-    """Run chunks in this process (``jobs == 1``), in ``jobs`` spawned worker processes,
-    or on the engine of an enclosing :func:`use_engine` block (a Dask cluster).
-
-    Results come back in chunk order whatever the completion order. The chunks, hence the
-    results, are the same whichever runs them (see :func:`layout_chunks`).
-    """
-    if jobs < 1:
-        raise ValueError(f"jobs must be positive, got {jobs}")
-    engine = active_engine()
-    if engine is not None:
-        return engine.run(chunks, progress, desc)
-    results: list[ChunkResult] = []
-    if jobs == 1 or len(chunks) == 1:
-        for ch in tqdm(chunks, desc=desc, disable=not progress or len(chunks) == 1):
-            results.append(run_chunk(replace(ch, spec=replace(ch.spec, progress=progress))))
-        return results
-    # spawn, not fork: forking a process whose torch thread pools are running is unsafe.
-    pool = ProcessPoolExecutor(
-        max_workers=jobs, mp_context=get_context("spawn"), initializer=_ignore_sigint
-    )
-    try:
-        futures = [pool.submit(run_chunk, ch) for ch in chunks]
-        for fut in tqdm(futures, desc=desc, disable=not progress):
-            results.append(fut.result())
-    except BaseException:
-        # Ctrl-C (or a failed chunk): stop the workers now rather than let them finish
-        # their chunks. Workers ignore SIGINT, so only this process reports the interrupt.
-        # (The worker handles are taken before shutdown(), which drops them.)
-        procs: dict[int, Any] = getattr(pool, "_processes", None) or {}
-        workers = list(procs.values())
-        for proc in workers:
-            proc.terminate()
-        for proc in workers:
-            proc.join(timeout=10)
-        # With its workers gone the pool winds down at once; waiting for that releases its
-        # queues (else the resource tracker warns of leaked semaphores on stderr).
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return sorted(results, key=lambda r: r.index)
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker_setup()
-
-
-def worker_setup() -> None:
-    """Prepare a worker process (``--jobs``, a Dask worker) to run chunks.
-
-    tqdm's default lock holds a multiprocessing semaphore that only a normal exit releases:
-    a worker stopped mid-chunk (Ctrl-C, a killed worker) leaves it to the resource tracker,
-    which then warns on the user's terminal. A worker's progress bars need no lock across
-    processes, so it gets a thread lock (unless it already has a lock).
-    """
-    from tqdm.std import tqdm as std_tqdm
-
-    if "_lock" not in vars(std_tqdm):
-        std_tqdm.set_lock(threading.RLock())
 
 
 def lambda_opt_for(problem: Problem, hidden: Sequence[int], n_train: int) -> float:

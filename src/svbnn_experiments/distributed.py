@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from svbnn import get_kernel_backend, kernel_backend
 
-from .common import Chunk, ChunkResult, run_chunk, use_engine, worker_setup
+from .common import Chunk, ChunkResult, run_chunk
+from .engine import use_engine, worker_setup
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -194,7 +195,7 @@ def dask_engine(
     Yields
     ------
     DaskEngine
-        Active (:func:`svbnn_experiments.common.use_engine`) within the block.
+        Active (:func:`svbnn_experiments.engine.use_engine`) within the block.
 
     Raises
     ------
@@ -206,65 +207,103 @@ def dask_engine(
         raise ValueError("give one of --scheduler and --cluster")
     option = "--scheduler" if scheduler is not None else "--cluster"
     timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
-    if cluster is not None:
-        try:
-            n = parse_cluster(cluster)
-        except ValueError as exc:
-            raise ValueError(f"--cluster: {exc}") from None
-        if jobs is not None and jobs != n:
-            raise ValueError(
-                f"--jobs {jobs} disagrees with --cluster {cluster}: the chunk layout follows "
-                f"the {n} worker(s); leave out --jobs"
-            )
+    n = _local_cluster_size(cluster, jobs) if cluster is not None else 0
     distributed = _import_distributed(option)
-    local = None
-    with _quiet():
-        if cluster is not None:
-            with _workers_ignore_sigint():
-                local = distributed.LocalCluster(
-                    n_workers=n,
-                    threads_per_worker=1,
-                    processes=True,
-                    dashboard_address=None,
-                    silence_logs=logging.ERROR,
-                )
-            try:
-                client = distributed.Client(local, set_as_default=False)
-            except BaseException:
-                local.close()
-                raise
-            workers = n
-        else:
-            try:
-                # Checked first: a Client given a malformed address is left half-started.
-                host, _ = distributed.comm.get_address_host_port(scheduler)
-                if not host:
-                    raise ValueError("no host")
-            except ValueError as exc:
-                raise ValueError(
-                    f"--scheduler {scheduler!r}: expects tcp://HOST:PORT ({exc})"
-                ) from None
-            try:
-                client = distributed.Client(scheduler, timeout=timeout, set_as_default=False)
-            except (OSError, ValueError, TypeError) as exc:
-                reason = " ".join(str(exc).split()) or type(exc).__name__
-                raise ValueError(f"--scheduler {scheduler}: cannot connect ({reason})") from None
-            workers = jobs or 0
+    client, local, workers = _open_client(distributed, scheduler, n, jobs, timeout)
     try:
-        if jobs is None and cluster is None:
-            try:
-                client.wait_for_workers(1, timeout=timeout)
-            except TimeoutError:
-                raise ValueError(
-                    f"--scheduler {scheduler}: no worker joined within {timeout:g} s "
-                    f"(start one: dask worker {scheduler}), or give --jobs N"
-                ) from None
-            workers = sum(client.nthreads().values())
+        if scheduler is not None and jobs is None:
+            workers = _wait_for_workers(client, scheduler, timeout)
         engine = DaskEngine(client, str(client.scheduler.address), workers, local)
         with use_engine(engine):
             yield engine
     finally:
-        with _quiet():
-            client.close()
-            if local is not None:
-                local.close()
+        _close(client, local)
+
+
+def _open_client(
+    distributed: Any, scheduler: str | None, n: int, jobs: int | None, timeout: float
+) -> tuple[Any, Any, int]:
+    """``(client, local cluster or None, workers)``: a client of the scheduler, or of a new
+    local cluster of ``n`` workers when ``scheduler`` is None. A scheduler's workers are
+    ``jobs``, or 0 until :func:`_wait_for_workers` counts them."""
+    with _quiet():
+        if scheduler is not None:
+            return _connect(distributed, scheduler, timeout), None, jobs or 0
+        client, local = _start_local_cluster(distributed, n)
+        return client, local, n
+
+
+def _close(client: Any, local: Any) -> None:
+    """Close the client, then the local cluster it owns (if any), quietly."""
+    with _quiet():
+        client.close()
+        if local is not None:
+            local.close()
+
+
+def _local_cluster_size(cluster: str, jobs: int | None) -> int:
+    """The N of ``--cluster local:N``, checked against ``--jobs`` (the layout follows N)."""
+    try:
+        n = parse_cluster(cluster)
+    except ValueError as exc:
+        raise ValueError(f"--cluster: {exc}") from None
+    if jobs is not None and jobs != n:
+        raise ValueError(
+            f"--jobs {jobs} disagrees with --cluster {cluster}: the chunk layout follows "
+            f"the {n} worker(s); leave out --jobs"
+        )
+    return n
+
+
+def _start_local_cluster(distributed: Any, n: int) -> tuple[Any, Any]:
+    """A ``LocalCluster`` of ``n`` worker processes (one thread each, ignoring SIGINT) and
+    a client of it; the cluster is closed again if the client fails to start."""
+    with _workers_ignore_sigint():
+        local = distributed.LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+    try:
+        client = distributed.Client(local, set_as_default=False)
+    except BaseException:
+        local.close()
+        raise
+    return client, local
+
+
+def _connect(distributed: Any, scheduler: str, timeout: float) -> Any:
+    """A client of the scheduler at ``scheduler`` (``tcp://HOST:PORT``).
+
+    Raises
+    ------
+    ValueError
+        One line: a malformed address, or no scheduler answering within ``timeout``.
+    """
+    try:
+        # Checked first: a Client given a malformed address is left half-started.
+        host, _ = distributed.comm.get_address_host_port(scheduler)
+        if not host:
+            raise ValueError("no host")
+    except ValueError as exc:
+        raise ValueError(f"--scheduler {scheduler!r}: expects tcp://HOST:PORT ({exc})") from None
+    try:
+        return distributed.Client(scheduler, timeout=timeout, set_as_default=False)
+    except (OSError, ValueError, TypeError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ValueError(f"--scheduler {scheduler}: cannot connect ({reason})") from None
+
+
+def _wait_for_workers(client: Any, scheduler: str, timeout: float) -> int:
+    """The scheduler's worker threads once a first worker has joined (the runs' ``--jobs``
+    when none is given); a one-line ``ValueError`` if none joins within ``timeout``."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except TimeoutError:
+        raise ValueError(
+            f"--scheduler {scheduler}: no worker joined within {timeout:g} s "
+            f"(start one: dask worker {scheduler}), or give --jobs N"
+        ) from None
+    return sum(client.nthreads().values())

@@ -16,14 +16,8 @@ import torch
 
 from svbnn._device import check_device
 
-from .common import (
-    COMMON_DEFAULTS,
-    QUICK_DEFAULTS,
-    RunConfig,
-    active_engine,
-    execute_chunks,
-    usable_cpus,
-)
+from .common import COMMON_DEFAULTS, QUICK_DEFAULTS, Chunk, RunConfig, usable_cpus
+from .engine import active_engine, execute_chunks
 from .files import (
     atomic_write_text,
     environment_info,
@@ -65,7 +59,7 @@ def resolve_config(
 ) -> RunConfig:
     """Merge common defaults < artifact defaults < ``--quick`` < explicit overrides.
 
-    Within :func:`svbnn_experiments.common.use_engine` (``--scheduler``, ``--cluster``),
+    Within :func:`svbnn_experiments.engine.use_engine` (``--scheduler``, ``--cluster``),
     ``jobs`` not given explicitly is the engine's worker count.
 
     Parameters
@@ -82,51 +76,9 @@ def resolve_config(
         (``reproduce all`` passes ``False`` and such settings are ignored).
     """
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
-    merged: dict[str, Any] = dict(COMMON_DEFAULTS)
-    params: dict[str, Any] = {}
-    layers: list[Mapping[str, Any]] = [artifact.defaults]
-    if quick:
-        layers += [QUICK_DEFAULTS, artifact.quick]
-    engine = active_engine()
-    if engine is not None:
-        layers.append({"jobs": engine.workers})
-    for layer in layers:
-        for k, v in layer.items():
-            if k in _CONFIG_KEYS:
-                merged[k] = v
-            else:
-                params[k] = v
-    given: dict[str, Any] = {}
-    for k, v in overrides.items():
-        if k == "params":
-            given = dict(v)
-            continue
-        if k not in _CONFIG_KEYS:
-            raise ValueError(f"unknown setting {k!r}")
-        if k in OPTIONAL_SETTINGS and k not in artifact.options:
-            if strict:
-                users = [a.name for a in ARTIFACTS.values() if k in a.options]
-                raise ValueError(
-                    f"--{k} does not apply to {artifact.name}; it applies to: {', '.join(users)}"
-                )
-            continue
-        merged[k] = v
-    # --set keys: the artifact's settings, or options of the methods it runs (those reach
-    # each method as FitSpec.options). check_methods validates the method names once, here.
-    options = method_options(check_methods(tuple(merged["methods"])))
-    for pk, pv in given.items():
-        if pk in _CONFIG_KEYS:
-            raise ValueError(f"--set {pk}: use the --{pk} option instead")
-        if pk not in params and pk not in options:
-            if strict:
-                known = ", ".join(sorted({*params, *options})) or "(none)"
-                raise ValueError(
-                    f"--set {pk}: {artifact.name} with methods {','.join(merged['methods'])} "
-                    f"has no such setting; known: {known}"
-                )
-            continue
-        known_default = params[pk] if pk in params else options[pk]
-        params[pk] = check_setting(artifact.name, pk, pv, known_default)
+    merged, params = _layered_defaults(artifact, quick)
+    given = _apply_overrides(artifact, merged, overrides, strict)
+    _apply_set(artifact, merged, params, given, strict)
     cfg = RunConfig(
         artifact=artifact.name,
         out=Path(out) if out is not None else Path("results") / artifact.name,
@@ -147,6 +99,82 @@ def resolve_config(
     )
     _validate(cfg)
     return cfg
+
+
+def _layered_defaults(artifact: Artifact, quick: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(settings, params)`` before any explicit override: the common defaults, then the
+    artifact's, then ``--quick``'s, then an active engine's worker count as ``jobs``.
+    ``settings`` has the :class:`RunConfig` keys, ``params`` the artifact's own settings."""
+    merged: dict[str, Any] = dict(COMMON_DEFAULTS)
+    params: dict[str, Any] = {}
+    layers: list[Mapping[str, Any]] = [artifact.defaults]
+    if quick:
+        layers += [QUICK_DEFAULTS, artifact.quick]
+    engine = active_engine()
+    if engine is not None:
+        layers.append({"jobs": engine.workers})
+    for layer in layers:
+        for k, v in layer.items():
+            if k in _CONFIG_KEYS:
+                merged[k] = v
+            else:
+                params[k] = v
+    return merged, params
+
+
+def _apply_overrides(
+    artifact: Artifact, merged: dict[str, Any], overrides: Mapping[str, Any], strict: bool
+) -> dict[str, Any]:
+    """Set the explicit overrides in ``merged``; return the ``--set`` ones (``params``).
+
+    An unknown setting is refused; an optional one the artifact does not use is refused
+    when ``strict``, else ignored.
+    """
+    given: dict[str, Any] = {}
+    for k, v in overrides.items():
+        if k == "params":
+            given = dict(v)
+            continue
+        if k not in _CONFIG_KEYS:
+            raise ValueError(f"unknown setting {k!r}")
+        if k in OPTIONAL_SETTINGS and k not in artifact.options:
+            if strict:
+                users = [a.name for a in ARTIFACTS.values() if k in a.options]
+                raise ValueError(
+                    f"--{k} does not apply to {artifact.name}; it applies to: {', '.join(users)}"
+                )
+            continue
+        merged[k] = v
+    return given
+
+
+def _apply_set(
+    artifact: Artifact,
+    merged: Mapping[str, Any],
+    params: dict[str, Any],
+    given: Mapping[str, Any],
+    strict: bool,
+) -> None:
+    """Check the ``--set`` values ``given`` and set them in ``params``.
+
+    A key is the artifact's setting or an option of a method it runs (those reach each
+    method as ``FitSpec.options``); any other is refused when ``strict``, else ignored.
+    """
+    # check_methods validates the method names once, here.
+    options = method_options(check_methods(tuple(merged["methods"])))
+    for pk, pv in given.items():
+        if pk in _CONFIG_KEYS:
+            raise ValueError(f"--set {pk}: use the --{pk} option instead")
+        if pk not in params and pk not in options:
+            if strict:
+                known = ", ".join(sorted({*params, *options})) or "(none)"
+                raise ValueError(
+                    f"--set {pk}: {artifact.name} with methods {','.join(merged['methods'])} "
+                    f"has no such setting; known: {known}"
+                )
+            continue
+        known_default = params[pk] if pk in params else options[pk]
+        params[pk] = check_setting(artifact.name, pk, pv, known_default)
 
 
 def _validate(cfg: RunConfig) -> None:
@@ -231,50 +259,61 @@ def reproduce(
     """
     artifact = get_artifact(name)
     if report_only:
-        folder = Path(out) if out is not None else Path("results") / name
-        if not folder.exists():
-            raise FileNotFoundError(f"{folder} does not exist: run {name} first")
-        if not folder.is_dir():
-            raise ValueError(f"--out {folder}: exists and is not a folder")
-        with lock_output(folder):
-            _rebuild_report(artifact, folder)
-        return folder
+        return _report_only(artifact, out)
     cfg = resolve_config(artifact, overrides, quick=quick, out=out, strict=strict)
     prepare_out(cfg.out)
     with lock_output(cfg.out):
         torch.set_num_threads(cfg.threads)
-        base = {
-            "artifact": name,
-            "description": artifact.description,
-            "config": cfg.as_dict(),
-            "environment": environment_info(),
-            "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-        t0 = time.perf_counter()
-        try:
-            # Written first, so that an output folder always says whether its results are
-            # whole, even after a kill that no handler sees. Inside the try: a Ctrl-C that
-            # lands just after it must still mark the run interrupted.
-            write_settings(cfg.out, {**base, "status": "running"})
-            extra = artifact.run(cfg)
-        except KeyboardInterrupt:
-            wall = round(time.perf_counter() - t0, 3)
-            write_settings(cfg.out, {**base, "status": "interrupted", "wall_time_s": wall})
-            raise RunInterrupted(cfg.out) from None
-        except BaseException as exc:
-            wall = round(time.perf_counter() - t0, 3)
-            error = f"{type(exc).__name__}: {exc}"
-            write_settings(
-                cfg.out, {**base, "status": "failed", "error": error, "wall_time_s": wall}
-            )
-            raise
-        wall = round(time.perf_counter() - t0, 3)
-        write_settings(cfg.out, {**base, "wall_time_s": wall, **extra, "status": "complete"})
+        _run_recorded(artifact, cfg)
         try:
             artifact.report(cfg.out)
         except KeyboardInterrupt:
             raise RunInterrupted(cfg.out) from None
     return cfg.out
+
+
+def _report_only(artifact: Artifact, out: Path | None) -> Path:
+    """``--report-only``: rebuild the report of the run saved in ``out`` (locked)."""
+    name = artifact.name
+    folder = Path(out) if out is not None else Path("results") / name
+    if not folder.exists():
+        raise FileNotFoundError(f"{folder} does not exist: run {name} first")
+    if not folder.is_dir():
+        raise ValueError(f"--out {folder}: exists and is not a folder")
+    with lock_output(folder):
+        _rebuild_report(artifact, folder)
+    return folder
+
+
+def _run_recorded(artifact: Artifact, cfg: RunConfig) -> None:
+    """Run the artifact, ``settings.json`` saying ``"running"`` throughout, then
+    ``"complete"`` (with the run's wall time and records), ``"interrupted"`` (raising
+    :class:`RunInterrupted`) or ``"failed"``."""
+    base = {
+        "artifact": artifact.name,
+        "description": artifact.description,
+        "config": cfg.as_dict(),
+        "environment": environment_info(),
+        "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    t0 = time.perf_counter()
+    try:
+        # Written first, so that an output folder always says whether its results are
+        # whole, even after a kill that no handler sees. Inside the try: a Ctrl-C that
+        # lands just after it must still mark the run interrupted.
+        write_settings(cfg.out, {**base, "status": "running"})
+        extra = artifact.run(cfg)
+    except KeyboardInterrupt:
+        wall = round(time.perf_counter() - t0, 3)
+        write_settings(cfg.out, {**base, "status": "interrupted", "wall_time_s": wall})
+        raise RunInterrupted(cfg.out) from None
+    except BaseException as exc:
+        wall = round(time.perf_counter() - t0, 3)
+        error = f"{type(exc).__name__}: {exc}"
+        write_settings(cfg.out, {**base, "status": "failed", "error": error, "wall_time_s": wall})
+        raise
+    wall = round(time.perf_counter() - t0, 3)
+    write_settings(cfg.out, {**base, "wall_time_s": wall, **extra, "status": "complete"})
 
 
 def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
@@ -297,41 +336,12 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
     wall = 0.0
     for part in parts:
         part = Path(part)
-        settings = read_settings(part)
-        status = settings.get("status", "complete")  # runs before the status field: whole
-        if status != "complete":
-            raise ValueError(f"--merge {part}: the run there is {status}, not complete")
-        if settings.get("artifact") != name:
-            raise ValueError(f"{part} holds a run of {settings.get('artifact')!r}, not {name!r}")
-        part_rows = read_csv(part / "results.csv")
-        methods = sorted({str(r["method"]) for r in part_rows})
-        for m in methods:
-            if m in seen:
-                raise ValueError(f"method {m!r} is in both {seen[m]} and {part}")
-            seen[m] = part
+        settings, part_rows, methods = _read_part(name, part, seen)
         rows += part_rows
         chunks += list(settings.get("chunks", []))
         wall += float(settings.get("wall_time_s", 0.0))
-        cfg = settings.get("config", {})
-        sources.append(
-            {
-                "folder": str(part),
-                "methods": methods,
-                "reps": cfg.get("reps"),
-                "epochs": cfg.get("epochs"),
-                "git_commit": settings.get("environment", {}).get("git", {}).get("commit"),
-            }
-        )
-        if not merged:
-            merged = dict(settings)
-        else:
-            # Per-method records ("runs" of the real-data artifacts) are united; everything
-            # else (settings, environment, problem) is the first part's.
-            for k, v in settings.items():
-                if k not in merged:
-                    merged[k] = v
-                elif k == "runs" and isinstance(v, dict) and isinstance(merged[k], dict):
-                    merged[k] = {**merged[k], **v}
+        sources.append(_part_source(part, methods, settings))
+        merged = _merge_settings(merged, settings)
     order = {m: i for i, m in enumerate(METHOD_NAMES)}
     merged["config"] = {
         **merged.get("config", {}),
@@ -345,6 +355,55 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
         write_settings(out, merged)
         artifact.report(out)
     return out
+
+
+def _read_part(
+    name: str, part: Path, seen: dict[str, Path]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """A finished run of ``name`` in ``part``: ``(settings, rows, methods)``.
+
+    Refused: a run that is not complete, a run of another artifact, or a method already in
+    an earlier part (``seen``, method to part; this part's methods are added to it).
+    """
+    settings = read_settings(part)
+    status = settings.get("status", "complete")  # runs before the status field: whole
+    if status != "complete":
+        raise ValueError(f"--merge {part}: the run there is {status}, not complete")
+    if settings.get("artifact") != name:
+        raise ValueError(f"{part} holds a run of {settings.get('artifact')!r}, not {name!r}")
+    part_rows = read_csv(part / "results.csv")
+    methods = sorted({str(r["method"]) for r in part_rows})
+    for m in methods:
+        if m in seen:
+            raise ValueError(f"method {m!r} is in both {seen[m]} and {part}")
+        seen[m] = part
+    return settings, part_rows, methods
+
+
+def _part_source(part: Path, methods: list[str], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``merged_from`` record of a part: folder, methods, replications, epochs, commit."""
+    cfg = settings.get("config", {})
+    return {
+        "folder": str(part),
+        "methods": methods,
+        "reps": cfg.get("reps"),
+        "epochs": cfg.get("epochs"),
+        "git_commit": settings.get("environment", {}).get("git", {}).get("commit"),
+    }
+
+
+def _merge_settings(merged: dict[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``merged`` with a further part's ``settings``: the first part's settings, with the
+    per-method records (``"runs"`` of the real-data artifacts) of every part united."""
+    if not merged:
+        return dict(settings)
+    # Everything else (settings, environment, problem) is the first part's.
+    for k, v in settings.items():
+        if k not in merged:
+            merged[k] = v
+        elif k == "runs" and isinstance(v, dict) and isinstance(merged[k], dict):
+            merged[k] = {**merged[k], **v}
+    return merged
 
 
 def estimate(
@@ -378,31 +437,10 @@ def estimate(
     shapes: dict[tuple[Any, ...], list[Any]] = {}
     for ch in chunks:
         shapes.setdefault((ch.method, ch.problem.kind, ch.size), []).append(ch)
-    details = []
+    details = [_time_shape(group, epochs, cfg.progress) for group in shapes.values()]
     total = 0.0
-    for (method, kind, size), group in shapes.items():
-        ch = group[0]
-        short = replace(ch, spec=replace(ch.spec, epochs=epochs))
-        res = execute_chunks([short], 1, cfg.progress, desc=f"timing {kind} R={size}")[0]
-        steps = epochs * ch.steps_per_epoch
-        per_step = res.train_s / steps
-        full = per_step * ch.spec.epochs * ch.steps_per_epoch + res.eval_s
-        details.append(
-            {
-                "method": method,
-                "problem": kind,
-                "replicates_per_network": size,
-                "chunks": len(group),
-                "timed_epochs": epochs,
-                "steps_per_epoch": ch.steps_per_epoch,
-                "full_epochs": ch.spec.epochs,
-                "per_step_ms": 1000 * per_step,
-                "per_step_per_replicate_ms": 1000 * per_step / size,
-                "eval_s": res.eval_s,
-                "estimated_chunk_s": full,
-            }
-        )
-        total += full * len(group)
+    for d in details:
+        total += d["estimated_chunk_s"] * d["chunks"]
     result = {
         "artifact": name,
         "threads": cfg.threads,
@@ -417,6 +455,31 @@ def estimate(
         with lock_output(Path(out)):
             atomic_write_text(Path(out) / "estimate.json", json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _time_shape(group: Sequence[Chunk], epochs: int, progress: bool) -> dict[str, Any]:
+    """Time the first of ``group`` (chunks of one method, problem and size) for ``epochs``
+    epochs, with its full evaluation, and extrapolate its training linearly in epochs."""
+    ch = group[0]
+    kind, size = ch.problem.kind, ch.size
+    short = replace(ch, spec=replace(ch.spec, epochs=epochs))
+    res = execute_chunks([short], 1, progress, desc=f"timing {kind} R={size}")[0]
+    steps = epochs * ch.steps_per_epoch
+    per_step = res.train_s / steps
+    full = per_step * ch.spec.epochs * ch.steps_per_epoch + res.eval_s
+    return {
+        "method": ch.method,
+        "problem": kind,
+        "replicates_per_network": size,
+        "chunks": len(group),
+        "timed_epochs": epochs,
+        "steps_per_epoch": ch.steps_per_epoch,
+        "full_epochs": ch.spec.epochs,
+        "per_step_ms": 1000 * per_step,
+        "per_step_per_replicate_ms": 1000 * per_step / size,
+        "eval_s": res.eval_s,
+        "estimated_chunk_s": full,
+    }
 
 
 def format_duration(seconds: float | None) -> str:

@@ -30,11 +30,10 @@ from .common import (
     Problem,
     RunConfig,
     derive_seed,
-    engine_name,
-    execute_chunks,
     lambda_opt_for,
     layout_chunks,
 )
+from .engine import engine_name, execute_chunks
 from .files import read_csv, read_settings, write_csv
 from .methods import METHOD_NAMES, FitSpec, method_options
 from .paper_values import paper_value
@@ -207,45 +206,74 @@ def plan_replications(
     first_index : int
         Index of the first chunk (chunk indices are unique within a run).
     """
-    code = PROBLEM_CODES[problem.kind]
-    n_train = int(cfg.params["n_train"])
-    test_seed = derive_seed(cfg.seed, SEED_TEST, code)
     chunks: list[Chunk] = []
     for method in cfg.methods:
-        mcode = METHOD_NAMES.index(method) if method in METHOD_NAMES else 99
         for ci, rng_ in enumerate(layout_chunks(len(items), cfg.batch, cfg.jobs)):
-            sel = [items[i] for i in rng_]
-            lams = tuple(it[1] for it in sel)
-            log_lams = (
-                None
-                if all(v is None for v in lams)
-                else tuple(
-                    lambda_opt_for(problem, cfg.params["hidden"], n_train)
-                    if v is None
-                    else float(v)
-                    for v in lams
-                )
-            )
             chunks.append(
-                Chunk(
+                _replication_chunk(
+                    cfg,
+                    problem,
+                    method,
+                    ci,
+                    [items[i] for i in rng_],
                     index=first_index + len(chunks),
-                    method=method,
-                    problem=problem,
-                    spec=build_fit_spec(cfg, problem, log_lams),
-                    reps=tuple(it[0] for it in sel),
-                    data_seeds=tuple(derive_seed(cfg.seed, SEED_DATA, code, it[0]) for it in sel),
-                    train_seed=derive_seed(cfg.seed, SEED_TRAIN, code, mcode, ci),
-                    n_train=n_train,
-                    test_seed=test_seed,
-                    n_test=int(cfg.params.get("n_test", 10000)),
-                    n_predict=int(cfg.params.get("n_predict", 30)),
                     coverage=coverage,
                     want_network=want_network,
-                    labels=tuple(it[2] for it in sel),
-                    threads=cfg.threads,
                 )
             )
     return chunks
+
+
+def _replication_chunk(
+    cfg: RunConfig,
+    problem: Problem,
+    method: str,
+    ci: int,
+    sel: Sequence[tuple[int, float | None, dict[str, Any]]],
+    *,
+    index: int,
+    coverage: CoverageSpec | None,
+    want_network: bool,
+) -> Chunk:
+    """Chunk ``ci`` of ``method``: the items ``sel`` fitted as one network.
+
+    Its seeds derive from the run's seed, the problem, the method and ``ci`` (the training
+    data from each item's ``rep``); the test set is the problem's shared one.
+    """
+    code = PROBLEM_CODES[problem.kind]
+    mcode = METHOD_NAMES.index(method) if method in METHOD_NAMES else 99
+    n_train = int(cfg.params["n_train"])
+    return Chunk(
+        index=index,
+        method=method,
+        problem=problem,
+        spec=build_fit_spec(cfg, problem, _log_lambdas(cfg, problem, [it[1] for it in sel])),
+        reps=tuple(it[0] for it in sel),
+        data_seeds=tuple(derive_seed(cfg.seed, SEED_DATA, code, it[0]) for it in sel),
+        train_seed=derive_seed(cfg.seed, SEED_TRAIN, code, mcode, ci),
+        n_train=n_train,
+        test_seed=derive_seed(cfg.seed, SEED_TEST, code),
+        n_test=int(cfg.params.get("n_test", 10000)),
+        n_predict=int(cfg.params.get("n_predict", 30)),
+        coverage=coverage,
+        want_network=want_network,
+        labels=tuple(it[2] for it in sel),
+        threads=cfg.threads,
+    )
+
+
+def _log_lambdas(
+    cfg: RunConfig, problem: Problem, lams: Sequence[float | None]
+) -> tuple[float, ...] | None:
+    """Per-replicate ``log(lambda)`` of a chunk's items (``None`` items: lambda_opt); ``None``
+    when every item uses lambda_opt."""
+    if all(v is None for v in lams):
+        return None
+    n_train = int(cfg.params["n_train"])
+    return tuple(
+        lambda_opt_for(problem, cfg.params["hidden"], n_train) if v is None else float(v)
+        for v in lams
+    )
 
 
 def run_plan(cfg: RunConfig, chunks: list[Chunk]) -> tuple[list[ChunkResult], dict[str, Any]]:
