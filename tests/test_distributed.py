@@ -39,7 +39,7 @@ def cluster() -> Iterator[Any]:
         n_workers=2,
         threads_per_worker=1,
         processes=True,
-        dashboard_address=None,
+        dashboard_address=":0",
         silence_logs=logging.ERROR,
     ) as c:
         yield c
@@ -189,7 +189,7 @@ def test_scheduler_without_workers_is_one_line(
         n_workers=0,
         processes=False,
         protocol="tcp",
-        dashboard_address=None,
+        dashboard_address=":0",
         silence_logs=logging.ERROR,
     ) as empty:
         address = empty.scheduler_address

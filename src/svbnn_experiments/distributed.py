@@ -263,7 +263,9 @@ def _start_local_cluster(distributed: Any, n: int) -> tuple[Any, Any]:
             n_workers=n,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            # A free port: None still binds the scheduler's HTTP server to 8787 and warns
+            # on stderr when another cluster (or run) holds it.
+            dashboard_address=":0",
             silence_logs=logging.ERROR,
         )
     try:
