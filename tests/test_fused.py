@@ -18,9 +18,10 @@ import torch
 import torch.nn.functional as F
 from scipy import stats
 
+import svbnn._kernel_math as KM
 import svbnn._kernels as K
 import svbnn.nn._fused as fused
-from svbnn._kernels import counter_noise
+from svbnn._kernel_math import counter_noise
 from svbnn.nn import SpikeSlabMLP, VariationalContainer, set_generator
 from svbnn.objectives import (
     CategoricalLikelihood,
@@ -41,7 +42,7 @@ def test_counter_uniforms_are_exact_midpoints_inside_the_unit_interval(
     # exactly: (k + 1/2) 2^-b with b = 23 (float32) or 52 (float64), never 0 or 1.
     b = 23 if dtype == torch.float32 else 52
     words = torch.tensor([0, -1], dtype=torch.int32)
-    u = K._unit(words, None if dtype == torch.float32 else words, dtype)
+    u = KM._unit(words, None if dtype == torch.float32 else words, dtype)
     assert u.tolist() == [0.5 * 2.0**-b, 1.0 - 0.5 * 2.0**-b]
 
 
@@ -97,7 +98,7 @@ def test_inline_float32_math_is_within_a_few_ulp() -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.exp(torch.empty(N).uniform_(-87.0, 88.0, generator=g)).float()
     x[:4] = torch.tensor([2.0**-126, 1.0, 0.70710677, 3.0e38])
-    assert _ulps(K._log(x), torch.log(x.double())) <= 2.0
+    assert _ulps(KM._log(x), torch.log(x.double())) <= 2.0
     # softplus, log sigmoid and the sigmoids of x = -log(e), e = exp(-|x|) in (0, 1]
     e = (torch.rand(N, generator=g) ** 8).clamp(min=1e-37)
     e[:7] = torch.tensor([1e-37, 1e-30, 2.0**-24, 0.41421354, 0.41421357, 0.5, 1.0])
@@ -105,19 +106,19 @@ def test_inline_float32_math_is_within_a_few_ulp() -> None:
     xd = x.double()
     want = (F.softplus(xd), F.logsigmoid(xd), torch.sigmoid(xd), torch.sigmoid(-xd))
     # (the sigmoids within 3 ulp, as torch's float32 sigmoid: 2.4 ulp on these points)
-    for got, exact, ulps in zip(K._softplus_parts(x), want, (2, 2, 3, 3), strict=True):
+    for got, exact, ulps in zip(KM._softplus_parts(x), want, (2, 2, 3, 3), strict=True):
         assert _ulps(got, exact) <= ulps
     z = -torch.empty(N).uniform_(0.0, 87.3, generator=g)
     z[:3] = torch.tensor([0.0, -1e-9, -0.34657359])
-    assert _ulps(K._exp_nonpositive(z), torch.exp(z.double())) <= 2.0
+    assert _ulps(KM._exp_nonpositive(z), torch.exp(z.double())) <= 2.0
     # Subnormal and underflowing results: correctly rounded to within one subnormal step.
     tail = torch.tensor([-87.5, -90.0, -100.0, -103.2, -104.0, -150.0, -math.inf])
-    err = (K._exp_nonpositive(tail).double() - torch.exp(tail.double())).abs()
+    err = (KM._exp_nonpositive(tail).double() - torch.exp(tail.double())).abs()
     assert float(err.max()) <= 2.0**-149
     # cos(2 pi v) at every 16-bit angle of the counter noise, and at the interval's ends:
     # within 2 ulp of 1 (torch.cos of the rounded float32 2 pi v: 3 ulp)
     v = torch.cat([(torch.arange(2**16) + 0.5) * 2.0**-16, torch.tensor([0.0, 0.25, 1.0])])
-    err = (K._cos_2pi(v).double() - torch.cos(2.0 * math.pi * v.double())).abs()
+    err = (KM._cos_2pi(v).double() - torch.cos(2.0 * math.pi * v.double())).abs()
     assert float(err.max()) <= 2.0**-22
 
 

@@ -31,7 +31,7 @@ import pytest
 import torch
 from torch import nn
 
-import svbnn._kernels as K
+import svbnn._kernel_math as KM
 import svbnn.nn._fused as engine
 from svbnn import (
     HSBNNRegressor,
@@ -210,9 +210,9 @@ def test_counter_noise_is_the_same_bits_on_the_device(dtype: torch.dtype) -> Non
     # every device, eager or compiled (inductor's Triton code on CUDA).
     like = torch.empty(10_001, dtype=dtype)
     seed = torch.tensor([123456789, -987654321], dtype=torch.int32)
-    u_c, e_c = K.counter_noise(like, seed)
-    compiled = torch.compile(K.counter_noise, dynamic=True)
-    for fn in (K.counter_noise, compiled):
+    u_c, e_c = KM.counter_noise(like, seed)
+    compiled = torch.compile(KM.counter_noise, dynamic=True)
+    for fn in (KM.counter_noise, compiled):
         u_d, e_d = fn(like.to(DEVICE), seed.to(DEVICE))
         torch.testing.assert_close(u_d.cpu(), u_c, rtol=0, atol=0)
         tol = 1e-6 if dtype == torch.float32 else 1e-13

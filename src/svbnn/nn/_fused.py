@@ -102,7 +102,7 @@ class FusedGumbelKL(torch.autograd.Function):
     ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more pass from
     elementwise factors the forward saved. Noise: either ``u, eps`` (drawn from torch's
     generator, eager kernels) or a two-word ``seed`` for the counter-based noise of the
-    compiled kernel (:func:`svbnn._kernels.counter_noise`).
+    compiled kernel (:func:`svbnn._kernel_math.counter_noise`).
 
     Notes
     -----
