@@ -6,6 +6,7 @@ Inference for Sparse Deep Learning with Theoretical Guarantee".
 
 import logging
 
+from ._device import check_device
 from ._kernels import Backend as KernelBackend
 from ._kernels import backend as get_kernel_backend
 from ._kernels import backend_scope as kernel_backend
@@ -37,6 +38,7 @@ __all__ = [
     "VBNNRegressor",
     "VDClassifier",
     "VDRegressor",
+    "check_device",
     "SVBNNClassifier",
     "SVBNNRegressor",
     "__version__",

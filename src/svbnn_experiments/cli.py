@@ -345,7 +345,7 @@ def _artifacts_to_run(args: argparse.Namespace) -> list[str]:
 
 def _check_device_option(text: str) -> None:
     """``--device`` before any run starts (``all`` runs hours of CPU artifacts first)."""
-    from svbnn._device import check_device
+    from svbnn import check_device
 
     if check_device(text, "--device").type not in ("cpu", "cuda"):
         raise ValueError(f"--device must be cpu, cuda or cuda:N, got {text!r}")

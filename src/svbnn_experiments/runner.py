@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from svbnn._device import check_device
+from svbnn import check_device
 
 from .common import COMMON_DEFAULTS, QUICK_DEFAULTS, Chunk, RunConfig, usable_cpus
 from .engine import active_engine, execute_chunks
