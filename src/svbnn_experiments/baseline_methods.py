@@ -37,8 +37,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from svbnn.baselines import kept_features, kept_fraction
-from svbnn.nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP
-from svbnn.nn.gaussian import VariationalMLP
+from svbnn.nn import GaussianMLP, HorseshoeMLP, VariationalDropoutMLP, VariationalMLP
 from svbnn.prediction import sample_outputs
 
 from .methods import (
