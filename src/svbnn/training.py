@@ -380,14 +380,9 @@ def train(
     FloatingPointError
         When the loss becomes NaN or infinite; the message names the epoch.
     """
-    if (likelihood is None) == (objective is None):
-        raise ValueError("give exactly one of likelihood and objective")
+    _check_train_args(likelihood, objective, epochs, batch_size, n_mc, kl_weight)
     if replicated is None:
         replicated = any(layer.n_replicates is not None for layer in variational_layers(model))
-    if epochs < 0 or batch_size < 1 or n_mc < 1:
-        raise ValueError("epochs must be >= 0, batch_size and n_mc >= 1")
-    if not (kl_weight > 0 and math.isfinite(kl_weight)):
-        raise ValueError(f"kl_weight must be positive and finite, got {kl_weight}")
     if generator is None:
         generator = torch.Generator(device=X.device)
         generator.seed()
@@ -409,15 +404,7 @@ def train(
     def save(epoch: int) -> None:
         if ckpt is not None:
             extra = checkpoint_extra() if checkpoint_extra is not None else {}
-            state = {
-                "model": model.state_dict(),
-                "optimizer": opt.state_dict(),
-                "generator": generator.get_state(),
-                "history": history.as_dict(),
-                "epoch": epoch,
-                "extra": extra,
-            }
-            save_checkpoint(state, ckpt)
+            _save_state(ckpt, model, opt, generator, history, epoch, extra)
 
     model.train()
     bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
@@ -425,13 +412,7 @@ def train(
     for epoch in bar:
         loss, nll, kl = _run_epoch(model, objective, opt, batches, on_step, epoch)
         _check_finite(loss, epoch + 1)
-        history.epoch.append(epoch + 1)
-        history.loss.append(_to_list(loss))
-        history.nll.append(_to_list(nll))
-        history.kl.append(_to_list(kl))
-        if track_sparsity:
-            history.sparsity.append(_to_list(sparsity(model)))
-            history.unresolved.append(_to_list(unresolved_fraction(model)))
+        _record_epoch(history, model, epoch + 1, (loss, nll, kl), track_sparsity)
         if verbose:
             bar.set_postfix(loss=f"{float(loss.mean()):.4f}", refresh=False)
         # Every callback runs, even after one asked to stop (e.g. the last epoch's record).
@@ -444,6 +425,62 @@ def train(
             save(last)
     save(max(last, start))
     return history
+
+
+def _check_train_args(
+    likelihood: LikelihoodLike | None,
+    objective: Objective | None,
+    epochs: int,
+    batch_size: int,
+    n_mc: int,
+    kl_weight: float,
+) -> None:
+    """:func:`train`'s argument checks, before anything is built."""
+    if (likelihood is None) == (objective is None):
+        raise ValueError("give exactly one of likelihood and objective")
+    if epochs < 0 or batch_size < 1 or n_mc < 1:
+        raise ValueError("epochs must be >= 0, batch_size and n_mc >= 1")
+    if not (kl_weight > 0 and math.isfinite(kl_weight)):
+        raise ValueError(f"kl_weight must be positive and finite, got {kl_weight}")
+
+
+def _record_epoch(
+    history: History,
+    model: nn.Module,
+    epoch: int,
+    losses: tuple[Tensor, Tensor, Tensor],
+    track_sparsity: bool,
+) -> None:
+    """Append one epoch's mean loss, NLL and KL (and sparsity, unresolved fraction)."""
+    loss, nll, kl = losses
+    history.epoch.append(epoch)
+    history.loss.append(_to_list(loss))
+    history.nll.append(_to_list(nll))
+    history.kl.append(_to_list(kl))
+    if track_sparsity:
+        history.sparsity.append(_to_list(sparsity(model)))
+        history.unresolved.append(_to_list(unresolved_fraction(model)))
+
+
+def _save_state(
+    ckpt: Path,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    generator: torch.Generator,
+    history: History,
+    epoch: int,
+    extra: dict[str, Any],
+) -> None:
+    """Checkpoint everything a bit-for-bit resume needs (read back by :func:`_resume`)."""
+    state = {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "generator": generator.get_state(),
+        "history": history.as_dict(),
+        "epoch": epoch,
+        "extra": extra,
+    }
+    save_checkpoint(state, ckpt)
 
 
 def _resume(
