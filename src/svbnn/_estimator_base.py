@@ -110,6 +110,7 @@ history_ : History
     unresolved."""
 
 _T = TypeVar("_T", bound=type)
+_R = TypeVar("_R")
 
 
 def _fill_doc(**pieces: str) -> Callable[[_T], _T]:
@@ -284,7 +285,6 @@ class _VariationalEstimator(BaseEstimator, ABC):
         ``make_likelihood()`` builds a fresh likelihood (one with a learnable noise level
         is trained with the network).
         """
-        global _compile_failed
         n, p = X.shape
         Xt = self._tensor(X, "X")
         seed = seeds.seed()
@@ -306,18 +306,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 enabled=tol is not None,
             )
             callbacks: list[Any] = [*extra_callbacks, monitor]
-            fitted: nn.Module = model
-            w = float(self.kl_weight)
-            objective: Objective = elbo_objective(lik, n, int(self.n_mc_train), w)
-            if any(q.requires_grad for q in lik.parameters()):
-                # A learned noise level is one more parameter of the same optimiser.
-                fitted = nn.ModuleDict({"net": model, "likelihood": lik})
-
-                def learned(m: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-                    return negative_elbo(model, lik, x, y, n, int(self.n_mc_train), w)
-
-                objective = learned
-
+            fitted, objective = self._training_objective(model, lik, n)
             with backend_scope(kernels), _diverged_names(self):
                 history = train(
                     fitted,
@@ -336,20 +325,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             return model, lik, history, monitor
 
         n_params = sum((a + 1) * b for a, b in _layer_pairs(p, self.hidden_layer_sizes, n_out))
-        kernels = self._backend_for(n_params)
-        try:
-            model, lik, history, monitor = run(kernels)
-        except Exception as err:
-            if kernels == "eager" or not _is_compile_error(err):
-                raise
-            _compile_failed = True
-            logger.warning(
-                "svbnn: the compiled kernels could not be built (%s: %s); using the eager "
-                "kernels from now on in this process",
-                type(err).__name__,
-                str(err).splitlines()[0] if str(err) else "",
-            )
-            model, lik, history, monitor = run("eager")
+        model, lik, history, monitor = _run_falling_back(run, self._backend_for(n_params))
         # Generators are process-local state: keep the fitted estimator picklable.
         set_generator(model, None)
         self.module_ = model
@@ -363,6 +339,21 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self._predict_seed_ = seeds.seed()
         self._summarize(model)
         return lik
+
+    def _training_objective(
+        self, model: nn.Module, lik: Any, n: int
+    ) -> tuple[nn.Module, Objective]:
+        """What :func:`~svbnn.training.train` optimises: the network (with a learnable
+        noise level beside it, if the likelihood has one) and the per-datum negative ELBO."""
+        w, k = float(self.kl_weight), int(self.n_mc_train)
+        if not any(q.requires_grad for q in lik.parameters()):
+            return model, elbo_objective(lik, n, k, w)
+
+        # A learned noise level is one more parameter of the same optimiser.
+        def learned(m: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            return negative_elbo(model, lik, x, y, n, k, w)
+
+        return nn.ModuleDict({"net": model, "likelihood": lik}), learned
 
     def _warn_if_unconverged(self) -> None:
         """sklearn's ConvergenceWarning when the budget ran out before the fit converged."""
@@ -487,3 +478,22 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 "can represent"
             )
         return out
+
+
+def _run_falling_back(run: Callable[[str], _R], kernels: str) -> _R:
+    """``run(kernels)``; if the compiled kernels cannot be built, ``run("eager")`` (and
+    eager from then on in this process, see :meth:`_VariationalEstimator._backend_for`)."""
+    global _compile_failed
+    try:
+        return run(kernels)
+    except Exception as err:
+        if kernels == "eager" or not _is_compile_error(err):
+            raise
+        _compile_failed = True
+        logger.warning(
+            "svbnn: the compiled kernels could not be built (%s: %s); using the eager "
+            "kernels from now on in this process",
+            type(err).__name__,
+            str(err).splitlines()[0] if str(err) else "",
+        )
+        return run("eager")
