@@ -85,6 +85,26 @@ class _FakeEngine:
         raise AssertionError("not run here")
 
 
+def test_local_cluster_workers_keep_the_default_malloc(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ for its workers (which freezes glibc's mmap
+    # threshold and slowed training 1.6x); the cluster of --cluster must not.
+    import dask
+
+    key = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    assert dask.config.get(key) is not None  # what the test guards against is there
+    client, local = engine_mod._start_local_cluster(distributed, 1)
+    try:
+        # A lambda travels by value (cloudpickle) and reads the worker's environment.
+        worker_env = client.submit(lambda: dict(os.environ), pure=False).result()
+    finally:
+        client.close()
+        local.close()
+    assert "MALLOC_TRIM_THRESHOLD_" not in worker_env
+    assert worker_env.get("OMP_NUM_THREADS") == "1"  # the rest of Dask's settings stay
+    assert dask.config.get(key) is not None  # and the config is restored
+
+
 def test_an_engine_sets_the_default_jobs_and_is_recorded() -> None:
     # The chunk layout follows one quantity: the engine's workers unless --jobs is given.
     table2 = get_artifact("table2")
