@@ -105,6 +105,34 @@ def test_local_cluster_workers_keep_the_default_malloc(monkeypatch: pytest.Monke
     assert dask.config.get(key) is not None  # and the config is restored
 
 
+def test_ctrl_c_while_the_cluster_starts_is_not_lost() -> None:
+    # A Ctrl-C pressed while the LocalCluster starts stops the start (it used to be ignored
+    # then, and the run went on); the workers ignore SIGINT through the preload instead.
+    import signal
+    import types
+
+    class FakeCluster:
+        def __init__(self, **kwargs: Any) -> None:
+            assert kwargs["preload"] == ["svbnn_experiments._dask_preload"]
+            os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, mid-start
+            time.sleep(1.0)  # interrupted long before this ends
+
+    def no_client(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the start must stop at the interrupt")
+
+    fake = types.SimpleNamespace(LocalCluster=FakeCluster, Client=no_client)
+    with pytest.raises(KeyboardInterrupt):
+        engine_mod._start_local_cluster(fake, 2)
+
+
+def test_the_worker_preload_ignores_sigint() -> None:
+    code = (
+        "import signal; import svbnn_experiments._dask_preload; "
+        "assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": SRC})
+
+
 def test_an_engine_sets_the_default_jobs_and_is_recorded() -> None:
     # The chunk layout follows one quantity: the engine's workers unless --jobs is given.
     table2 = get_artifact("table2")

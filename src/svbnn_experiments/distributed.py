@@ -15,8 +15,6 @@ only when an engine is started.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -158,21 +156,6 @@ def _default_malloc() -> Iterator[None]:
 
 
 @contextmanager
-def _workers_ignore_sigint() -> Iterator[None]:
-    # Worker processes started in the block ignore SIGINT (a disposition they inherit):
-    # Ctrl-C reaches the terminal's whole process group, and only this process reports it
-    # (then closes the cluster), as the --jobs workers do. Main thread only.
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextmanager
 def _quiet(logger: str = "distributed") -> Iterator[None]:
     # Dask logs a failed connection or a closing cluster's stray warnings on stderr; the
     # command reports its own one-line errors instead.
@@ -276,20 +259,27 @@ def _local_cluster_size(cluster: str, jobs: int | None) -> int:
 def _start_local_cluster(distributed: Any, n: int) -> tuple[Any, Any]:
     """A ``LocalCluster`` of ``n`` worker processes (one thread each, ignoring SIGINT) and
     a client of it; the cluster is closed again if the client fails to start."""
-    with _workers_ignore_sigint(), _default_malloc():
-        local = distributed.LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            # A free port: None still binds the scheduler's HTTP server to 8787 and warns
-            # on stderr when another cluster (or run) holds it.
-            dashboard_address=":0",
-            silence_logs=logging.ERROR,
-        )
+    # Workers ignore SIGINT from the preload on (Ctrl-C reaches the terminal's whole process
+    # group; only this process reports it and closes the cluster). SIGINT is not ignored
+    # here while the cluster starts, so a Ctrl-C then stops the start at once (a worker
+    # still importing may print its own KeyboardInterrupt) instead of being lost.
+    local = None
     try:
+        with _default_malloc():
+            local = distributed.LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                # A free port: None still binds the scheduler's HTTP server to 8787 and
+                # warns on stderr when another cluster (or run) holds it.
+                dashboard_address=":0",
+                silence_logs=logging.ERROR,
+                preload=["svbnn_experiments._dask_preload"],
+            )
         client = distributed.Client(local, set_as_default=False)
     except BaseException:
-        local.close()
+        if local is not None:
+            local.close()
         raise
     return client, local
 
