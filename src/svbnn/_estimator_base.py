@@ -28,13 +28,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import Tensor, nn
 
+from ._device import check_device
 from ._estimator_checks import (
     _DTYPES,
     _KERNEL_BACKENDS,
     _UNRESOLVED_EXPORT,
     CollapseWarning,
     _check_choice,
-    _check_device,
     _check_int,
     _check_numeric,
     _check_real,
@@ -202,7 +202,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         _check_int("n_samples_predict", self.n_samples_predict, 1)
         _check_real("learning_rate_init", self.learning_rate_init, low=0.0)
         _SeedSource(self.random_state)
-        _check_device(self.device)
+        check_device(self.device)
         self._check_family_params()
 
     def _tensor(self, a: NDArray[Any], name: str, *, fitted: bool = False) -> Tensor:

@@ -16,7 +16,6 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from torch import Tensor, nn
 
-from ._device import check_device
 from .selection import (
     spike_slab_layers,
 )
@@ -115,10 +114,6 @@ def _hidden_sizes(value: Any) -> tuple[int, ...]:
         if isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1:
             raise ValueError(f"hidden_layer_sizes must be positive integers, got {value!r}")
     return tuple(int(h) for h in sizes)
-
-
-def _check_device(value: Any) -> torch.device:
-    return check_device(value, "device")
 
 
 class _SeedSource:

@@ -236,7 +236,10 @@ def _reproduce(args: argparse.Namespace) -> int:
     if not args.artifact:
         raise ValueError("give an artifact name, 'all', or --list")
     if args.device is not None:
-        _check_device_option(args.device)
+        # Before any run starts (``all`` runs hours of CPU artifacts first).
+        from svbnn_experiments.runner import check_run_device
+
+        check_run_device(args.device)
     overrides = _overrides(args)
     if args.estimate_epochs is not None:
         return _estimate(args, overrides)
@@ -341,14 +344,6 @@ def _artifacts_to_run(args: argparse.Namespace) -> list[str]:
             )
         names = [n for n in names if n not in skipped]
     return names
-
-
-def _check_device_option(text: str) -> None:
-    """``--device`` before any run starts (``all`` runs hours of CPU artifacts first)."""
-    from svbnn import check_device
-
-    if check_device(text, "--device").type not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
 
 
 @contextlib.contextmanager

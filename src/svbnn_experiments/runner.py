@@ -177,6 +177,12 @@ def _apply_set(
         params[pk] = check_setting(artifact.name, pk, pv, known_default)
 
 
+def check_run_device(text: str) -> None:
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:N`` that this machine has (one-line error)."""
+    if check_device(text, "--device").type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
+
+
 def _validate(cfg: RunConfig) -> None:
     for name in ("reps", "jobs", "threads", "batch"):
         if getattr(cfg, name) < 1:
@@ -189,7 +195,7 @@ def _validate(cfg: RunConfig) -> None:
         raise ValueError(f"--init must be torch or authors, got {cfg.init!r}")
     if cfg.dtype not in ("float32", "float64"):
         raise ValueError(f"--dtype must be float32 or float64, got {cfg.dtype!r}")
-    check_device(cfg.device, "--device")
+    check_run_device(cfg.device)
 
 
 class RunInterrupted(KeyboardInterrupt):
