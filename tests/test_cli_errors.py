@@ -269,7 +269,12 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(items=st.lists(st.tuples(_keys, _values), min_size=1, max_size=3))
 def test_set_parsing_gives_a_valid_setting_or_a_named_error(
     items: list[tuple[str, str]],
@@ -336,7 +341,7 @@ _tokens = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(argv=st.lists(_tokens, max_size=8))
 def test_option_parsing_parses_or_fails_in_one_line(argv: list[str]) -> None:
     parser = build_parser()

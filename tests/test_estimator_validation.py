@@ -24,6 +24,7 @@ from svbnn import SVBNNClassifier, SVBNNRegressor
 FAST = settings(
     max_examples=30,
     deadline=None,
+    derandomize=True,  # seeded: the same examples every run (found bugs get their own tests)
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 BASE = dict(hidden_layer_sizes=(2,), max_iter=1, batch_size=8, n_samples_predict=2)
@@ -217,3 +218,18 @@ def test_clear_error_helper_rejects_raw_errors(classifier: bool) -> None:
     assert not _is_clear(AssertionError("Torch not compiled with CUDA enabled"))
     assert _is_clear(ValueError("init_mu_range must be a finite number in (0, inf), got -1"))
     assert _fitted(classifier).n_features_in_ == 3
+
+
+@pytest.mark.parametrize(
+    "y",
+    [
+        np.array([1.0, "a", 2.0, "b"], dtype=object),  # mixed types: sorting them failed
+        np.array([[1, 2], [3], [1], [2, 3]], dtype=object),  # rows of lists: "legacy multi-label"
+    ],
+    ids=["mixed-types", "rows-of-lists"],
+)
+def test_classifier_labels_that_hypothesis_found(y: Any) -> None:
+    X = np.zeros((4, 2))
+    with pytest.raises(ValueError) as info:
+        SVBNNClassifier(**BASE).fit(X, y)
+    assert _is_clear(info.value), info.value

@@ -285,8 +285,16 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 ensure_all_finite=True,
             )
             yv = column_or_1d(yv, warn=True)
-            check_classification_targets(yv)
-            enc = LabelEncoder().fit(yv)
+            try:
+                check_classification_targets(yv)
+                enc = LabelEncoder().fit(yv)
+            except (TypeError, ValueError) as err:
+                # e.g. labels of mixed types (sorting them fails) or rows of lists (sklearn's
+                # "legacy multi-label" error): name y and keep sklearn's words.
+                raise ValueError(
+                    f"y must hold one class label of one type (numbers or strings) per row: "
+                    f"{err}"
+                ) from None
             if len(enc.classes_) < 2:
                 raise ValueError(
                     "the classifier needs samples of at least 2 classes in y, "
