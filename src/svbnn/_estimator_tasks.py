@@ -292,8 +292,7 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 # e.g. labels of mixed types (sorting them fails) or rows of lists (sklearn's
                 # "legacy multi-label" error): name y and keep sklearn's words.
                 raise ValueError(
-                    f"y must hold one class label of one type (numbers or strings) per row: "
-                    f"{err}"
+                    f"y must hold one class label of one type (numbers or strings) per row: {err}"
                 ) from None
             if len(enc.classes_) < 2:
                 raise ValueError(
