@@ -178,6 +178,36 @@ def test_coverage_scaled_redrawn_teacher_changes_the_truth(tmp_path: Path) -> No
         )
 
 
+def test_coverage_predictive_intervals_add_noise_to_the_same_fit(tmp_path: Path) -> None:
+    runs = {}
+    for interval in ("credible", "predictive"):
+        params = {"teachers": "dense", "interval": interval}
+        ov = {**_QUICK, "epochs": 100, "params": params}  # enough to fit f0 to about 0.1
+        out = reproduce("coverage", ov, quick=True, out=tmp_path / interval)
+        runs[interval] = _rows(out / "results.csv")
+    cred, pred = runs["credible"], runs["predictive"]
+    cov = [k for k in cred[0] if k.startswith("coverage")]
+    timing = {"wall_s", "chunk_train_s"}
+    # The same fit and predictions: only the coverage columns differ.
+    for a, b in zip(cred, pred, strict=True):
+        assert {k: v for k, v in a.items() if k not in {*cov, *timing}} == {
+            k: v for k, v in b.items() if k not in {*cov, *timing}
+        }
+    # Noise of sd 1 widens every interval far past the fit's error (RMSE vs f0 about 0.1):
+    # the predictive intervals cover f0 almost everywhere, at least as often as credible.
+    for k in cov:
+        c = np.mean([float(r[k]) for r in cred])
+        p = np.mean([float(r[k]) for r in pred])
+        assert p >= c and p > 90.0, (k, c, p)
+    with pytest.raises(ValueError, match="interval"):
+        reproduce(
+            "coverage",
+            {**_QUICK, "params": {"teachers": "dense", "interval": "both"}},
+            quick=True,
+            out=tmp_path / "bad",
+        )
+
+
 # ---------------------------------------------------------------- late inverse-CDF
 def test_late_sampler_switch_moves_every_layer_at_the_given_epoch() -> None:
     model = SpikeSlabMLP(4, [3], 1, n_replicates=2)

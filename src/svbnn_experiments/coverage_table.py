@@ -121,7 +121,9 @@ _COVERAGE_INTRO = (
     "in [-1, 1] with the others at `x*`; at each point the equal-tailed credible interval "
     "of f_theta(x) from 600 posterior draws is checked against the true f0(x); coverage "
     "is the fraction of the 1000 points covered, averaged over replications "
-    "(mean ± sd over replications shown)."
+    "(mean ± sd over replications shown). With `--set interval=predictive` the interval "
+    "is instead that of a new response (each draw plus its own N(0, sigma^2) noise, the "
+    "model's noise level), still checked against f0(x)."
 )
 
 _COVERAGE_SETTINGS = [
@@ -133,6 +135,7 @@ _COVERAGE_SETTINGS = [
     ("config.params.teacher_seed", "dense teacher seed"),
     ("config.params.teacher_sd", "dense teacher signal sd (0: unscaled)"),
     ("config.params.redraw_teacher", "a teacher per replication"),
+    ("config.params.interval", "interval (credible: of f_theta(x); predictive: noise added)"),
     ("config.init", "initialisation of mu"),
     ("config.seed", "base seed"),
     ("config.quick", "quick mode"),

@@ -85,10 +85,13 @@ COVERAGE_DEFAULTS: dict[str, Any] = {
     "teachers": "dense,sparse",
     "teacher_sd": 0.0,
     "redraw_teacher": False,
+    "interval": "credible",
 }
 """Settings of the coverage artifact only: which teachers; the dense teacher's signal sd
-(``0``: the paper's unscaled U(0, 1) teacher, sd of f0 about 0.2) and whether every
-replication draws its own teacher (from its data seed) instead of sharing one."""
+(``0``: the paper's unscaled U(0, 1) teacher, sd of f0 about 0.2); whether every
+replication draws its own teacher (from its data seed) instead of sharing one; and the
+interval checked against f0 (``credible``: of the response mean, the supplement's;
+``predictive``: of a new response, noise included, the main text's wording)."""
 
 TRAIN_DEFAULTS: dict[str, Any] = {
     "lr": 5e-3,
@@ -174,12 +177,16 @@ def build_fit_spec(
 
 def coverage_spec(cfg: RunConfig, problem: Problem) -> CoverageSpec:
     """The coverage protocol with ``x*`` drawn once from the covariate law (fixed seed)."""
+    interval = str(cfg.params.get("interval", "credible"))
+    if interval not in ("credible", "predictive"):
+        raise ValueError(f"--set interval: credible or predictive, got {interval!r}")
     rng = np.random.default_rng(int(cfg.params.get("xstar_seed", 2020)))
     x_star = problem.draw_covariates(1, rng)[0]
     return CoverageSpec(
         x_star=tuple(float(v) for v in x_star),
         n_draws=int(cfg.params.get("coverage_draws", 600)),
         n_grid=int(cfg.params.get("coverage_grid", 1000)),
+        noise_std=problem.noise_std if interval == "predictive" else 0.0,
     )
 
 
