@@ -50,7 +50,7 @@ from ._estimator_checks import (
 from ._kernels import AUTO_MIN_NUMEL, backend_scope
 from .convergence import ConvergenceMonitor, default_max_steps
 from .nn.base import ACTIVATIONS, set_generator
-from .training import History, Objective, Optimizer, elbo_objective, negative_elbo, train
+from .training import History, Optimizer, train
 
 logger = logging.getLogger("svbnn.estimators")  # the estimators' messages, one logger
 
@@ -306,13 +306,14 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 enabled=tol is not None,
             )
             callbacks: list[Any] = [*extra_callbacks, monitor]
-            fitted, objective = self._training_objective(model, lik, n)
             with backend_scope(kernels), _diverged_names(self):
                 history = train(
-                    fitted,
+                    model,
                     Xt,
                     target,
-                    objective=objective,
+                    lik,
+                    n_mc=int(self.n_mc_train),
+                    kl_weight=float(self.kl_weight),
                     epochs=epochs,
                     batch_size=batch,
                     lr=float(self.learning_rate_init),
@@ -339,21 +340,6 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self._predict_seed_ = seeds.seed()
         self._summarize(model)
         return lik
-
-    def _training_objective(
-        self, model: nn.Module, lik: Any, n: int
-    ) -> tuple[nn.Module, Objective]:
-        """What :func:`~svbnn.training.train` optimises: the network (with a learnable
-        noise level beside it, if the likelihood has one) and the per-datum negative ELBO."""
-        w, k = float(self.kl_weight), int(self.n_mc_train)
-        if not any(q.requires_grad for q in lik.parameters()):
-            return model, elbo_objective(lik, n, k, w)
-
-        # A learned noise level is one more parameter of the same optimiser.
-        def learned(m: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            return negative_elbo(model, lik, x, y, n, k, w)
-
-        return nn.ModuleDict({"net": model, "likelihood": lik}), learned
 
     def _warn_if_unconverged(self) -> None:
         """sklearn's ConvergenceWarning when the budget ran out before the fit converged."""

@@ -140,8 +140,9 @@ class GaussianLikelihood(torch.nn.Module):
         ``(R, 1)`` gives each replicate of a replicated model its own known noise level
         (e.g. a grid search trained as one net).
     learn_noise : bool
-        Learn ``sigma_eps``: a parameter ``log_noise_std`` (a scalar, started at
-        ``log(noise_std)``) that the optimiser trains with the variational parameters,
+        Learn ``sigma_eps``: a parameter ``log_noise_std`` (of ``noise_std``'s shape, a
+        scalar or one per replicate, started at ``log(noise_std)``) that the optimiser
+        trains with the variational parameters (:func:`svbnn.training.train` does so),
         i.e. a type-II (empirical-Bayes) point estimate maximising the ELBO. The model's
         fused ELBO path does not apply (it takes a fixed noise level); the general path
         computes the same objective.
@@ -149,8 +150,8 @@ class GaussianLikelihood(torch.nn.Module):
     Attributes
     ----------
     noise_std : float or Tensor
-        The known value, or, when learned, ``exp(log_noise_std)`` (a 0-dim tensor that
-        carries the gradient).
+        The known value, or, when learned, ``exp(log_noise_std)`` (a tensor of the
+        starting value's shape that carries the gradient).
     """
 
     def __init__(self, noise_std: float | Tensor = 1.0, learn_noise: bool = False) -> None:
@@ -160,10 +161,13 @@ class GaussianLikelihood(torch.nn.Module):
             raise ValueError(f"noise_std must be positive, got {noise_std}")
         self.learn_noise = bool(learn_noise)
         if self.learn_noise:
-            if std.dim() != 0:
-                raise ValueError("learn_noise needs one scalar noise_std (its starting value)")
             # Parametrised on the log scale: positive, and Adam's steps are relative.
-            self.log_noise_std = torch.nn.Parameter(torch.tensor(math.log(float(std))))
+            # A tensor start value keeps its float dtype; a number takes torch's default.
+            dtype = torch.get_default_dtype()
+            if isinstance(noise_std, Tensor) and noise_std.is_floating_point():
+                dtype = noise_std.dtype
+            log_std = std.log().to(dtype)
+            self.log_noise_std = torch.nn.Parameter(log_std)
         self._noise_std: float | Tensor = (
             float(std) if std.dim() == 0 else torch.as_tensor(noise_std).detach().clone()
         )

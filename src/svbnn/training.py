@@ -330,7 +330,9 @@ def train(
         ``(n,)`` or ``(R, n)`` targets.
     likelihood : nn.Module, optional
         E.g. :class:`svbnn.objectives.GaussianLikelihood`: the objective is then the
-        per-datum negative ELBO (:func:`elbo_objective`).
+        per-datum negative ELBO (:func:`elbo_objective`). Its trainable parameters (a
+        learned noise level, ``learn_noise=True``) are optimised with the model's (a
+        type-II estimate) and saved in its checkpoints.
     objective : callable, optional
         Instead of ``likelihood``: ``objective(model, x, y) -> (loss, nll, kl)`` (e.g.
         :func:`loss_objective` for a plain network). Exactly one of the two is given.
@@ -386,7 +388,12 @@ def train(
     if generator is None:
         generator = torch.Generator(device=X.device)
         generator.seed()
-    params = [p for p in model.parameters() if p.requires_grad]
+    # A likelihood with parameters (a learned noise level) trains with the network.
+    lik_module = likelihood if isinstance(likelihood, nn.Module) else None
+    lik_params: list[nn.Parameter] = (
+        [] if lik_module is None else [p for p in lik_module.parameters() if p.requires_grad]
+    )
+    params = [p for p in model.parameters() if p.requires_grad] + lik_params
     check_training_devices(params, X, y, generator)
     batches = Minibatches(X, y, batch_size, generator, replicated)
     n = batches.n
@@ -398,13 +405,19 @@ def train(
     opt = make_optimizer(params, optimizer, lr)
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     history, start = History(), 0
+    # What a checkpoint holds besides the optimiser: the network, and a trained likelihood.
+    saved = (
+        nn.ModuleDict({"net": model, "likelihood": lik_module})
+        if lik_module is not None and lik_params
+        else model
+    )
     if resume and ckpt is not None and ckpt.exists():
-        history, start = _resume(ckpt, model, opt, generator)
+        history, start = _resume(ckpt, saved, opt, generator)
 
     def save(epoch: int) -> None:
         if ckpt is not None:
             extra = checkpoint_extra() if checkpoint_extra is not None else {}
-            _save_state(ckpt, model, opt, generator, history, epoch, extra)
+            _save_state(ckpt, saved, opt, generator, history, epoch, extra)
 
     model.train()
     bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)

@@ -73,11 +73,14 @@ UCI_DEFAULTS: dict[str, Any] = {
     "n_predict": 30,
     "default_epochs": 500,
     "data_dir": "",
+    "learn_noise": False,
 }
 """Settings of the ``uci`` artifact. ``reps`` is the number of splits used (the first
 ``reps`` of the 20); ``epochs = 0`` means the paper's (800 for kin8nm, 500 otherwise);
 ``noise_grid`` holds the candidate ``sigma_eps`` in standardised units (one value skips
-the validation stage)."""
+the validation stage); ``learn_noise = True`` instead learns each split's ``sigma_eps``
+with the network (a type-II estimate maximising the ELBO, as the estimators do, started
+at ``noise_grid[0]``), without a validation stage."""
 
 UCI_QUICK: dict[str, Any] = {
     "reps": 2,
@@ -136,7 +139,8 @@ def fit_replicated(
     prior_variance: float,
     generator: torch.Generator,
     progress: bool = False,
-) -> tuple[SpikeSlabMLP, float]:
+    learn_noise: bool = False,
+) -> tuple[SpikeSlabMLP, float, NDArray[Any]]:
     """Fit ``R`` SVBNN regressions at once, replicate ``r`` with noise sd ``noise_std[r]``.
 
     Parameters
@@ -144,7 +148,9 @@ def fit_replicated(
     X, y : Tensor
         ``(R, n, p)`` and ``(R, n)``.
     noise_std : sequence of float
-        ``R`` values of ``sigma_eps``.
+        ``R`` values of ``sigma_eps``: known, or the starting values of learned ones.
+    learn_noise : bool
+        Learn each replicate's ``sigma_eps`` with its network.
 
     Returns
     -------
@@ -152,12 +158,15 @@ def fit_replicated(
         Replicated, ``(R, m, p) -> (R, m, 1)``.
     train_s : float
         Training wall time.
+    noise_std : ndarray, shape (R,)
+        ``sigma_eps`` per replicate as fitted (``noise_std`` itself when known).
     """
     R, n, p = X.shape
     if len(noise_std) != R:
         raise ValueError(f"need one noise sd per replicate ({R}), got {len(noise_std)}")
     model = _replicated_regressor(R, n, p, hidden, prior_variance, generator)
-    lik = GaussianLikelihood(torch.tensor(noise_std, dtype=torch.float32).reshape(R, 1))
+    start = torch.tensor(noise_std, dtype=torch.float32).reshape(R, 1)
+    lik = GaussianLikelihood(start, learn_noise=learn_noise)
     t0 = time.perf_counter()
     train(
         _Squeeze(model),
@@ -172,7 +181,10 @@ def fit_replicated(
         verbose=progress,
         track_sparsity=False,
     )
-    return model, time.perf_counter() - t0
+    t = time.perf_counter() - t0
+    if not learn_noise:
+        return model, t, np.asarray(noise_std, dtype=np.float64)
+    return model, t, lik.log_noise_std.detach().exp().reshape(R).double().numpy()
 
 
 def _predict(model: SpikeSlabMLP, X: Tensor, H: int, gen: torch.Generator) -> NDArray[Any]:
@@ -250,7 +262,7 @@ def _validation_stage(
             f" n = {val.n_train}, {common['epochs']} epochs"
         )
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 0))
-    model, t_val = fit_replicated(Xv, yv, noise, generator=gen, **common)
+    model, t_val, _ = fit_replicated(Xv, yv, noise, generator=gen, **common)
     rmse_std = _validation_rmse(model, val, G, int(cfg.params["n_predict"]), cfg.seed)
     sp = sparsity(model).double().numpy().reshape(S, G)
     best = rmse_std.argmin(axis=1)
@@ -335,7 +347,8 @@ def _final_stage(
     full : UCIProblem
         The data set's splits (see :func:`load_problem`).
     chosen : ndarray, shape (S,)
-        ``sigma_eps`` per split (standardised units).
+        ``sigma_eps`` per split (standardised units): the value used, or with
+        ``common["learn_noise"]`` the start of the learned one.
     common : dict
         Keyword arguments of :func:`fit_replicated` shared by both stages.
     info : dict
@@ -345,7 +358,7 @@ def _final_stage(
     -------
     list of dict
         One row of ``results.csv`` per split: test RMSE (original and standardised units),
-        test log-likelihood, sparsity and density.
+        test log-likelihood, sparsity, density and ``sigma_eps`` as used.
     """
     name, code = full.name, _dataset_code(full.name)
     S, epochs = len(full.splits), common["epochs"]
@@ -355,7 +368,7 @@ def _final_stage(
             f"sigma_eps = {[float(c) for c in chosen]}"
         )
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 1))
-    model, t_fit = fit_replicated(
+    model, t_fit, chosen = fit_replicated(
         full.X_train, full.y_train, [float(c) for c in chosen], generator=gen, **common
     )
     t0 = time.perf_counter()
@@ -364,7 +377,10 @@ def _final_stage(
     info["final_train_s"] = t_fit
     info["eval_s"] = time.perf_counter() - t0
     train_s = (info.get("validation_train_s", 0.0) + t_fit) / S
-    return _result_rows(full, chosen, metrics, epochs, train_s)
+    rows = _result_rows(full, chosen, metrics, epochs, train_s)
+    for row in rows:
+        row["noise"] = "learned" if common.get("learn_noise") else "grid"
+    return rows
 
 
 def _test_metrics(
@@ -445,6 +461,7 @@ def run_dataset(
     """Grid search and refit of one data set: ``(rows, grid_rows, info)``."""
     P = cfg.params
     grid = parse_floats(P["noise_grid"])
+    learn = bool(P.get("learn_noise", False))
     hidden = tuple(int(h) for h in P["hidden"])
     epochs = dataset_epochs(cfg, name)
     common: dict[str, Any] = {
@@ -454,12 +471,13 @@ def run_dataset(
         "lr": float(P["lr"]),
         "prior_variance": float(P["prior_variance"]),
         "progress": cfg.progress,
+        "learn_noise": learn,
     }
     full, val = load_problem(
         name,
         cfg.reps,
         data_dir_param(P),
-        val_fraction=float(P["val_fraction"]) if len(grid) > 1 else None,
+        val_fraction=float(P["val_fraction"]) if len(grid) > 1 and not learn else None,
         seed=cfg.seed,
     )
     info: dict[str, Any] = {

@@ -135,7 +135,7 @@ _RESULT_HEADERS = [
     "Sparsity % (paper)",
     "Density phi>0.5 % (ours)",
     "Test LL (ours)",
-    "sigma_eps chosen (std. units)",
+    "sigma_eps chosen or learned (std. units)",
 ]
 
 
@@ -160,6 +160,10 @@ def _results_row(name: str, drows: list[dict[str, Any]]) -> list[str]:
     rmse = fmt_mean_sd(mean, sd, d) + (f" (s.e. {se:.{d}f})" if math.isfinite(se) else "")
     chosen = [float(r["sigma_eps"]) for r in drows]
     counts = {c: chosen.count(c) for c in sorted(set(chosen))}
+    if drows[0].get("noise") == "learned":
+        noise = fmt_mean_sd(*mean_sd(chosen)[:2], 3) + " (learned)"
+    else:
+        noise = ", ".join(f"{c:g} ({n}x)" for c, n in counts.items())
     return [
         paper.get("label", name),
         f"{paper.get('n', '?')} ({drows[0]['p']})",
@@ -173,7 +177,7 @@ def _results_row(name: str, drows: list[dict[str, Any]]) -> list[str]:
         _paper(paper.get("sparsity"), 1),
         fmt_mean_sd(*mean_sd(r["density_pct"] for r in drows)[:2], 1),
         fmt_mean_sd(*mean_sd(r["test_ll"] for r in drows)[:2], 2),
-        ", ".join(f"{c:g} ({n}x)" for c, n in counts.items()),
+        noise,
     ]
 
 
@@ -272,7 +276,9 @@ _PROTOCOL = (
     "out (statistics of the rest), SVBNN is fitted for every grid value (same epochs), "
     "the value with the lowest validation RMSE of f_H is kept, and SVBNN is refitted on "
     "the whole training part with it. The paper says only that sigma_eps was "
-    "grid-searched for the best prediction accuracy.\n"
+    "grid-searched for the best prediction accuracy. With `learn_noise` (not the "
+    "paper's) each split's sigma_eps is instead learned with its network (type-II, "
+    "maximising the ELBO, started at the grid's first value), without a validation stage.\n"
     "- All splits (and grid values) of a data set are one replicated network, each "
     "replicate with its own minibatch order and noise sd; replicates do not interact.\n"
     "- Sparsity is the paper's sum(phi)/T over weights and biases (a density: the "
@@ -289,6 +295,7 @@ _SETTINGS = [
     ("config.params.lr", "learning rate (Adam)"),
     ("config.params.prior_variance", "prior variance sigma_0^2"),
     ("config.params.noise_grid", "sigma_eps grid (standardised units)"),
+    ("config.params.learn_noise", "sigma_eps learned with the network"),
     ("config.params.val_fraction", "validation fraction"),
     ("config.params.n_predict", "H (draws for f_H)"),
     ("config.seed", "base seed"),
