@@ -6,6 +6,7 @@ default leaves today's behaviour unchanged."""
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,21 @@ def test_late_inverse_cdf_option_changes_training_and_default_does_not(tmp_path:
     assert [r["train_rmse"] for r in late] != [r["train_rmse"] for r in base]
     with pytest.raises(ValueError, match="late_inverse_cdf_epochs"):
         run("d", {"late_inverse_cdf_epochs": 7})
+
+
+def test_learn_noise_option_learns_one_noise_sd_per_replication(tmp_path: Path) -> None:
+    ov: dict[str, Any] = {"reps": 3, "epochs": 20, "progress": False}
+    base = _rows(reproduce("table2", ov, quick=True, out=tmp_path / "a") / "results.csv")
+    params = {"learn_noise": True}
+    out = reproduce("table2", {**ov, "params": params}, quick=True, out=tmp_path / "b")
+    rows = _rows(out / "results.csv")
+    assert "noise_std" not in base[0]  # a known noise has no column
+    learned = [float(r["noise_std"]) for r in rows]
+    # Started at the data's noise sd 1; an early fit leaves larger residuals, so each
+    # replication's own estimate has moved up from it.
+    assert all(math.isfinite(v) and v > 1.0 for v in learned)
+    assert len(set(learned)) == len(rows)
+    assert [r["train_rmse"] for r in rows] != [r["train_rmse"] for r in base]
 
 
 # ------------------------------------------------------------------ variant summary

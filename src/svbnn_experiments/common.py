@@ -464,7 +464,9 @@ def _prediction_columns(
     med = fitted.median_outputs(data.X_test)
     if med is not None:
         cols["test_rmse_median"] = _rmse(med.double().cpu().numpy(), data.y_test)
-    sp, de = fitted.sparsity(), fitted.density()
+    sp, de, noise = fitted.sparsity(), fitted.density(), fitted.noise_std()
+    if noise is not None:
+        cols["noise_std"] = noise
     if sp is not None:
         cols["sparsity_pct"] = 100.0 * sp
     if de is not None:

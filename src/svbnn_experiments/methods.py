@@ -169,6 +169,10 @@ class FittedReplicates(ABC):
         """Per replicate, the fraction of parameters kept (``phi > 0.5``)."""
         return None
 
+    def noise_std(self) -> NDArray[np.float64] | None:
+        """Per replicate, the learned noise sd (``None``: known, or not a likelihood fit)."""
+        return None
+
     def layer_inclusion(self, replicate: int) -> list[tuple[NDArray[Any], NDArray[Any]]] | None:
         """Per layer of one replicate, ``(phi, mu)`` weight matrices of shape ``(out, in)``."""
         return None
@@ -246,15 +250,21 @@ def train_regression(
     spec: FitSpec,
     generator: torch.Generator,
     callbacks: Sequence[Callable[[int, torch.nn.Module, History], bool | None]] = (),
-) -> None:
+    learn_noise: bool = False,
+) -> NDArray[np.float64] | None:
     """Train a replicated single-output network on ``X`` ``(R, n, p)``, ``y`` ``(R, n)`` with
     the Gaussian likelihood and the optimiser settings of ``spec`` (every Bayesian method).
-    ``callbacks`` are :func:`svbnn.training.train`'s (called after every epoch)."""
+    ``callbacks`` are :func:`svbnn.training.train`'s (called after every epoch). With
+    ``learn_noise`` each replicate learns its own noise sd, started at ``spec.noise_std``;
+    returns them, ``(R,)`` (``None`` for a known noise)."""
+    R = X.shape[0]
+    start = torch.full((R, 1), spec.noise_std, dtype=spec.torch_dtype, device=X.device)
+    lik = GaussianLikelihood(start, learn_noise=True) if learn_noise else None
     train(
         _Squeeze(model),
         X.to(spec.torch_dtype),
         y.to(spec.torch_dtype),
-        GaussianLikelihood(spec.noise_std),
+        lik or GaussianLikelihood(spec.noise_std),
         epochs=spec.epochs,
         batch_size=spec.batch_size,
         lr=spec.lr,
@@ -265,6 +275,9 @@ def train_regression(
         track_sparsity=False,
         callbacks=callbacks,
     )
+    if lik is None:
+        return None
+    return lik.log_noise_std.detach().exp().reshape(R).double().cpu().numpy()
 
 
 def late_sampler_switch(
@@ -302,9 +315,13 @@ class _Squeeze(torch.nn.Module):
 class SVBNNFitted(FittedReplicates):
     """A trained replicated :class:`SpikeSlabMLP`."""
 
-    def __init__(self, model: SpikeSlabMLP) -> None:
+    def __init__(self, model: SpikeSlabMLP, noise: NDArray[np.float64] | None = None) -> None:
         self.model = model
         self.n_replicates = int(variational_layers(model)[0].n_replicates or 1)
+        self._noise = noise
+
+    def noise_std(self) -> NDArray[np.float64] | None:
+        return self._noise
 
     def sample_outputs(
         self, X: Tensor, n_samples: int, generator: torch.Generator | None
@@ -346,10 +363,15 @@ class SVBNNMethod(Method):
 
     Option ``late_inverse_cdf_epochs`` (``--set late_inverse_cdf_epochs=K``): train the last
     ``K`` epochs with the exact inverse-CDF sampler (:func:`late_sampler_switch`); 0, the
-    default, keeps ``spec.sampler`` throughout.
+    default, keeps ``spec.sampler`` throughout. Option ``learn_noise`` (``--set
+    learn_noise=True``): each replication learns its noise sd (started at ``noise_std``)
+    instead of knowing it; the ``noise_std`` column of ``results.csv`` holds the values.
     """
 
-    option_defaults: ClassVar[Mapping[str, Any]] = {"late_inverse_cdf_epochs": 0}
+    option_defaults: ClassVar[Mapping[str, Any]] = {
+        "late_inverse_cdf_epochs": 0,
+        "learn_noise": False,
+    }
 
     def fit(
         self, X: Tensor, y: Tensor, spec: FitSpec, generator: torch.Generator
@@ -388,5 +410,6 @@ class SVBNNMethod(Method):
                 f"late_inverse_cdf_epochs must be in [0, epochs = {spec.epochs}], got {late}"
             )
         callbacks = [late_sampler_switch(model, spec.epochs - late)] if late else []
-        train_regression(model, X, y, spec, generator, callbacks)
-        return SVBNNFitted(model)
+        learn = bool(spec.options.get("learn_noise", False))
+        noise = train_regression(model, X, y, spec, generator, callbacks, learn_noise=learn)
+        return SVBNNFitted(model, noise)
