@@ -258,13 +258,16 @@ def train_regression(
     ``learn_noise`` each replicate learns its own noise sd, started at ``spec.noise_std``;
     returns them, ``(R,)`` (``None`` for a known noise)."""
     R = X.shape[0]
-    start = torch.full((R, 1), spec.noise_std, dtype=spec.torch_dtype, device=X.device)
-    lik = GaussianLikelihood(start, learn_noise=True) if learn_noise else None
+    if learn_noise:
+        start = torch.full((R, 1), spec.noise_std, dtype=spec.torch_dtype, device=X.device)
+        lik = GaussianLikelihood(start, learn_noise=True)
+    else:
+        lik = GaussianLikelihood(spec.noise_std)
     train(
         _Squeeze(model),
         X.to(spec.torch_dtype),
         y.to(spec.torch_dtype),
-        lik or GaussianLikelihood(spec.noise_std),
+        lik,
         epochs=spec.epochs,
         batch_size=spec.batch_size,
         lr=spec.lr,
@@ -275,7 +278,7 @@ def train_regression(
         track_sparsity=False,
         callbacks=callbacks,
     )
-    if lik is None:
+    if not learn_noise:
         return None
     return lik.log_noise_std.detach().exp().reshape(R).double().cpu().numpy()
 
