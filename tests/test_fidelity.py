@@ -186,6 +186,7 @@ def test_coverage_predictive_intervals_add_noise_to_the_same_fit(tmp_path: Path)
         ov = {**_QUICK, "epochs": 100, "params": params}  # enough to fit f0 to about 0.1
         out = reproduce("coverage", ov, quick=True, out=tmp_path / interval)
         runs[interval] = _rows(out / "results.csv")
+        assert f"# Coverage of {interval} intervals" in (out / "report.md").read_text()
     cred, pred = runs["credible"], runs["predictive"]
     cov = [k for k in cred[0] if k.startswith("coverage")]
     timing = {"wall_s", "chunk_train_s"}

@@ -206,7 +206,8 @@ def report_coverage(out: Path) -> None:
         sections += _teacher_sections(out, srows, settings, setting)
     sections.append(PER_POINT_NOTE)
     sections.append("## Settings\n\n" + settings_section(settings, _COVERAGE_SETTINGS))
-    write_report(out, "Coverage of credible intervals (supplement Table 5)", sections)
+    interval = settings.get("config", {}).get("params", {}).get("interval", "credible")
+    write_report(out, f"Coverage of {interval} intervals (supplement Table 5)", sections)
 
 
 PER_POINT_NOTE = """\
