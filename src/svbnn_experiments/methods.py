@@ -280,7 +280,7 @@ def train_regression(
     )
     if not learn_noise:
         return None
-    return lik.log_noise_std.detach().exp().reshape(R).double().cpu().numpy()
+    return torch.as_tensor(lik.noise_std).detach().reshape(R).double().cpu().numpy()
 
 
 def late_sampler_switch(

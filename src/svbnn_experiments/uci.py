@@ -184,7 +184,7 @@ def fit_replicated(
     t = time.perf_counter() - t0
     if not learn_noise:
         return model, t, np.asarray(noise_std, dtype=np.float64)
-    return model, t, lik.log_noise_std.detach().exp().reshape(R).double().numpy()
+    return model, t, torch.as_tensor(lik.noise_std).detach().reshape(R).double().numpy()
 
 
 def _predict(model: SpikeSlabMLP, X: Tensor, H: int, gen: torch.Generator) -> NDArray[Any]:
