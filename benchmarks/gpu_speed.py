@@ -1,12 +1,13 @@
-"""Training-step time of a SpikeSlabMLP on one device under each kernel backend.
+"""Training-step time of the dense and the spike-and-slab networks on one device.
 
 ``python -m benchmarks.gpu_speed --device cuda --out docs/results/bench-gpu`` times the
-training step (forward, KL, backward, Adam) of the UCI-sized and MNIST-sized networks
-with the eager, compiled and auto backends and writes ``gpu_speed.json`` and
-``gpu_speed.md`` into ``--out``. On CUDA every timed block ends with
-``torch.cuda.synchronize()``, so the times are of the work, not of its launch. The main
-benchmark (``benchmarks.run``) has no ``--device`` option yet: its memory section measures
-the process's RSS and its comparison points are CPU-only.
+training step (forward, KL, backward, Adam) of the benchmark's networks
+(``benchmarks.networks``: Simulation II, UCI, the MNIST MLP and the Fashion-MNIST CNN),
+dense and SVBNN side by side (interleaved rounds), under each kernel backend, and writes
+``gpu_speed.json`` and ``gpu_speed.md`` into ``--out``. On CUDA every step ends with
+``torch.cuda.synchronize()``, so a time is that of the work, not of its launch. The main
+benchmark (``benchmarks.run``) is CPU-only: its memory section measures the process's RSS
+and its comparison points (the reference and bayesian-torch) run on the CPU.
 """
 
 from __future__ import annotations
@@ -14,77 +15,63 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from svbnn import kernel_backend
 from svbnn._device import check_device
-from svbnn.nn import SpikeSlabMLP, set_generator
-from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
-from svbnn.training import make_optimizer, negative_elbo
+from svbnn.checkpoint import atomic_write_bytes
 
-# (name, inputs, hidden, outputs, batch): the UCI network and the paper's MNIST network.
-NETWORKS = [("uci-8-50-1", 8, (50,), 1, 128), ("mnist-784-400-400-10", 784, (400, 400), 10, 256)]
+from .networks import DENSE, SVBNN, NetSpec, build_step, network_specs
+from .timing import paired_ratio, time_interleaved
+
+NETWORKS = ("uci", "sim2", "mnist", "cnn")
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
+def _synced(step: Callable[[], None], device: torch.device) -> Callable[[], None]:
+    if device.type != "cuda":
+        return step
+
+    def run() -> None:
+        step()
         torch.cuda.synchronize(device)
 
+    return run
 
-def time_steps(
-    device: torch.device, backend: str, net: tuple[Any, ...], steps: int, rounds: int
+
+def time_network(
+    device: torch.device, backend: str, net: NetSpec, rounds: int, min_block_s: float
 ) -> dict[str, Any]:
-    """Median and quartiles (ms) of ``rounds`` blocks of ``steps`` training steps, after
-    a warm-up that includes any compilation (reported as ``first_step_s``)."""
-    name, p, hidden, out, batch = net
-    gen = torch.Generator(device=device).manual_seed(0)
-    model = SpikeSlabMLP(p, hidden, out, generator=gen, device=device)
-    set_generator(model, gen)
-    x = torch.randn(batch, p, generator=gen, device=device)
-    if out == 1:
-        lik: torch.nn.Module = GaussianLikelihood(1.0)
-        y = torch.randn(batch, generator=gen, device=device)
-    else:
-        lik = CategoricalLikelihood()
-        y = torch.randint(0, out, (batch,), generator=gen, device=device)
-    opt = make_optimizer(list(model.parameters()), "adam", 1e-3)
-
-    def step() -> None:
-        loss, _, _ = negative_elbo(model, lik, x, y, n_train=60_000)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
+    """Dense and SVBNN step times (ms; median and quartiles of ``rounds`` interleaved
+    blocks) and their paired ratio; ``first_step_s`` is SVBNN's first step, compilation
+    included."""
     with kernel_backend(backend):
-        t0 = time.perf_counter()
-        step()
-        _sync(device)
-        first = time.perf_counter() - t0
-        for _ in range(3):
-            step()
-        per_step = []
-        for _ in range(rounds):
-            _sync(device)
+        fns = {}
+        first = 0.0
+        for impl in (DENSE, SVBNN):
+            step = _synced(build_step(net, impl, seed=0, device=device)[0], device)
             t0 = time.perf_counter()
-            for _ in range(steps):
-                step()
-            _sync(device)
-            per_step.append(1e3 * (time.perf_counter() - t0) / steps)
-    q1, q3 = (float(v) for v in np.percentile(per_step, [25, 75]))
+            step()
+            if impl == SVBNN:
+                first = time.perf_counter() - t0
+            fns[impl] = step
+        t = time_interleaved(fns, rounds, min_block_s, warmup=3)
+    ratio, r1, r3 = paired_ratio(t[SVBNN], t[DENSE])
     return {
-        "network": name,
-        "batch": batch,
+        "network": net.label,
+        "batch": net.batch,
         "backend": backend,
-        "ms_per_step_median": statistics.median(per_step),
-        "ms_per_step_q1": q1,
-        "ms_per_step_q3": q3,
+        "dense_ms": 1e3 * t[DENSE].median,
+        "svbnn_ms": 1e3 * t[SVBNN].median,
+        "svbnn_ms_q1": 1e3 * t[SVBNN].q1,
+        "svbnn_ms_q3": 1e3 * t[SVBNN].q3,
+        "ratio": ratio,
+        "ratio_q1": r1,
+        "ratio_q3": r3,
         "first_step_s": first,
     }
 
@@ -93,18 +80,22 @@ def _markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = [
         f"# Training-step time on {meta['device_name']}",
         "",
-        f"torch {meta['torch']}, device `{meta['device']}`, {meta['rounds']} rounds of "
-        f"{meta['steps']} steps (median and quartiles, ms per step; the first step "
-        "includes compilation). Written by `python -m benchmarks.gpu_speed`.",
+        f"torch {meta['torch']}, device `{meta['device']}`; {meta['rounds']} interleaved "
+        f"rounds of dense and SVBNN blocks of at least {meta['min_block_s']} s each (median "
+        "ms per step; SVBNN's quartiles; ratio = median of the per-round SVBNN/dense ratios "
+        "with quartiles). The first step includes compilation. Written by "
+        "`python -m benchmarks.gpu_speed`.",
         "",
-        "| network | batch | backend | ms/step (median) | q1 - q3 | first step (s) |",
-        "|---|---|---|---|---|---|",
+        "| network | batch | backend | dense ms | SVBNN ms (q1 - q3) | SVBNN/dense (q1 - q3) "
+        "| first step (s) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['network']} | {r['batch']} | {r['backend']} | "
-            f"{r['ms_per_step_median']:.3f} | {r['ms_per_step_q1']:.3f} - "
-            f"{r['ms_per_step_q3']:.3f} | {r['first_step_s']:.1f} |"
+            f"| {r['network']} | {r['batch']} | {r['backend']} | {r['dense_ms']:.3f} | "
+            f"{r['svbnn_ms']:.3f} ({r['svbnn_ms_q1']:.3f} - {r['svbnn_ms_q3']:.3f}) | "
+            f"{r['ratio']:.2f} ({r['ratio_q1']:.2f} - {r['ratio_q3']:.2f}) | "
+            f"{r['first_step_s']:.1f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -115,32 +106,42 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
     ap.add_argument("--out", default="docs/results/bench-gpu", help="output folder")
     ap.add_argument("--backends", default="eager,compiled,auto", help="comma list")
-    ap.add_argument("--steps", type=int, default=50, help="steps per timed round")
+    ap.add_argument("--networks", default=",".join(NETWORKS), help="comma list")
     ap.add_argument("--rounds", type=int, default=7, help="timed rounds")
-    ap.add_argument("--quick", action="store_true", help="the small network, 2 x 5 steps")
+    ap.add_argument("--min-block-s", type=float, default=0.2, help="seconds per block")
+    ap.add_argument("--quick", action="store_true", help="the UCI network, 2 short rounds")
     args = ap.parse_args(argv)
     try:
         device = check_device(args.device, "--device")
     except ValueError as exc:
         ap.error(str(exc))
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    nets = NETWORKS[:1] if args.quick else NETWORKS
-    steps, rounds = (5, 2) if args.quick else (args.steps, args.rounds)
-    rows = [time_steps(device, b, net, steps, rounds) for net in nets for b in backends]
+    specs = network_specs(cnn_hidden=512, cnn_batch=1024)
+    keys = [k.strip() for k in args.networks.split(",") if k.strip()]
+    unknown = sorted(set(keys) - set(specs))
+    if unknown:
+        ap.error(f"--networks: unknown {', '.join(unknown)}; choose from {', '.join(specs)}")
+    if args.quick:
+        keys, args.rounds, args.min_block_s = ["uci"], 2, 0.0
+    rows = [
+        time_network(device, b, specs[k], args.rounds, args.min_block_s)
+        for k in keys
+        for b in backends
+    ]
     meta = {
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device)
         if device.type == "cuda"
         else platform.processor() or "CPU",
         "torch": torch.__version__,
-        "steps": steps,
-        "rounds": rounds,
+        "rounds": args.rounds,
+        "min_block_s": args.min_block_s,
+        "threads": torch.get_num_threads(),
     }
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     result = {"meta": meta, "rows": rows}
-    (out / "gpu_speed.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "gpu_speed.md").write_text(_markdown(meta, rows))
+    atomic_write_bytes(out / "gpu_speed.json", (json.dumps(result, indent=2) + "\n").encode())
+    atomic_write_bytes(out / "gpu_speed.md", _markdown(meta, rows).encode())
     return result
 
 

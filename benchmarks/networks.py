@@ -271,18 +271,31 @@ _STEP_BUILDERS: dict[
 }
 
 
-def build_step(net: NetSpec, impl: str, seed: int = 0) -> tuple[Step, nn.Module]:
+def build_step(
+    net: NetSpec, impl: str, seed: int = 0, device: torch.device | str = "cpu"
+) -> tuple[Step, nn.Module]:
     """A closure running one full training step of ``impl`` on ``net``, and its model.
 
     Every implementation uses the same optimiser (``svbnn.training.make_optimizer``: Adam,
     torch's multi-tensor implementation), so differences come from the layers and losses.
+    On another ``device`` the model is built on the CPU (the same initialisation), moved
+    there with its batch, and its variational layers draw from a generator on the device.
     """
+    device = torch.device(device)
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # reference and bayesian-torch draw from the default generator
     x, y = synthetic_batch(net, gen)
     if impl not in _STEP_BUILDERS:
         raise ValueError(f"unknown implementation {impl!r}")
-    return _STEP_BUILDERS[impl](net, x, y, gen)
+    if device.type == "cpu":
+        return _STEP_BUILDERS[impl](net, x, y, gen)
+    if impl in (REFERENCE, BAYESIAN_TORCH):
+        raise ValueError(f"{impl} is timed on the CPU only")
+    # The optimiser holds the parameters themselves, which .to() moves in place.
+    step, model = _STEP_BUILDERS[impl](net, x.to(device), y.to(device), gen)
+    model.to(device)
+    set_generator(model, torch.Generator(device=device).manual_seed(seed))
+    return step, model
 
 
 def build_replicate_step(

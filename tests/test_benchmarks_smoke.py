@@ -107,3 +107,18 @@ def test_reference_kl_matches_library_kl() -> None:
         if hasattr(m, "w_mu")
     )
     torch.testing.assert_close(reference_kl(model), expected)
+
+
+def test_device_timing_writes_dense_and_svbnn_side_by_side(tmp_path: Path) -> None:
+    # benchmarks.gpu_speed on the CPU (the code path is the same on CUDA, plus synchronise).
+    import benchmarks.gpu_speed as gpu_speed
+
+    res = gpu_speed.main(
+        ["--device", "cpu", "--quick", "--backends", "eager", "--out", str(tmp_path)]
+    )
+    (row,) = res["rows"]
+    assert row["network"] == "UCI" and row["backend"] == "eager"
+    assert row["dense_ms"] > 0 and row["svbnn_ms"] > 0 and math.isfinite(row["ratio"])
+    saved = json.loads((tmp_path / "gpu_speed.json").read_text())
+    assert saved["rows"] == res["rows"]
+    assert "| UCI | 128 | eager |" in (tmp_path / "gpu_speed.md").read_text()

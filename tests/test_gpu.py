@@ -186,7 +186,9 @@ def test_samplers_given_the_same_uniforms_match_the_cpu(backend: str, sampler: s
     eps = torch.randn(257, generator=g, dtype=F64)
     results = []
     for device, name in ((CPU, "eager"), (DEVICE, backend)):
-        params = [t.to(device).requires_grad_(True) for t in (mu, rho, alpha)]
+        # A fresh leaf per device: t.to(CPU) is t itself, and had it been made to require
+        # grad, the device copy of it would be a non-leaf without a .grad.
+        params = [t.to(device, copy=True).requires_grad_(True) for t in (mu, rho, alpha)]
         with kernel_backend(name):
             if sampler == "gumbel":
                 theta = gumbel_spike_slab(*params, u.to(device), eps.to(device), 0.5)
