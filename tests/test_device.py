@@ -25,6 +25,7 @@ from svbnn.objectives import GaussianLikelihood
 from svbnn.selection import SparseLinear
 from svbnn.training import train
 from svbnn_experiments import get_artifact, resolve_config
+from svbnn_experiments.classifier_runs import classifier_spec
 from svbnn_experiments.cli import main
 from svbnn_experiments.simulations import build_fit_spec, build_problem
 from tests.gpu_guard import gpu_guard_message
@@ -167,9 +168,10 @@ def test_reproduce_refuses_other_devices(
 
 
 def test_device_does_not_apply_to_artifacts_without_it(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["reproduce", "mnist", "--quick", "--device", "cpu"])
+    code = main(["reproduce", "uci", "--quick", "--device", "cpu"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "--device does not apply to mnist" in err and "table2" in err
+    assert code == 2 and "--device does not apply to uci" in err
+    assert "table2" in err and "mnist" in err and "fmnist-cnn" in err
 
 
 def test_the_device_reaches_the_fit_spec() -> None:
@@ -177,6 +179,14 @@ def test_the_device_reaches_the_fit_spec() -> None:
     assert cfg.device == "cpu:0" and cfg.as_dict()["device"] == "cpu:0"
     assert build_fit_spec(cfg, build_problem(cfg, "sim2")).device == "cpu:0"
     assert resolve_config(get_artifact("table2"), quick=True).device == "cpu"
+
+
+@pytest.mark.parametrize(("artifact", "arch"), [("mnist", "mlp"), ("fmnist-cnn", "cnn")])
+def test_the_device_reaches_the_classifier_spec(artifact: str, arch: str) -> None:
+    cfg = resolve_config(get_artifact(artifact), {"device": "cpu:0"}, quick=True)
+    assert classifier_spec(cfg, "svbnn", arch).device == "cpu:0"
+    default = resolve_config(get_artifact(artifact), quick=True)
+    assert classifier_spec(default, "svbnn", arch).device == "cpu"
 
 
 # -------------------------------------------------------------------------- the guard

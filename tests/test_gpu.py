@@ -60,6 +60,8 @@ from svbnn.nn import (
 from svbnn.objectives import GaussianLikelihood, spike_slab_kl
 from svbnn.selection import SparseLinear, export_sparse
 from svbnn.training import negative_elbo, train
+from svbnn_experiments.cli import main
+from tests.realdata_files import make_data_root
 
 pytestmark = pytest.mark.gpu
 
@@ -452,3 +454,32 @@ def test_reproduce_table2_quick_on_the_device(tmp_path: Path) -> None:
     assert json.dumps(settings).count(f'"device": "{DEVICE}"') >= 1
     rows = (out / "results.csv").read_text().splitlines()
     assert len(rows) > 1 and "nan" not in rows[1].lower()
+
+
+@pytest.mark.parametrize(("artifact", "methods"), [("mnist", "svbnn,agp"), ("fmnist-cnn", "svbnn")])
+def test_real_data_artifact_trains_and_resumes_on_the_device(
+    artifact: str, methods: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tiny generated images; one epoch, then a rerun to two epochs resumes each checkpoint
+    # saved on the device, on the device.
+    make_data_root(tmp_path / "data", monkeypatch)
+    out = tmp_path / artifact
+    args = ["reproduce", artifact, "--quick", "--device", str(DEVICE), "--methods", methods]
+    args += ["--out", str(out), "--no-progress"]
+    assert main([*args, "--epochs", "1"]) == 0
+    assert main([*args, "--epochs", "2"]) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["config"]["device"] == str(DEVICE)
+    names = methods.split(",")
+    assert all(settings["runs"][m]["resumed_from"] == 1 for m in names)
+    with (out / "results.csv").open() as fh:
+        rows = [line.split(",") for line in fh.read().splitlines()]
+    header, body = rows[0], rows[1:]
+    got = [(r[header.index("method")], r[header.index("epoch")]) for r in body]
+    assert got == [(m, e) for m in names for e in ("1", "2")]
+    acc = [float(r[header.index("test_acc")]) for r in body]
+    assert all(0.0 <= a <= 100.0 for a in acc)
+    for m in names:
+        state = load_checkpoint(out / "checkpoints" / f"{m}.pt")
+        assert state["epoch"] == 2
+        assert all(t.device.type == "cpu" for t in state["model"].values())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -22,72 +21,21 @@ import torch
 import svbnn_experiments.classifiers as mnist_mod
 import svbnn_experiments.uci  # noqa: F401  (registers the uci artifact)
 from svbnn.checkpoint import load_checkpoint
-from svbnn.data import CHECKSUMS, ENV_DATA_DIR, ENV_DATA_URL, clear_checksum_cache
+from svbnn.data import CHECKSUMS, clear_checksum_cache
 from svbnn_experiments import get_artifact, resolve_config
 from svbnn_experiments.cli import main
 from svbnn_experiments.files import write_settings
 from svbnn_experiments.mnist_uq import overlay_images
 from svbnn_experiments.realdata import EpochBook, check_real_methods, parse_floats, parse_names
+from tests.realdata_files import UCI_ROWS, UCI_SPLITS, UCI_TEST, make_data_root, sha, write_uci
 
 torch.set_num_threads(1)
-
-N_TRAIN_IMG, N_TEST_IMG = 64, 40
-UCI_ROWS, UCI_SPLITS, UCI_TEST = 90, 2, 10
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write_images(path: Path, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    arrays = {
-        "x_train": rng.integers(0, 256, size=(N_TRAIN_IMG, 28, 28), dtype=np.uint8),
-        "y_train": (np.arange(N_TRAIN_IMG) % 10).astype(np.uint8),
-        "x_test": rng.integers(0, 256, size=(N_TEST_IMG, 28, 28), dtype=np.uint8),
-        "y_test": (np.arange(N_TEST_IMG) % 10).astype(np.uint8),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays)
-
-
-def _write_uci(folder: Path, p: int, seed: int, scale: float = 1.0, shift: float = 0.0) -> None:
-    """``UCI_ROWS`` rows, ``p`` features and a target ``scale * y + shift`` (last column)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(UCI_ROWS, p)).round(4)
-    y = (np.sin(X[:, 0]) + 0.1 * rng.normal(size=UCI_ROWS)).round(4)
-    data = np.column_stack([X, scale * y + shift])
-    folder.mkdir(parents=True, exist_ok=True)
-    np.savetxt(folder / "data.txt", data, fmt="%.10g")
-    (folder / "index_features.txt").write_text("".join(f"{j}\n" for j in range(p)))
-    (folder / "index_target.txt").write_text(f"{p}\n")
-    (folder / "n_splits.txt").write_text(f"{UCI_SPLITS}\n")
-    split_rng = np.random.default_rng(seed + 1)
-    for i in range(UCI_SPLITS):
-        perm = split_rng.permutation(UCI_ROWS)
-        np.savetxt(folder / f"index_train_{i}.txt", perm[UCI_TEST:], fmt="%d")
-        np.savetxt(folder / f"index_test_{i}.txt", perm[:UCI_TEST], fmt="%d")
 
 
 @pytest.fixture
 def data_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A data folder with tiny MNIST, Fashion-MNIST and two UCI sets, registered by hash."""
-    root = tmp_path / "data"
-    _write_images(root / "mnist.npz", 0)
-    _write_images(root / "fashion_mnist.npz", 1)
-    _write_uci(root / "uci" / "wine-quality-red", p=11, seed=2)
-    _write_uci(root / "uci" / "power-plant", p=4, seed=3)
-    for rel in (
-        "mnist.npz",
-        "fashion_mnist.npz",
-        "uci/wine-quality-red/data.txt",
-        "uci/power-plant/data.txt",
-    ):
-        monkeypatch.setitem(CHECKSUMS, rel, (_sha(root / rel),))
-    monkeypatch.setenv(ENV_DATA_DIR, str(root))
-    monkeypatch.delenv(ENV_DATA_URL, raising=False)
-    clear_checksum_cache()
-    return root
+    return make_data_root(tmp_path / "data", monkeypatch)
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -152,8 +100,8 @@ def test_uci_rmse_is_in_original_units(
     """Rescaling the target rescales the reported RMSE and nothing else (standardisation)."""
     _run("uci", tmp_path / "a", "--quick", "--set", "datasets=wine", "--set", "noise_grid=0.5")
     folder = data_root / "uci" / "wine-quality-red"
-    _write_uci(folder, p=11, seed=2, scale=1000.0, shift=5.0)
-    monkeypatch.setitem(CHECKSUMS, "uci/wine-quality-red/data.txt", (_sha(folder / "data.txt"),))
+    write_uci(folder, p=11, seed=2, scale=1000.0, shift=5.0)
+    monkeypatch.setitem(CHECKSUMS, "uci/wine-quality-red/data.txt", (sha(folder / "data.txt"),))
     clear_checksum_cache()
     _run("uci", tmp_path / "b", "--quick", "--set", "datasets=wine", "--set", "noise_grid=0.5")
     a, b = _rows(tmp_path / "a" / "results.csv"), _rows(tmp_path / "b" / "results.csv")

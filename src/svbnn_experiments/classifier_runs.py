@@ -139,7 +139,7 @@ def _fit_agp(
         batch_size=spec.batch_size,
         lr=spec.lr,
         optimizer=spec.optimizer,
-        generator=torch.Generator().manual_seed(spec.seed),
+        generator=torch.Generator(device=spec.device).manual_seed(spec.seed),
         verbose=spec.progress,
         checkpoint_path=ckpt,
         checkpoint_every=1,
@@ -169,7 +169,7 @@ def _fit_bayesian(
 
     ``on_epoch`` receives the epoch's training loss, NLL and KL per datum.
     """
-    gen = torch.Generator().manual_seed(spec.seed)
+    gen = torch.Generator(device=spec.device).manual_seed(spec.seed)
     set_flip_generator(model, gen)
 
     def callback(epoch: int, model: nn.Module, history: History) -> None:
@@ -220,7 +220,7 @@ def _epoch_recorder(
 
     def record(epoch: int, model: nn.Module, losses: dict[str, float]) -> None:
         train_s = time.perf_counter() - clock[0]
-        egen = torch.Generator().manual_seed(derive_seed(spec.eval_seed, epoch))
+        egen = torch.Generator(device=spec.device).manual_seed(derive_seed(spec.eval_seed, epoch))
         t0 = time.perf_counter()
         metrics = evaluate_classifier(
             model, method, X_test, y_test, spec.eval_draws, egen, chunk_size=chunk
@@ -259,9 +259,10 @@ def fit_classifier(
     ----------
     spec : ClassifierSpec
     model : nn.Module
-        From :func:`build_classifier` with a generator seeded by ``spec.seed``.
+        From :func:`build_classifier` with a generator seeded by ``spec.seed``, on
+        ``spec.device``.
     data : tuple
-        ``X_train, y_train, X_test, y_test``.
+        ``X_train, y_train, X_test, y_test``, on ``spec.device``.
     ckpt : Path
         Checkpoint file (written after every epoch; resumed from if present).
     book : EpochBook
@@ -368,6 +369,7 @@ def classifier_spec(cfg: RunConfig, method: str, arch: str) -> ClassifierSpec:
         seed=derive_seed(cfg.seed, SEED_CLS_TRAIN, art, code),
         eval_seed=derive_seed(cfg.seed, SEED_CLS_EVAL, art, code),
         progress=cfg.progress,
+        device=cfg.device,
     )
 
 
@@ -378,6 +380,8 @@ def run_comparison(
     if cfg.epochs < 1:
         raise ValueError("--epochs must be at least 1")
     data, data_info = load_images(cfg, fashion=fashion, flatten=arch == "mlp")
+    # The images go to the device once; each network is built on the CPU and moved there.
+    data = tuple(t.to(cfg.device) for t in data)  # type: ignore[assignment]
     ckpt_dir = cfg.out / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     meta_path = ckpt_dir / "meta.json"
@@ -399,6 +403,7 @@ def run_comparison(
         model, info = build_classifier(
             spec, data_info["n_train"], torch.Generator().manual_seed(spec.seed)
         )
+        model.to(spec.device)
         if cfg.progress:
             tqdm.write(
                 f"{cfg.artifact}: {METHOD_LABELS.get(method, method)}, {spec.epochs} epochs, "

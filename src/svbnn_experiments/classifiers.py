@@ -125,6 +125,10 @@ class ClassifierSpec:
     eval_seed : int
         Seed of the evaluation draws (one stream per epoch derives from it).
     progress : bool
+    device : str
+        Where the network trains and is evaluated (``"cpu"``, ``"cuda"``, ``"cuda:N"``).
+        The network is initialised on the CPU either way, so one seed gives one starting
+        point; the training and evaluation draws come from generators on the device.
     """
 
     method: str
@@ -144,6 +148,7 @@ class ClassifierSpec:
     seed: int = 0
     eval_seed: int = 1
     progress: bool = False
+    device: str = "cpu"
 
 
 def paper_cnn(

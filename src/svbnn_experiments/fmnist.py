@@ -94,7 +94,7 @@ def report_fmnist(out: Path) -> None:
     report=report_fmnist,
     defaults=FMNIST_DEFAULTS,
     quick={"epochs": 1, "n_train": 256, "n_test": 200, "eval_draws": 2, "fc_hidden": 64},
-    options=("methods",),
+    options=("methods", "device"),
     group="real-data",
     # SVBNN measured at about 120 s per epoch (94 s training + 26 s evaluation, 2 epochs);
     # 150 epochs estimated. VBNN adds about 112 s per epoch.

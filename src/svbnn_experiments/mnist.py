@@ -142,7 +142,7 @@ def _elbo_section(rows: list[dict[str, Any]]) -> str:
     report=report_mnist,
     defaults=MNIST_DEFAULTS,
     quick=MNIST_QUICK,
-    options=("methods",),
+    options=("methods", "device"),
     group="real-data",
     # SVBNN (the default) measured at 17.1 s per epoch (14.6 s training + 2.6 s evaluation)
     # over 51 epochs; 400 epochs estimated. VBNN, VD and AGP add about 9, 10 and 5 s/epoch.
