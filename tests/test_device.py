@@ -171,7 +171,7 @@ def test_device_does_not_apply_to_artifacts_without_it(capsys: pytest.CaptureFix
     code = main(["reproduce", "uci", "--quick", "--device", "cpu"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--device does not apply to uci" in err
-    assert "table2" in err and "mnist" in err and "fmnist-cnn" in err
+    assert all(name in err for name in ("table2", "mnist", "fmnist-cnn", "mnist-uq"))
 
 
 def test_the_device_reaches_the_fit_spec() -> None:

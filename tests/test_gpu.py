@@ -483,3 +483,25 @@ def test_real_data_artifact_trains_and_resumes_on_the_device(
         state = load_checkpoint(out / "checkpoints" / f"{m}.pt")
         assert state["epoch"] == 2
         assert all(t.device.type == "cpu" for t in state["model"].values())
+
+
+def test_mnist_uq_on_the_device_trains_or_reuses_its_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_data_root(tmp_path / "data", monkeypatch)
+    common = ["--quick", "--device", str(DEVICE), "--no-progress"]
+    source = tmp_path / "mnist"
+    assert (
+        main(["reproduce", "mnist", *common, "--methods", "svbnn,agp", "--out", str(source)]) == 0
+    )
+    for origin, extra in (("trained here", []), ("reused", ["--set", f"source={source}"])):
+        out = tmp_path / origin.replace(" ", "-")
+        assert main(["reproduce", "mnist-uq", *common, "--out", str(out), *extra]) == 0
+        settings = json.loads((out / "settings.json").read_text())
+        assert {v["origin"] for v in settings["models"].values()} == {origin}
+        with (out / "results.csv").open() as fh:
+            rows = [line.split(",") for line in fh.read().splitlines()]
+        header = rows[0]
+        cols = [header.index(f"p{c}") for c in range(10)]
+        for r in rows[1:]:
+            assert sum(float(r[c]) for c in cols) == pytest.approx(1.0, abs=1e-5)

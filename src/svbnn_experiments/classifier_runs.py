@@ -55,6 +55,7 @@ __all__ = [
     "curve_table",
     "first_rows",
     "fit_classifier",
+    "build_on_device",
     "load_images",
     "load_trained",
     "per_epoch_table",
@@ -245,6 +246,13 @@ def _epoch_recorder(
     return record
 
 
+def build_on_device(spec: ClassifierSpec, n_train: int) -> tuple[nn.Module, dict[str, Any]]:
+    """:func:`build_classifier` initialised by a CPU generator seeded with ``spec.seed``
+    (one seed, one starting point on every device), then moved to ``spec.device``."""
+    model, info = build_classifier(spec, n_train, torch.Generator().manual_seed(spec.seed))
+    return model.to(spec.device), info
+
+
 def fit_classifier(
     spec: ClassifierSpec,
     model: nn.Module,
@@ -259,8 +267,7 @@ def fit_classifier(
     ----------
     spec : ClassifierSpec
     model : nn.Module
-        From :func:`build_classifier` with a generator seeded by ``spec.seed``, on
-        ``spec.device``.
+        From :func:`build_on_device`.
     data : tuple
         ``X_train, y_train, X_test, y_test``, on ``spec.device``.
     ckpt : Path
@@ -336,6 +343,8 @@ def load_images(
     X, y, Xt, yt = raw.to_tensors(mean, std, flatten=flatten)
     X, y = first_rows(X, y, int(P.get("n_train", 0)))
     Xt, yt = first_rows(Xt, yt, int(P.get("n_test", 0)))
+    # The images go to the run's device once (the networks train there).
+    X, y, Xt, yt = (t.to(cfg.device) for t in (X, y, Xt, yt))
     info = {
         "dataset": raw.name,
         "n_train": int(X.shape[0]),
@@ -380,8 +389,6 @@ def run_comparison(
     if cfg.epochs < 1:
         raise ValueError("--epochs must be at least 1")
     data, data_info = load_images(cfg, fashion=fashion, flatten=arch == "mlp")
-    # The images go to the device once; each network is built on the CPU and moved there.
-    data = tuple(t.to(cfg.device) for t in data)  # type: ignore[assignment]
     ckpt_dir = cfg.out / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     meta_path = ckpt_dir / "meta.json"
@@ -400,10 +407,7 @@ def run_comparison(
     runs: dict[str, Any] = {}
     for method in methods:
         spec = classifier_spec(cfg, method, arch)
-        model, info = build_classifier(
-            spec, data_info["n_train"], torch.Generator().manual_seed(spec.seed)
-        )
-        model.to(spec.device)
+        model, info = build_on_device(spec, data_info["n_train"])
         if cfg.progress:
             tqdm.write(
                 f"{cfg.artifact}: {METHOD_LABELS.get(method, method)}, {spec.epochs} epochs, "

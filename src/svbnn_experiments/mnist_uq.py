@@ -19,8 +19,14 @@ from svbnn.checkpoint import atomic_write_bytes
 from svbnn.data import MNIST_MEAN, MNIST_STD, load_mnist
 from svbnn.prediction import sample_outputs
 
-from .classifier_runs import classifier_spec, fit_classifier, load_images, load_trained
-from .classifiers import SEED_UQ, build_classifier
+from .classifier_runs import (
+    build_on_device,
+    classifier_spec,
+    fit_classifier,
+    load_images,
+    load_trained,
+)
+from .classifiers import SEED_UQ
 from .common import RunConfig, derive_seed
 from .files import atomic_savefig, read_csv, read_settings, write_csv
 from .mnist import MNIST_DEFAULTS, MNIST_QUICK
@@ -116,9 +122,7 @@ def _train_here(
         How it was obtained: training information, sizes and the checkpoint.
     """
     spec = classifier_spec(cfg, method, "mlp")
-    model, info = build_classifier(
-        spec, int(data[0].shape[0]), torch.Generator().manual_seed(spec.seed)
-    )
+    model, info = build_on_device(spec, int(data[0].shape[0]))
     ckpt_dir = cfg.out / "checkpoints"
     fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book)
     meta = {
@@ -165,6 +169,7 @@ def _uq_models(cfg: RunConfig, source: Path | None) -> tuple[dict[str, nn.Module
         )
         if found is not None:
             models[method], origins[method] = found
+            models[method].to(cfg.device)
             origins[method]["origin"] = "reused"
             continue
         if data is None:
@@ -240,6 +245,7 @@ def _save_overlays(
     report=lambda out: report_mnist_uq(out),
     defaults=UQ_DEFAULTS,
     quick={**MNIST_QUICK, "uq_draws": 10},
+    options=("device",),
     group="real-data",
     # With the mnist artifact's SVBNN checkpoint in place: AGP, 400 epochs at 5.0 s.
     timing=Timing(quick_s=8.4, full_s=2000.0),
@@ -252,14 +258,14 @@ def mnist_uq(cfg: RunConfig) -> dict[str, Any]:
     raw = load_mnist(data_dir_param(P))
     models, origins = _uq_models(cfg, source)
     overlays, idx = overlay_images(raw.x_test, raw.y_test, UQ_PAIRS, int(P["occurrence"]))
-    X = _normalise(overlays)
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UQ))
+    X = _normalise(overlays).to(cfg.device)
+    gen = torch.Generator(device=cfg.device).manual_seed(derive_seed(cfg.seed, SEED_UQ))
     H = int(P["uq_draws"])
-    draws = sample_outputs(models["svbnn"], X, H, generator=gen, transform="softmax")  # (H, 3, 10)
-    svbnn_p, svbnn_sd = draws.mean(0).double().numpy(), draws.std(0).double().numpy()
+    draws = sample_outputs(models["svbnn"], X, H, generator=gen, transform="softmax").cpu()
+    svbnn_p, svbnn_sd = draws.mean(0).double().numpy(), draws.std(0).double().numpy()  # (3, 10)
     with torch.no_grad():
         models["agp"].eval()
-        agp_p = torch.softmax(models["agp"](X), -1).double().numpy()
+        agp_p = torch.softmax(models["agp"](X), -1).cpu().double().numpy()
     write_csv(cfg.out / "results.csv", _uq_rows(idx, svbnn_p, svbnn_sd, agp_p))
     _save_overlays(cfg.out, raw.x_test, idx, overlays)
     return {
