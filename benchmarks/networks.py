@@ -277,7 +277,7 @@ def build_step(
     """A closure running one full training step of ``impl`` on ``net``, and its model.
 
     Every implementation uses the same optimiser (``svbnn.training.make_optimizer``: Adam,
-    torch's multi-tensor implementation), so differences come from the layers and losses.
+    torch's fused implementation), so differences come from the layers and losses.
     On another ``device`` the model is built on the CPU (the same initialisation), moved
     there with its batch, and its variational layers draw from a generator on the device.
     """
