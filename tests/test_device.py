@@ -168,10 +168,10 @@ def test_reproduce_refuses_other_devices(
 
 
 def test_device_does_not_apply_to_artifacts_without_it(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["reproduce", "uci", "--quick", "--device", "cpu"])
+    code = main(["reproduce", "fig-linear-toy", "--quick", "--device", "cpu"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "--device does not apply to uci" in err
-    assert all(name in err for name in ("table2", "mnist", "fmnist-cnn", "mnist-uq"))
+    assert code == 2 and "--device does not apply to fig-linear-toy" in err
+    assert all(name in err for name in ("table2", "mnist", "fmnist-cnn", "mnist-uq", "uci"))
 
 
 def test_the_device_reaches_the_fit_spec() -> None:

@@ -505,3 +505,20 @@ def test_mnist_uq_on_the_device_trains_or_reuses_its_models(
         cols = [header.index(f"p{c}") for c in range(10)]
         for r in rows[1:]:
             assert sum(float(r[c]) for c in cols) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_uci_on_the_device_grid_search_and_refit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_data_root(tmp_path / "data", monkeypatch)
+    out = tmp_path / "uci"
+    args = ["reproduce", "uci", "--quick", "--device", str(DEVICE), "--no-progress"]
+    assert main([*args, "--set", "datasets=wine", "--out", str(out)]) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["config"]["device"] == str(DEVICE)
+    with (out / "results.csv").open() as fh:
+        rows = [line.split(",") for line in fh.read().splitlines()]
+    header = rows[0]
+    for r in rows[1:]:
+        for col in ("test_rmse", "test_ll", "sparsity_pct"):
+            assert np.isfinite(float(r[header.index(col)])), col

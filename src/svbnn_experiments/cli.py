@@ -160,7 +160,7 @@ def _add_simulation_options(rep: argparse.ArgumentParser) -> None:
         "--device",
         metavar="{cpu,cuda,cuda:N}",
         help="where the networks train (default cpu); the simulation artifacts (table1-*, "
-        "table2, coverage, the sweeps), mnist, fmnist-cnn and mnist-uq",
+        "table2, coverage, the sweeps) and the real-data ones (mnist, fmnist-cnn, mnist-uq, uci)",
     )
     rep.add_argument(
         "--set",

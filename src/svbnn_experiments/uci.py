@@ -98,7 +98,8 @@ def _replicated_regressor(
     prior_variance: float,
     generator: torch.Generator,
 ) -> SpikeSlabMLP:
-    """``R`` replicated ``p -> hidden -> 1`` SVBNN regressors at ``lambda_opt`` for ``n`` rows.
+    """``R`` replicated ``p -> hidden -> 1`` SVBNN regressors at ``lambda_opt`` for ``n`` rows,
+    on the generator's device.
 
     Parameters
     ----------
@@ -124,6 +125,7 @@ def _replicated_regressor(
         log_prior_inclusion=mlp_log_lambda_opt(p, hidden, 1, n),
         n_replicates=R,
         generator=generator,
+        device=generator.device,
     )
 
 
@@ -165,7 +167,7 @@ def fit_replicated(
     if len(noise_std) != R:
         raise ValueError(f"need one noise sd per replicate ({R}), got {len(noise_std)}")
     model = _replicated_regressor(R, n, p, hidden, prior_variance, generator)
-    start = torch.tensor(noise_std, dtype=torch.float32).reshape(R, 1)
+    start = torch.tensor(noise_std, dtype=torch.float32, device=X.device).reshape(R, 1)
     lik = GaussianLikelihood(start, learn_noise=learn_noise)
     t0 = time.perf_counter()
     train(
@@ -184,13 +186,13 @@ def fit_replicated(
     t = time.perf_counter() - t0
     if not learn_noise:
         return model, t, np.asarray(noise_std, dtype=np.float64)
-    return model, t, torch.as_tensor(lik.noise_std).detach().reshape(R).double().numpy()
+    return model, t, torch.as_tensor(lik.noise_std).detach().reshape(R).double().cpu().numpy()
 
 
 def _predict(model: SpikeSlabMLP, X: Tensor, H: int, gen: torch.Generator) -> NDArray[Any]:
     """``f_H``: ``(R, n)`` posterior-mean predictions (standardised units)."""
     draws = sample_outputs(model, X, H, generator=gen, chunk_size=4096)  # (H, R, n, 1)
-    out: NDArray[Any] = draws.mean(0).squeeze(-1).double().numpy()
+    out: NDArray[Any] = draws.mean(0).squeeze(-1).double().cpu().numpy()
     return out
 
 
@@ -261,10 +263,12 @@ def _validation_stage(
             f"uci {name}: validation stage, {S} splits x {G} sigma_eps = {S * G} replicates,"
             f" n = {val.n_train}, {common['epochs']} epochs"
         )
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 0))
+    gen = torch.Generator(device=cfg.device).manual_seed(
+        derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 0)
+    )
     model, t_val, _ = fit_replicated(Xv, yv, noise, generator=gen, **common)
     rmse_std = _validation_rmse(model, val, G, int(cfg.params["n_predict"]), cfg.seed)
-    sp = sparsity(model).double().numpy().reshape(S, G)
+    sp = sparsity(model).double().cpu().numpy().reshape(S, G)
     best = rmse_std.argmin(axis=1)
     chosen = np.asarray(grid)[best]
     info["validation_train_s"] = t_val
@@ -280,12 +284,12 @@ def _validation_rmse(
     Replicate ``s * G + g`` of ``model`` is split ``s`` fitted at grid value ``g``; ``H``
     draws per replicate, from the generator derived from ``seed``.
     """
-    pgen = torch.Generator().manual_seed(
+    pgen = torch.Generator(device=val.X_test.device).manual_seed(
         derive_seed(seed, SEED_UCI_PREDICT, _dataset_code(val.name), 0)
     )
     S = len(val.splits)
     pred = _predict(model, val.X_test.repeat_interleave(G, 0), H, pgen).reshape(S, G, -1)
-    target = val.y_test_std.double().numpy()[:, None, :]
+    target = val.y_test_std.double().cpu().numpy()[:, None, :]
     mask = np.broadcast_to(val.test_mask[:, None, :], pred.shape)
     return _masked_rmse(pred, target, mask)
 
@@ -367,12 +371,16 @@ def _final_stage(
             f"uci {name}: final fits, {S} splits, n = {full.n_train}, {epochs} epochs, "
             f"sigma_eps = {[float(c) for c in chosen]}"
         )
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 1))
+    gen = torch.Generator(device=cfg.device).manual_seed(
+        derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 1)
+    )
     model, t_fit, chosen = fit_replicated(
         full.X_train, full.y_train, [float(c) for c in chosen], generator=gen, **common
     )
     t0 = time.perf_counter()
-    pgen = torch.Generator().manual_seed(derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 1))
+    pgen = torch.Generator(device=cfg.device).manual_seed(
+        derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 1)
+    )
     metrics = _test_metrics(model, full, chosen, int(cfg.params["n_predict"]), pgen)
     info["final_train_s"] = t_fit
     info["eval_s"] = time.perf_counter() - t0
@@ -407,7 +415,7 @@ def _test_metrics(
         ``rmse`` (original units), ``rmse_std``, ``ll``, ``sparsity``, ``density``, ``y_std``.
     """
     draws_std = sample_outputs(model, full.X_test, H, generator=gen, chunk_size=4096)
-    draws_std_np = draws_std.squeeze(-1).double().numpy()  # (H, S, n_test)
+    draws_std_np = draws_std.squeeze(-1).double().cpu().numpy()  # (H, S, n_test)
     y_mean = np.array([st.y_mean for st in full.stats])
     y_std = np.array([st.y_std for st in full.stats])
     draws = draws_std_np * y_std[None, :, None] + y_mean[None, :, None]
@@ -416,8 +424,8 @@ def _test_metrics(
         "rmse": _masked_rmse(pred, full.y_test, full.test_mask),
         "rmse_std": _masked_rmse(pred, full.y_test, full.test_mask) / y_std,
         "ll": _test_loglik(draws, full.y_test, full.test_mask, chosen * y_std),
-        "sparsity": sparsity(model).double().numpy(),
-        "density": density(model, 0.5).double().numpy(),
+        "sparsity": sparsity(model).double().cpu().numpy(),
+        "density": density(model, 0.5).double().cpu().numpy(),
         "y_std": y_std,
     }
 
@@ -480,6 +488,8 @@ def run_dataset(
         val_fraction=float(P["val_fraction"]) if len(grid) > 1 and not learn else None,
         seed=cfg.seed,
     )
+    # The networks train where the data are: the splits' tensors go to the device once.
+    full, val = full.to(cfg.device), (val.to(cfg.device) if val is not None else None)
     info: dict[str, Any] = {
         "splits": full.splits,
         "n_train": full.n_train,
@@ -518,6 +528,7 @@ def _check(cfg: RunConfig) -> None:
     report=report_uci,
     defaults=UCI_DEFAULTS,
     quick=UCI_QUICK,
+    options=("device",),
     group="real-data",
     # Full run measured: 33 min wall with 1 thread and nice 5 beside other jobs (2 cores).
     timing=Timing(quick_s=9.1, full_s=1999.0, full_measured=True),

@@ -5,7 +5,7 @@ validation problems (see :mod:`svbnn_experiments.uci`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -65,6 +65,16 @@ class UCIProblem:
     @property
     def n_train(self) -> int:
         return int(self.X_train.shape[1])
+
+    def to(self, device: str | torch.device) -> UCIProblem:
+        """The same problem with its tensors on ``device`` (the numpy arrays stay)."""
+        return replace(
+            self,
+            X_train=self.X_train.to(device),
+            y_train=self.y_train.to(device),
+            X_test=self.X_test.to(device),
+            y_test_std=self.y_test_std.to(device),
+        )
 
     @property
     def p(self) -> int:
