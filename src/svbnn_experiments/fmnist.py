@@ -72,7 +72,8 @@ def report_fmnist(out: Path) -> None:
             f"FC 4096 -> {fc} -> 10 with ReLU; random horizontal flips; Adam, minibatch 1024, "
             "learning rate 1e-3 (150 epochs in the paper). SVBNN uses spike-and-slab "
             "convolutions; VBNN Gaussian ones. The paper shows curves only: SVBNN's accuracy "
-            "rises as its sparsity falls, VBNN overfits after about 80 epochs.",
+            "rises with the epochs and then falls as its sparsity goes down; VBNN overfits "
+            "after about 80 epochs.",
             curve_table(rows, None),
             "![accuracy and sparsity by epoch](fmnist_accuracy.png)",
             "## By epoch\n\n" + per_epoch_table(rows),
