@@ -17,6 +17,7 @@ there), not a GPU check.
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import os
 import subprocess
@@ -456,6 +457,11 @@ def test_reproduce_table2_quick_on_the_device(tmp_path: Path) -> None:
     assert len(rows) > 1 and "nan" not in rows[1].lower()
 
 
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
 @pytest.mark.parametrize(("artifact", "methods"), [("mnist", "svbnn,agp"), ("fmnist-cnn", "svbnn")])
 def test_real_data_artifact_trains_and_resumes_on_the_device(
     artifact: str, methods: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -472,13 +478,9 @@ def test_real_data_artifact_trains_and_resumes_on_the_device(
     assert settings["config"]["device"] == str(DEVICE)
     names = methods.split(",")
     assert all(settings["runs"][m]["resumed_from"] == 1 for m in names)
-    with (out / "results.csv").open() as fh:
-        rows = [line.split(",") for line in fh.read().splitlines()]
-    header, body = rows[0], rows[1:]
-    got = [(r[header.index("method")], r[header.index("epoch")]) for r in body]
-    assert got == [(m, e) for m in names for e in ("1", "2")]
-    acc = [float(r[header.index("test_acc")]) for r in body]
-    assert all(0.0 <= a <= 100.0 for a in acc)
+    body = _csv_rows(out / "results.csv")
+    assert [(r["method"], r["epoch"]) for r in body] == [(m, e) for m in names for e in ("1", "2")]
+    assert all(0.0 <= float(r["test_acc"]) <= 100.0 for r in body)
     for m in names:
         state = load_checkpoint(out / "checkpoints" / f"{m}.pt")
         assert state["epoch"] == 2
@@ -499,12 +501,8 @@ def test_mnist_uq_on_the_device_trains_or_reuses_its_models(
         assert main(["reproduce", "mnist-uq", *common, "--out", str(out), *extra]) == 0
         settings = json.loads((out / "settings.json").read_text())
         assert {v["origin"] for v in settings["models"].values()} == {origin}
-        with (out / "results.csv").open() as fh:
-            rows = [line.split(",") for line in fh.read().splitlines()]
-        header = rows[0]
-        cols = [header.index(f"p{c}") for c in range(10)]
-        for r in rows[1:]:
-            assert sum(float(r[c]) for c in cols) == pytest.approx(1.0, abs=1e-5)
+        for r in _csv_rows(out / "results.csv"):
+            assert sum(float(r[f"p{c}"]) for c in range(10)) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_uci_on_the_device_grid_search_and_refit(
@@ -516,9 +514,6 @@ def test_uci_on_the_device_grid_search_and_refit(
     assert main([*args, "--set", "datasets=wine", "--out", str(out)]) == 0
     settings = json.loads((out / "settings.json").read_text())
     assert settings["config"]["device"] == str(DEVICE)
-    with (out / "results.csv").open() as fh:
-        rows = [line.split(",") for line in fh.read().splitlines()]
-    header = rows[0]
-    for r in rows[1:]:
+    for r in _csv_rows(out / "results.csv"):
         for col in ("test_rmse", "test_ll", "sparsity_pct"):
-            assert np.isfinite(float(r[header.index(col)])), col
+            assert np.isfinite(float(r[col])), col
