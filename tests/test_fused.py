@@ -242,7 +242,7 @@ def _eager_whole_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(fn.__name__)
         return lambda *tensors: fn(*tensors, *static)
 
-    monkeypatch.setattr(fused, "use_whole_network", lambda numel: True)
+    monkeypatch.setattr(fused, "use_whole_network", lambda *_: True)
     monkeypatch.setattr(fused, "whole_network_kernel", kernel)
     return calls
 
@@ -257,7 +257,14 @@ class _OtherGaussian(GaussianLikelihood):
 
 @pytest.mark.parametrize(
     ("R", "whole"),
-    [(None, None), (2, None), (None, "mlp_draw_forward"), (None, "mlp_negative_elbo")],
+    [
+        (None, None),
+        (2, None),
+        (None, "mlp_draw_forward"),
+        (None, "mlp_negative_elbo"),
+        (2, "mlp_draw_forward"),
+        (2, "mlp_negative_elbo"),
+    ],
 )
 def test_fused_mlp_step_equals_manual_autograd(
     monkeypatch: pytest.MonkeyPatch, R: int | None, whole: str | None
@@ -313,38 +320,47 @@ def test_fused_mlp_step_equals_manual_autograd(
 
 @pytest.mark.parametrize("kind", ["gaussian", "categorical"])
 @pytest.mark.parametrize("kl_weight", [1.0, 0.25])
+@pytest.mark.parametrize("R", [None, 3])
 def test_whole_step_graph_equals_the_general_path(
-    monkeypatch: pytest.MonkeyPatch, kind: str, kl_weight: float
+    monkeypatch: pytest.MonkeyPatch, kind: str, kl_weight: float, R: int | None
 ) -> None:
     # negative_elbo's one-graph path (mlp_negative_elbo, eagerly) against the general one
     # (model forward, then the likelihood) from the same generator state: same draw, so
-    # the same loss, nll, kl and gradients up to rounding.
+    # the same loss, nll, kl and gradients up to rounding; for one network and for R
+    # replicates (per-replicate loss, nll and kl).
     out = 1 if kind == "gaussian" else 3
     model = SpikeSlabMLP(
-        5, (4,), out, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+        5,
+        (4,),
+        out,
+        n_replicates=R,
+        generator=torch.Generator().manual_seed(0),
+        dtype=torch.float64,
     )
     set_generator(model, torch.Generator().manual_seed(1))
     twin = copy.deepcopy(model)
     g = torch.Generator().manual_seed(2)
-    x = torch.randn(16, 5, generator=g, dtype=torch.float64)
+    lead = () if R is None else (R,)
+    x = torch.randn(*lead, 16, 5, generator=g, dtype=torch.float64)
     if kind == "gaussian":
         lik: torch.nn.Module = GaussianLikelihood(0.7)
-        y = torch.randn(16, generator=g, dtype=torch.float64)
+        y = torch.randn(*lead, 16, generator=g, dtype=torch.float64)
     else:
         lik = CategoricalLikelihood()
-        y = torch.randint(0, 3, (16,), generator=g)
+        y = torch.randint(0, 3, (*lead, 16), generator=g)
     calls = _eager_whole_network(monkeypatch)
     fast = negative_elbo(model, lik, x, y, n_train=50, kl_weight=kl_weight)
     assert calls == ["mlp_negative_elbo"]
     monkeypatch.setattr(SpikeSlabMLP, "fused_negative_elbo", lambda *_: None)
     general = negative_elbo(twin, lik, x, y, n_train=50, kl_weight=kl_weight)
     assert calls == ["mlp_negative_elbo", "mlp_draw_forward"]
+    assert general[0].shape == lead
     # loss = nll + w KL / n, with the unweighted KL / n reported.
     torch.testing.assert_close(general[0], general[1] + kl_weight * general[2], rtol=1e-12, atol=0)
     for a, b in zip(fast, general, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    fast[0].backward()
-    general[0].backward()
+    fast[0].sum().backward()
+    general[0].sum().backward()
     for p, q in zip(model.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12)
 
@@ -367,6 +383,24 @@ def test_whole_step_graph_steps_aside_where_it_does_not_apply(
     )
     assert "mlp_negative_elbo" not in calls and calls[0] == "mlp_draw_forward"
     assert torch.isfinite(loss).all() and torch.allclose(loss.detach(), nll + kl)
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_replicated_input_of_the_wrong_shape_is_named(
+    monkeypatch: pytest.MonkeyPatch, whole: bool
+) -> None:
+    # A replicated network fed another number of replicates or inputs: the one-graph path
+    # steps aside, and the layers' path names what it expected.
+    model = SpikeSlabMLP(5, (4,), 1, n_replicates=2, generator=torch.Generator().manual_seed(0))
+    calls = _eager_whole_network(monkeypatch) if whole else []
+    for shape in [(3, 8, 5), (8, 5)]:
+        with pytest.raises(ValueError, match="replicated (network|layer) expects input"):
+            negative_elbo(
+                model, GaussianLikelihood(), torch.zeros(shape), torch.zeros(shape[:-1]), 8
+            )
+    with pytest.raises(RuntimeError):
+        negative_elbo(model, GaussianLikelihood(), torch.zeros(2, 8, 6), torch.zeros(2, 8), 8)
+    assert calls == []
 
 
 def test_cached_kl_is_used_once_and_only_while_parameters_are_unchanged(

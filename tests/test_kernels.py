@@ -24,7 +24,10 @@ class _OtherGaussian(GaussianLikelihood):
 
 
 def _grads(
-    backend: str, fused: bool, likelihood: type[GaussianLikelihood] = GaussianLikelihood
+    backend: str,
+    fused: bool,
+    likelihood: type[GaussianLikelihood] = GaussianLikelihood,
+    replicates: int | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     K.set_backend(backend)
     try:
@@ -33,16 +36,18 @@ def _grads(
             (5, 4),
             1,
             fused=fused,
+            n_replicates=replicates,
             generator=torch.Generator().manual_seed(0),
             dtype=torch.float64,
             log_prior_inclusion=-7.0,
         )
         set_generator(model, torch.Generator().manual_seed(1))
         g = torch.Generator().manual_seed(2)
-        x = torch.randn(16, 6, generator=g, dtype=torch.float64)
-        y = torch.randn(16, generator=g, dtype=torch.float64)
+        lead = () if replicates is None else (replicates,)
+        x = torch.randn(*lead, 16, 6, generator=g, dtype=torch.float64)
+        y = torch.randn(*lead, 16, generator=g, dtype=torch.float64)
         loss, _, _ = negative_elbo(model, likelihood(), x, y, n_train=100)
-        loss.backward()
+        loss.sum().backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
     finally:
         K.set_backend("eager")
@@ -65,18 +70,19 @@ def test_compiled_backend_matches_eager(fused: bool, monkeypatch: pytest.MonkeyP
 
 @pytest.mark.slow
 @pytest.mark.parametrize("likelihood", [GaussianLikelihood, _OtherGaussian])
+@pytest.mark.parametrize("replicates", [None, 3])
 def test_auto_backend_whole_network_matches_eager(
-    monkeypatch: pytest.MonkeyPatch, likelihood: type[GaussianLikelihood]
+    monkeypatch: pytest.MonkeyPatch, likelihood: type[GaussianLikelihood], replicates: int | None
 ) -> None:
     # "auto" runs a small MLP's negative ELBO (mlp_negative_elbo), or with a likelihood it
-    # does not know its training forward (mlp_draw_forward), as one compiled graph; the
-    # same formulas run eagerly when forced on.
-    loss_c, grads_c = _grads("auto", True, likelihood)
-    monkeypatch.setattr(engine, "use_whole_network", lambda numel: True)
+    # does not know its training forward (mlp_draw_forward), as one compiled graph, for
+    # one network or for replicates; the same formulas run eagerly when forced on.
+    loss_c, grads_c = _grads("auto", True, likelihood, replicates)
+    monkeypatch.setattr(engine, "use_whole_network", lambda *_: True)
     monkeypatch.setattr(
         engine, "whole_network_kernel", lambda fn, *static: lambda *t: fn(*t, *static)
     )
-    loss_e, grads_e = _grads("eager", True, likelihood)
+    loss_e, grads_e = _grads("eager", True, likelihood, replicates)
     torch.testing.assert_close(loss_c, loss_e, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_c, grads_e, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -286,10 +286,24 @@ def _fused_kl_ok(layers: list[SpikeSlabLinear]) -> bool:
 def _flat_mlp_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
     # One matrix input, every layer with a bias, a known activation, and no hooks that
     # running the modules one by one would have called.
+    return x.dim() == 2 and layers[0].n_replicates is None and _plain_layers_ok(model, layers)
+
+
+def _replicated_input_ok(x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
+    # (R, m, p) for R replicates: any other shape takes the layers' path, which says why
+    # it does not fit.
+    first = layers[0]
     return (
-        x.dim() == 2
-        and layers[0].n_replicates is None
-        and model.activation in ACTIVATIONS
+        x.dim() == 3
+        and first.n_replicates is not None
+        and x.shape[0] == first.n_replicates
+        and x.shape[2] == first.in_features
+    )
+
+
+def _plain_layers_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
+    return (
+        model.activation in ACTIVATIONS
         and all(layer.has_bias for layer in layers)
         and not any(
             m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
@@ -301,11 +315,13 @@ def _flat_mlp_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) 
 
 
 def _whole_network_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
-    return (
-        use_whole_network(model.mu.numel())
-        and _fused_kl_ok(layers)
-        and _flat_mlp_ok(model, x, layers)
+    replicated = layers[0].n_replicates is not None
+    shape_ok = (
+        _replicated_input_ok(x, layers) and _plain_layers_ok(model, layers)
+        if replicated
+        else _flat_mlp_ok(model, x, layers)
     )
+    return use_whole_network(model.mu.numel()) and _fused_kl_ok(layers) and shape_ok
 
 
 def _kl_key(model: SpikeSlabMLP) -> tuple[Any, ...]:
@@ -417,8 +433,9 @@ class FusedEngine:
     ) -> tuple[Tensor, Tensor, Tensor] | None:
         """One-draw :func:`svbnn.training.negative_elbo` as one compiled graph with the
         likelihood, where the ``auto`` backend runs this network's training forward as one
-        graph: ``(loss, nll, kl / n)``, scalars. ``x`` ``(m, p)``, ``y`` ``(m,)``.
-        ``None`` where that does not apply (see :meth:`SpikeSlabMLP.fused_negative_elbo`).
+        graph: ``(loss, nll, kl / n)``, scalars, or ``(R,)`` for R replicates. ``x``
+        ``(m, p)`` and ``y`` ``(m,)``, or ``(R, m, p)`` and ``(R, m)``. ``None`` where that
+        does not apply (see :meth:`SpikeSlabMLP.fused_negative_elbo`).
         """
         mu = model._parameters.get("mu")
         if mu is None or not use_whole_network(mu.numel()):
@@ -430,9 +447,7 @@ class FusedEngine:
         kind, var = spec
         layers = model.layers()
         if not (
-            y.dim() == 1
-            and x.dim() == 2
-            and y.shape[0] == x.shape[0]
+            y.shape == x.shape[:-1]
             and _draw_ok(model, layers)
             and _whole_network_ok(model, x, layers)
         ):

@@ -150,18 +150,18 @@ class VariationalContainer(nn.Module):
         likelihood : object
             The likelihood (``log_prob(output, target) -> (..., m)``).
         x : Tensor
-            ``(m, ...)`` inputs.
+            ``(m, ...)`` inputs, or ``(R, m, ...)`` for a replicated model.
         y : Tensor
-            ``(m,)`` targets.
+            ``(m,)`` targets, or ``(R, m)``.
         n_train : float
             The training-set size the KL is spread over (``n / w`` for a KL weight ``w``).
 
         Returns
         -------
         (loss, nll, kl) : tuple of Tensor, or None
-            Scalars: ``loss = nll + KL / n_train`` (differentiable), ``nll`` and
-            ``KL / n_train`` detached. ``None`` (the default): no fused path, use the
-            general one.
+            Scalars (``(R,)`` for R replicates): ``loss = nll + KL / n_train``
+            (differentiable), ``nll`` and ``KL / n_train`` detached. ``None`` (the
+            default): no fused path, use the general one.
         """
         return None
 

@@ -541,9 +541,10 @@ class SpikeSlabMLP(VariationalContainer):
         """The whole one-draw negative ELBO as one compiled graph, where the ``auto``
         kernel backend (:func:`svbnn.kernel_backend`) runs this network's training step
         as one graph: a small network, sampling with the Gumbel sampler, gradients on,
-        ``x`` ``(m, p)`` and ``y`` ``(m,)``, and a likelihood whose ``fused_spec`` knows
-        it (Gaussian with a float noise and one output, or categorical). ``None``
-        otherwise. See :meth:`VariationalContainer.fused_negative_elbo`.
+        ``x`` ``(m, p)`` and ``y`` ``(m,)`` (replicated: ``(R, m, p)`` and ``(R, m)``),
+        and a likelihood whose ``fused_spec`` knows it (Gaussian with a float noise and one
+        output, or categorical). ``None`` otherwise. See
+        :meth:`VariationalContainer.fused_negative_elbo`.
         """
         return self._fused.negative_elbo(self, likelihood, x, y, n_train)
 
