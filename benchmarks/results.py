@@ -122,7 +122,9 @@ def _speed_targets(
     train: dict[str, dict[str, Timing]], nets: dict[str, NetSpec], bt_ok: bool
 ) -> list[Target]:
     """The step-time targets: SVBNN against a dense step per profile, and its speedup over
-    the reference implementation and bayesian-torch on MNIST."""
+    the reference implementation and bayesian-torch on MNIST. The step-time ratios and the
+    bayesian-torch speedup are issue 17's (MNIST <= 1.5x, Simulation II and UCI <= 1.6x,
+    bayesian-torch / SVBNN >= 1.3x)."""
 
     def ratio(key: str, num: str, den: str) -> float | None:
         res = train.get(key, {})
@@ -138,7 +140,7 @@ def _speed_targets(
             limit,
             profile=key,
         )
-        for key, limit in (("mnist", 1.5), ("sim2", 2.0), ("uci", 2.0))
+        for key, limit in (("mnist", 1.5), ("sim2", 1.6), ("uci", 1.6))
     ]
     targets.append(
         Target(
@@ -152,7 +154,7 @@ def _speed_targets(
     bt = ratio("mnist", BAYESIAN_TORCH, SVBNN)
     bt_note = "" if bt_ok else f"bayesian-torch not importable: `{BT_INSTALL}`"
     targets.append(
-        Target("SVBNN speedup over bayesian-torch, MNIST", bt, ">=", 2.0, bt_note, profile="mnist")
+        Target("SVBNN speedup over bayesian-torch, MNIST", bt, ">=", 1.3, bt_note, profile="mnist")
     )
     return targets
 

@@ -42,8 +42,10 @@ __all__ = [
     "backend",
     "backend_scope",
     "kernels",
+    "layer_views",
     "log_softplus",
     "mlp_draw_forward",
+    "mlp_layers",
     "mlp_negative_elbo",
     "set_backend",
     "use_compiled",
@@ -401,8 +403,8 @@ def mlp_draw_forward(
     ``hard + soft - soft.detach()``, so the forward sees exactly the hard gate and autograd
     the relaxed one. Compiled, the forward and the backward become one generated graph each
     (matrix products as BLAS calls), which removes the per-operation cost that dominates
-    networks of a few thousand parameters. Layer ``i`` is ``theta[..., start_i:end_i]`` as
-    an ``(out, in + 1)`` matrix with the bias in the last column.
+    networks of a few thousand parameters. The layers read the drawn weights as
+    :func:`layer_views` says.
     """
     u, eps = counter_noise(mu, seed)
     sigma = F.softplus(rho)
@@ -411,31 +413,49 @@ def mlp_draw_forward(
     hard = (u > torch.sigmoid(-alpha)).to(mu.dtype)
     theta = (hard + (soft - soft.detach())) * slab_w
     kl = kl_sum_forward(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0)
-    return _layers_forward(theta, x, shapes, activation), kl
+    hs = mlp_layers(theta, x, shapes, activation)
+    return (hs[-1].transpose(1, 2) if theta.dim() == 2 else hs[-1]), kl
 
 
-def _layers_forward(
-    theta: Tensor, x: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
-) -> Tensor:
-    """The layers of :func:`mlp_draw_forward` on drawn flat weights: ``theta`` ``(T,)`` and
-    ``x`` ``(m, p)``, or replicated ``(R, T)`` and ``(R, m, p)``. Replicates run
-    feature-major, as the layers' own path does (``h = W h`` with ``h`` of shape
-    ``(R, features, m)``, see ``run_feature_major``), and return ``(R, m, out)``."""
-    replicated = theta.dim() == 2
-    h = x.transpose(1, 2) if replicated else x
+def layer_views(theta: Tensor, shapes: tuple[tuple[int, int], ...]) -> list[tuple[Tensor, Tensor]]:
+    """Each layer's weight and bias as views of flat weights (or of their gradient).
+
+    Layer ``i`` is ``theta[..., start_i:end_i]`` as an ``(out, in + 1)`` matrix with the
+    bias in the last column: ``(W (out, in), b (out,))`` for ``theta`` ``(T,)``, and
+    ``(W (R, out, in), b (R, out, 1))`` for replicates, ``(R, T)``. BLAS reads ``W`` with
+    its row stride ``in + 1`` without a copy."""
+    views = []
     start = 0
-    for i, (n_out, n_in) in enumerate(shapes):
+    for n_out, n_in in shapes:
         chunk = theta[..., start : start + n_out * (n_in + 1)]
         start += n_out * (n_in + 1)
-        if replicated:
+        if theta.dim() == 2:
             wb = chunk.view(-1, n_out, n_in + 1)
-            h = torch.baddbmm(wb[..., n_in:], wb[..., :n_in], h)
+            views.append((wb[..., :n_in], wb[..., n_in:]))
         else:
             wb = chunk.view(n_out, n_in + 1)
-            h = torch.addmm(wb[:, n_in], h, wb[:, :n_in].t())
-        if i < len(shapes) - 1:
-            h = activate(h, activation)
-    return h.transpose(1, 2) if replicated else h
+            views.append((wb[:, :n_in], wb[:, n_in]))
+    return views
+
+
+def mlp_layers(
+    theta: Tensor, x: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
+) -> list[Tensor]:
+    """A fully connected network on flat weights (:func:`layer_views`): the input, every
+    hidden activation and the output, ``[h_0, ..., h_L]``.
+
+    ``theta`` ``(T,)`` and ``x`` ``(m, p)``: ``h_i`` ``(m, width_i)``. Replicated,
+    ``(R, T)`` and ``(R, m, p)``: feature-major, ``h_i`` ``(R, width_i, m)`` with
+    ``h_0 = x^T``, as the layers' own path runs replicates (``h = W h``; BLAS is several
+    times faster on it for narrow layers, see ``run_feature_major``).
+    """
+    replicated = theta.dim() == 2
+    hs = [x.transpose(1, 2) if replicated else x]
+    views = layer_views(theta, shapes)
+    for i, (w, b) in enumerate(views):
+        h = torch.baddbmm(b, w, hs[-1]) if replicated else torch.addmm(b, hs[-1], w.t())
+        hs.append(activate(h, activation) if i < len(views) - 1 else h)
+    return hs
 
 
 def mlp_negative_elbo(

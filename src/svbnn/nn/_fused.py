@@ -28,11 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from .._kernels import (
-    activate,
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
+    layer_views,
     mlp_draw_forward,
+    mlp_layers,
     mlp_negative_elbo,
     use_compiled,
     use_whole_network,
@@ -164,17 +165,19 @@ class FlatMLP(torch.autograd.Function):
     """A whole fully connected network on flat weights ``theta``: its gradient is written
     straight into one flat buffer.
 
-    Layer ``i`` reads ``theta[start_i:end_i]`` as an ``(out, in + 1)`` matrix (bias in the
-    last column) without copying (BLAS takes the row stride ``in + 1``); the backward
-    copies each layer's weight gradient (and writes its bias gradient) into its rows of the
-    flat gradient. Through ``split`` and per-layer views, autograd would instead zero-fill
-    a padded copy of every weight gradient and concatenate them (three extra passes over
-    the parameters; about 3 ms of a profiled MNIST step).
+    Each layer reads its rows of ``theta`` as a weight matrix and a bias without copying
+    (:func:`~svbnn._kernels.layer_views`); the backward copies each layer's weight gradient
+    (and writes its bias gradient) into the same views of the flat gradient. Through
+    ``split`` and per-layer views, autograd would instead zero-fill a padded copy of every
+    weight gradient and concatenate them (three extra passes over the parameters; about
+    3 ms of a profiled MNIST step), and a replicated network would run its layers as
+    modules, one autograd node per operation.
 
     Notes
     -----
-    Shapes: ``theta`` ``(T,)``, ``x`` ``(m, in)``, output ``(m, out)``; ``shapes`` the
-    layers' ``(out, in)``.
+    Shapes: ``theta`` ``(T,)``, ``x`` ``(m, in)``, output ``(m, out)``; replicated
+    ``(R, T)``, ``(R, m, in)`` and ``(R, m, out)``, the layers run feature-major
+    (:func:`~svbnn._kernels.mlp_layers`). ``shapes``: the layers' ``(out, in)``.
     """
 
     @staticmethod
@@ -185,46 +188,40 @@ class FlatMLP(torch.autograd.Function):
         shapes: tuple[tuple[int, int], ...],
         activation: str,
     ) -> Tensor:
-        hs = [x]
-        weights = []
-        start = 0
-        for i, (n_out, n_in) in enumerate(shapes):
-            wb = theta[start : start + n_out * (n_in + 1)].view(n_out, n_in + 1)
-            start += n_out * (n_in + 1)
-            weights.append(wb[:, :n_in])
-            h = torch.addmm(wb[:, n_in], hs[-1], weights[-1].t())
-            hs.append(activate(h, activation) if i < len(shapes) - 1 else h)
+        hs = mlp_layers(theta, x, shapes, activation)
         ctx.shapes = shapes
         ctx.activation = activation
-        ctx.weights = weights  # views of theta, which nothing modifies in place
         ctx.save_for_backward(theta, *hs[:-1])
-        return hs[-1]
+        return hs[-1].transpose(1, 2) if theta.dim() == 2 else hs[-1]
 
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
-        theta, *hs = ctx.saved_tensors  # theta: its version is checked, not read
-        shapes = ctx.shapes
+        theta, *hs = ctx.saved_tensors
+        replicated = theta.dim() == 2
+        weights = layer_views(theta, ctx.shapes)
         grad = torch.empty_like(theta)
-        ends = []
-        end = 0
-        for n_out, n_in in shapes:
-            end += n_out * (n_in + 1)
-            ends.append(end)
+        grads = layer_views(grad, ctx.shapes)
+        if replicated:
+            g = g.transpose(1, 2)  # feature-major, (R, out, m)
         g_x = None
-        for i in range(len(shapes) - 1, -1, -1):
-            n_out, n_in = shapes[i]
-            gwb = grad[ends[i] - n_out * (n_in + 1) : ends[i]].view(n_out, n_in + 1)
+        for i in range(len(weights) - 1, -1, -1):
+            g_w, g_b = grads[i]
             # Into a contiguous product and copied: MKL writes an output of row stride
-            # n_in + 1 slower than the copy costs (measured, 512 x 784 from batch 256:
+            # in + 1 slower than the copy costs (measured, 512 x 784 from batch 256:
             # 2.71 against 2.49 ms).
-            gwb[:, :n_in].copy_(torch.mm(g.t(), hs[i]))
-            torch.sum(g, 0, out=gwb[:, n_in])
+            if replicated:
+                g_w.copy_(torch.bmm(g, hs[i].transpose(1, 2)))
+                torch.sum(g, -1, keepdim=True, out=g_b)
+            else:
+                g_w.copy_(torch.mm(g.t(), hs[i]))
+                torch.sum(g, 0, out=g_b)
             if i > 0 or ctx.needs_input_grad[1]:
-                g = g @ ctx.weights[i]
+                w = weights[i][0]
+                g = torch.bmm(w.transpose(1, 2), g) if replicated else g @ w
                 if i > 0:
                     g = activation_grad(g, hs[i], ctx.activation)
                 else:
-                    g_x = g
+                    g_x = g.transpose(1, 2) if replicated else g
         return grad, g_x, None, None
 
 
@@ -284,9 +281,13 @@ def _fused_kl_ok(layers: list[SpikeSlabLinear]) -> bool:
 
 
 def _flat_mlp_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
-    # One matrix input, every layer with a bias, a known activation, and no hooks that
-    # running the modules one by one would have called.
-    return x.dim() == 2 and layers[0].n_replicates is None and _plain_layers_ok(model, layers)
+    # One matrix input (or (R, m, p) for R replicates), every layer with a bias, a known
+    # activation, and no hooks that running the modules one by one would have called.
+    if layers[0].n_replicates is None:
+        shape_ok = x.dim() == 2
+    else:
+        shape_ok = _replicated_input_ok(x, layers)
+    return shape_ok and _plain_layers_ok(model, layers)
 
 
 def _replicated_input_ok(x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
@@ -315,13 +316,11 @@ def _plain_layers_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool
 
 
 def _whole_network_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
-    replicated = layers[0].n_replicates is not None
-    shape_ok = (
-        _replicated_input_ok(x, layers) and _plain_layers_ok(model, layers)
-        if replicated
-        else _flat_mlp_ok(model, x, layers)
+    return (
+        use_whole_network(model.mu.numel())
+        and _fused_kl_ok(layers)
+        and _flat_mlp_ok(model, x, layers)
     )
-    return use_whole_network(model.mu.numel()) and _fused_kl_ok(layers) and shape_ok
 
 
 def _kl_key(model: SpikeSlabMLP) -> tuple[Any, ...]:
