@@ -121,8 +121,14 @@ def test_ctrl_c_while_the_cluster_starts_is_not_lost() -> None:
         raise AssertionError("the start must stop at the interrupt")
 
     fake = types.SimpleNamespace(LocalCluster=FakeCluster, Client=no_client)
-    with pytest.raises(KeyboardInterrupt):
-        engine_mod._start_local_cluster(fake, 2)
+    # Python's own Ctrl-C handler, as in a terminal: a process started in the background of
+    # a non-interactive shell inherits SIGINT ignored, and Python then installs none.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine_mod._start_local_cluster(fake, 2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_the_worker_preload_ignores_sigint() -> None:
