@@ -284,7 +284,7 @@ def _breakdown_section(report: Report, nets: list[NetSpec]) -> list[str]:
     md.append(
         f"With `--kernels auto` the step of a network under {AUTO_MIN_NUMEL:,} parameters "
         "runs its draw, KL, layers and likelihood as one compiled graph "
-        "(`svbnn._kernels.mlp_negative_elbo`); for those networks the pieces above are "
+        "(`svbnn._network_graph.mlp_negative_elbo`); for those networks the pieces above are "
         "the eager kernels of the other path. Larger networks (MNIST) run the pieces as "
         "timed: the draw + KL function compiled. The memory floor row is what any draw + "
         "KL function must move (read the 3 parameter arrays and write the weights; read "

@@ -11,8 +11,8 @@ computes:
 * :class:`FlatMLP`: the network on the flat weights, writing its weight gradient straight
   into one flat buffer;
 * under the ``auto`` backend, small networks run their whole training forward
-  (:func:`~svbnn._kernels.mlp_draw_forward`), or their whole negative ELBO with the
-  likelihood (:func:`~svbnn._kernels.mlp_negative_elbo`), as one compiled graph.
+  (:func:`~svbnn._network_graph.mlp_draw_forward`), or their whole negative ELBO with the
+  likelihood (:func:`~svbnn._network_graph.mlp_negative_elbo`), as one compiled graph.
 
 :class:`FusedEngine` decides which of these applies and holds their caches (the KL computed
 with the draw, ``log(lambda)`` and ``log(1 - lambda)``, the ELBO's scale tensor). Every path
@@ -31,12 +31,14 @@ from .._kernels import (
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
+    use_compiled,
+    use_whole_network,
+)
+from .._network_graph import (
     layer_views,
     mlp_draw_forward,
     mlp_layers,
     mlp_negative_elbo,
-    use_compiled,
-    use_whole_network,
     whole_network_kernel,
 )
 from ..objectives import spike_slab_kl
@@ -166,7 +168,7 @@ class FlatMLP(torch.autograd.Function):
     straight into one flat buffer.
 
     Each layer reads its rows of ``theta`` as a weight matrix and a bias without copying
-    (:func:`~svbnn._kernels.layer_views`); the backward copies each layer's weight gradient
+    (:func:`~svbnn._network_graph.layer_views`); the backward copies each layer's weight gradient
     (and writes its bias gradient) into the same views of the flat gradient. Through
     ``split`` and per-layer views, autograd would instead zero-fill a padded copy of every
     weight gradient and concatenate them (three extra passes over the parameters; about
@@ -177,7 +179,7 @@ class FlatMLP(torch.autograd.Function):
     -----
     Shapes: ``theta`` ``(T,)``, ``x`` ``(m, in)``, output ``(m, out)``; replicated
     ``(R, T)``, ``(R, m, in)`` and ``(R, m, out)``, the layers run feature-major
-    (:func:`~svbnn._kernels.mlp_layers`). ``shapes``: the layers' ``(out, in)``.
+    (:func:`~svbnn._network_graph.mlp_layers`). ``shapes``: the layers' ``(out, in)``.
     """
 
     @staticmethod
@@ -492,7 +494,7 @@ class FusedEngine:
     ) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
         """The tensors ``(mu, rho, alpha, seed, log_lam, log_1mlam)`` and the static
         arguments ``(shapes, activation, log_sigma0, var0, tau)`` of
-        :func:`~svbnn._kernels.mlp_draw_forward`; draws the seed."""
+        :func:`~svbnn._network_graph.mlp_draw_forward`; draws the seed."""
         first = layers[0]
         log_lam, log_1mlam = self._log_lams(model, key)
         seed = _counter_seed(model, first)
