@@ -62,7 +62,7 @@ class Backend(str, Enum):
     alone, :func:`~svbnn._network_graph.mlp_draw_forward`), which pays that overhead once
     for the whole network (measured, UCI network 8-50-1, batch 128: training step 0.45 ms,
     against 0.60 with the forward alone as a graph and 0.76 with the eager kernels; 20
-    replicates of it, 10,020 parameters, batch 128: 0.81 times the eager kernels' step).
+    replicates of it, 10,020 parameters, batch 128: 0.81-0.83 times the eager kernels' step).
     """
 
     EAGER = "eager"
