@@ -78,8 +78,7 @@ def mlp_draw_forward(
     hard = (u > torch.sigmoid(-alpha)).to(mu.dtype)
     theta = (hard + (soft - soft.detach())) * slab_w
     kl = kl_sum_forward(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0)
-    hs = mlp_layers(theta, x, shapes, activation)
-    return (hs[-1].transpose(1, 2) if theta.dim() == 2 else hs[-1]), kl
+    return mlp_layers(theta, x, shapes, activation)[1], kl
 
 
 def layer_views(theta: Tensor, shapes: tuple[tuple[int, int], ...]) -> list[tuple[Tensor, Tensor]]:
@@ -105,22 +104,25 @@ def layer_views(theta: Tensor, shapes: tuple[tuple[int, int], ...]) -> list[tupl
 
 def mlp_layers(
     theta: Tensor, x: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
-) -> list[Tensor]:
-    """A fully connected network on flat weights (:func:`layer_views`): the input, every
-    hidden activation and the output, ``[h_0, ..., h_L]``.
+) -> tuple[list[Tensor], Tensor]:
+    """A fully connected network on flat weights (:func:`layer_views`): the input and every
+    hidden activation, ``[h_0, ..., h_{L-1}]`` (what a backward needs), and the output.
 
-    ``theta`` ``(T,)`` and ``x`` ``(m, p)``: ``h_i`` ``(m, width_i)``. Replicated,
-    ``(R, T)`` and ``(R, m, p)``: feature-major, ``h_i`` ``(R, width_i, m)`` with
-    ``h_0 = x^T``, as the layers' own path runs replicates (``h = W h``; BLAS is several
-    times faster on it for narrow layers, see ``run_feature_major``).
+    ``theta`` ``(T,)`` and ``x`` ``(m, p)``: ``h_i`` ``(m, width_i)``, output ``(m, out)``.
+    Replicated, ``(R, T)`` and ``(R, m, p)``: the layers run feature-major, ``h_i``
+    ``(R, width_i, m)`` with ``h_0 = x^T``, as the layers' own path runs replicates
+    (``h = W h``; BLAS is several times faster on it for narrow layers, see
+    ``run_feature_major``); the output is ``(R, m, out)``.
     """
     replicated = theta.dim() == 2
     hs = [x.transpose(1, 2) if replicated else x]
     views = layer_views(theta, shapes)
     for i, (w, b) in enumerate(views):
         h = torch.baddbmm(b, w, hs[-1]) if replicated else torch.addmm(b, hs[-1], w.t())
-        hs.append(activate(h, activation) if i < len(views) - 1 else h)
-    return hs
+        if i == len(views) - 1:
+            return hs, (h.transpose(1, 2) if replicated else h)
+        hs.append(activate(h, activation))
+    raise ValueError("a network needs at least one layer")
 
 
 def mlp_negative_elbo(

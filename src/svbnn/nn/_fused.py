@@ -190,11 +190,11 @@ class FlatMLP(torch.autograd.Function):
         shapes: tuple[tuple[int, int], ...],
         activation: str,
     ) -> Tensor:
-        hs = mlp_layers(theta, x, shapes, activation)
+        hs, out = mlp_layers(theta, x, shapes, activation)
         ctx.shapes = shapes
         ctx.activation = activation
-        ctx.save_for_backward(theta, *hs[:-1])
-        return hs[-1].transpose(1, 2) if theta.dim() == 2 else hs[-1]
+        ctx.save_for_backward(theta, *hs)
+        return out
 
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
@@ -296,12 +296,7 @@ def _replicated_input_ok(x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
     # (R, m, p) for R replicates: any other shape takes the layers' path, which says why
     # it does not fit.
     first = layers[0]
-    return (
-        x.dim() == 3
-        and first.n_replicates is not None
-        and x.shape[0] == first.n_replicates
-        and x.shape[2] == first.in_features
-    )
+    return x.dim() == 3 and x.shape[0] == first.n_replicates and x.shape[2] == first.in_features
 
 
 def _plain_layers_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
