@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._kernel_math import counter_noise
-from ._kernels import kl_sum_forward
+from ._kernels import COMPILE_OPTIONS, kl_sum_forward
 
 __all__ = [
     "activate",
@@ -197,5 +197,5 @@ def whole_network_kernel(fn: Callable[..., Any], *static: Any) -> Callable[..., 
 
         code = bound.__code__.replace()  # a new code object: a new compile cache
         copy = types.FunctionType(code, bound.__globals__, fn.__name__, None, bound.__closure__)
-        compiled = _WHOLE_NETWORK[key] = torch.compile(copy, dynamic=False)
+        compiled = _WHOLE_NETWORK[key] = torch.compile(copy, dynamic=False, options=COMPILE_OPTIONS)
     return compiled
