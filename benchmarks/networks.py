@@ -219,7 +219,7 @@ def _svbnn_step(net: NetSpec, x: Tensor, y: Tensor, gen: torch.Generator) -> tup
     def step() -> None:
         loss, _, _ = negative_elbo(model, lik, x, y, net.n_train)
         opt.zero_grad(set_to_none=True)
-        loss.sum().backward()
+        loss.backward()  # a scalar, as svbnn.training.train backpropagates it
         opt.step()
 
     return step, model
@@ -320,7 +320,7 @@ def build_replicate_step(
         def step() -> None:
             loss, _, _ = negative_elbo(model, lik, X[idx], y[idx], n)
             opt.zero_grad(set_to_none=True)
-            loss.sum().backward()
+            loss.backward()
             opt.step()
 
     else:

