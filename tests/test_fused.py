@@ -200,6 +200,68 @@ def test_fused_draw_and_kl_match_autograd_of_the_reference(
     assert abs(float((theta != 0).double().mean() - phi.mean())) < 5 * se + 1e-12
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_compiled_backward_overwrites_its_factors_only_when_the_graph_is_let_go(
+    monkeypatch: pytest.MonkeyPatch, split: bool
+) -> None:
+    # The compiled path's backward writes the gradients over its saved factors unless the
+    # graph is kept: then (here: the KL backpropagated first with retain_graph, the draw
+    # after) the second backward reads the factors again and must find them intact. The
+    # compiled kernels' formulas run eagerly; the flag each backward got is recorded.
+    flags: list[bool] = []
+
+    def backward(*args: Any) -> tuple[torch.Tensor, ...]:
+        flags.append(bool(args[-1]))
+        out: tuple[torch.Tensor, ...] = K.fused_backward(*args)
+        return out
+
+    monkeypatch.setattr(
+        fused, "kernels", lambda compiled=None: {**K._EAGER, "fused_backward": backward}
+    )
+    shape = (900,)
+    lam = torch.tensor(-5.0, dtype=torch.float64)
+    consts = (lam, torch.log(-torch.expm1(lam)))
+    seed = torch.tensor([3, 4], dtype=torch.int32)
+    g_theta = torch.randn(shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+
+    def grads(compiled: bool) -> list[torch.Tensor]:
+        mu, rho, alpha = _params(shape)
+        theta, kl = fused.FusedGumbelKL.apply(
+            mu, rho, alpha, *consts, (seed,), 0.5, 0.5 * math.log(2.0), compiled
+        )
+        if split and compiled:
+            (0.25 * kl).backward(retain_graph=True)
+            (theta * g_theta).sum().backward()
+        else:
+            ((theta * g_theta).sum() + 0.25 * kl).backward()
+        return [t.grad for t in (mu, rho, alpha)]  # type: ignore[misc]
+
+    expected = grads(False)  # eager: never overwrites
+    assert flags == [False]
+    got = grads(True)
+    assert flags[1:] == ([False, True] if split else [True])  # the last backward lets go
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-15)
+
+
+def test_backward_into_factors_returns_the_factors_holding_the_gradients() -> None:
+    args = [t.detach() for t in _params((500,))]
+    out = K.fused_forward(
+        *args, torch.tensor([1, 2], dtype=torch.int32), torch.tensor(-4.0).double(),
+        torch.log(-torch.expm1(torch.tensor(-4.0).double())), 0.3, 2.0, 0.5,
+    )  # fmt: skip
+    theta, _, *factors = out
+    g = torch.randn(500, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    g_kl = torch.tensor(0.1, dtype=torch.float64)
+    fresh = K.fused_backward(g, g_kl, theta, *factors)
+    into = K.fused_backward(g, g_kl, theta, *[f.clone() for f in factors], True)
+    kept = K.fused_backward(g, g_kl, theta, *factors, True)
+    assert all(a is b for a, b in zip(kept, factors[2:], strict=True))
+    for a, b, c in zip(fresh, into, kept, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+        torch.testing.assert_close(c, a, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("tau", [0.5, 1.0, 0.3])
 def test_fused_forward_is_finite_at_extreme_parameters(tau: float) -> None:
     # float32, inclusion logits and slab scales far out in both tails: every output and

@@ -148,8 +148,22 @@ class FusedGumbelKL(torch.autograd.Function):
             g_theta = torch.zeros(shape, dtype=saved[0].dtype, device=saved[0].device)
         if g_kl is None:
             g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
-        grads = kernels(ctx.compiled)["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved)
+        # Compiled, the saved factors become the gradients (one loop storing into what it
+        # reads), unless this graph is kept for another backward (retain_graph,
+        # create_graph: e.g. the KL and the likelihood backpropagated separately), which
+        # reads them again. Eager, that would be one more pass, so never.
+        into_factors = ctx.compiled and not _graph_is_kept()
+        grads = kernels(ctx.compiled)["fused_backward"](
+            g_theta, g_kl.unsqueeze(-1), *saved, into_factors
+        )
         return (*grads, None, None, None, None, None, None)
+
+
+def _graph_is_kept() -> bool:
+    """Whether the running backward keeps its graph (``retain_graph`` or ``create_graph``).
+    A private torch function tells; without it, assume kept (nothing is overwritten)."""
+    keep = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if keep is None else bool(keep())
 
 
 def activation_grad(g: Tensor, out: Tensor, name: str) -> Tensor:
