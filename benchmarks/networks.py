@@ -216,10 +216,10 @@ def _svbnn_step(net: NetSpec, x: Tensor, y: Tensor, gen: torch.Generator) -> tup
     )
     opt = make_optimizer(model.parameters(), "adam", net.lr)
 
-    def step() -> None:
-        loss, _, _ = negative_elbo(model, lik, x, y, net.n_train)
+    def step() -> None:  # as svbnn.training.train steps
         opt.zero_grad(set_to_none=True)
-        loss.backward()  # a scalar, as svbnn.training.train backpropagates it
+        loss, _, _ = negative_elbo(model, lik, x, y, net.n_train)
+        loss.backward()
         opt.step()
 
     return step, model
@@ -318,8 +318,8 @@ def build_replicate_step(
         idx = torch.randperm(n, generator=gen)[:m]
 
         def step() -> None:
-            loss, _, _ = negative_elbo(model, lik, X[idx], y[idx], n)
             opt.zero_grad(set_to_none=True)
+            loss, _, _ = negative_elbo(model, lik, X[idx], y[idx], n)
             loss.backward()
             opt.step()
 
@@ -335,8 +335,8 @@ def build_replicate_step(
         def step() -> None:
             xb = X_rows.index_select(0, flat_idx).view(R, m, -1)
             yb = y_rows.index_select(0, flat_idx).view(R, m)
-            loss, _, _ = negative_elbo(model, lik, xb, yb, n)
             opt.zero_grad(set_to_none=True)
+            loss, _, _ = negative_elbo(model, lik, xb, yb, n)
             loss.sum().backward()
             opt.step()
 
