@@ -52,25 +52,26 @@ def fused_forward_log_sigma(
     log_lam: Tensor,
     log_1mlam: Tensor,
     log_sigma0: float,
-    var0: float,
-    tau: float,
+    prec0: float,
+    inv_tau: float,
 ) -> tuple[Tensor, ...]:
-    """:func:`fused_forward` with ``sigma = exp(rho)``, for ``tau = 0.5`` (the paper's):
-    the same outputs, ``r_fac = eps sigma`` and ``kl_rho = phi (sigma^2 / var0 - 1)``."""
-    if tau != 0.5:
+    """:func:`fused_forward` with ``sigma = exp(rho)``, for ``tau = 0.5`` (the paper's;
+    ``prec0 = 1 / sigma_0^2``, ``inv_tau = 1 / tau``, as the library kernel takes them):
+    the same outputs, ``r_fac = eps sigma`` and ``kl_rho = phi (prec0 sigma^2 - 1)``."""
+    if inv_tau != 2.0:
         raise ValueError("the prototype is written for tau = 0.5")
     u, eps = counter_noise(mu, seed)
     sigma = _exp(rho)
     sp_alpha, log_phi, phi, one_m_phi = _softplus_parts(alpha)
     slab_w = mu + sigma * eps
     theta = torch.where(u > one_m_phi, slab_w, torch.zeros_like(mu))
-    slab = _slab_kl(mu, sigma, rho, log_sigma0, var0)
+    slab = _slab_kl(mu, sigma, rho, log_sigma0, prec0)
     kl = phi * (log_phi - log_lam) + one_m_phi * (-sp_alpha - log_1mlam) + phi * slab
     a = phi * u
     b = one_m_phi * (1.0 - u)
     ab = (a * b) / (a * a + b * b)
     a_fac = slab_w * (ab * ab) * 2.0
-    phi_v = phi * (1.0 / var0)
+    phi_v = phi * prec0
     kl_rho = phi_v * sigma * sigma - phi
     kl_alpha = phi * one_m_phi * (alpha - log_lam + log_1mlam + slab)
     return theta, kl.sum(-1), a_fac, eps * sigma, phi_v * mu, kl_rho, kl_alpha
@@ -94,8 +95,8 @@ def _arguments(numel: int, log_sigma: bool) -> tuple[Any, ...]:
         torch.tensor(-16.5),
         torch.tensor(-6.8e-8),
         0.5 * math.log(var0),
-        var0,
-        0.5,
+        1.0 / var0,
+        2.0,  # 1 / tau
     )
 
 

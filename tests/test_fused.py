@@ -130,7 +130,7 @@ def test_float32_fused_forward_matches_float64_formulas() -> None:
     seed = torch.tensor([21, -4], dtype=torch.int32)
     lam = torch.tensor(-6.0)
     log_1mlam = torch.log(-torch.expm1(lam))
-    out = K.fused_forward(mu, rho, alpha, seed, lam, log_1mlam, 0.25, math.exp(0.5), 0.5)
+    out = K.fused_forward(mu, rho, alpha, seed, lam, log_1mlam, 0.25, math.exp(-0.5), 2.0)
     u, eps = counter_noise(mu, seed)
     m, r, a = (t.double().requires_grad_() for t in (mu, rho, alpha))
     ref_theta = (u.double() > torch.sigmoid(-a)) * (m + torch.nn.functional.softplus(r) * eps)
@@ -248,7 +248,7 @@ def test_backward_into_factors_returns_the_factors_holding_the_gradients() -> No
     args = [t.detach() for t in _params((500,))]
     out = K.fused_forward(
         *args, torch.tensor([1, 2], dtype=torch.int32), torch.tensor(-4.0).double(),
-        torch.log(-torch.expm1(torch.tensor(-4.0).double())), 0.3, 2.0, 0.5,
+        torch.log(-torch.expm1(torch.tensor(-4.0).double())), 0.3, 0.5, 2.0,
     )  # fmt: skip
     theta, _, *factors = out
     g = torch.randn(500, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
@@ -271,7 +271,7 @@ def test_fused_forward_is_finite_at_extreme_parameters(tau: float) -> None:
     mu = torch.linspace(-3, 3, alpha.numel())
     out = K.fused_forward(
         mu, rho, alpha, torch.tensor([5, 6], dtype=torch.int32),
-        torch.tensor(-5.0), torch.log(-torch.expm1(torch.tensor(-5.0))), 0.0, 1.0, tau,
+        torch.tensor(-5.0), torch.log(-torch.expm1(torch.tensor(-5.0))), 0.0, 1.0, 1.0 / tau,
     )  # fmt: skip
     for t in out:
         assert bool(torch.isfinite(t).all())

@@ -140,7 +140,8 @@ def test_compiled_float32_fused_forward_matches_eager() -> None:
     mu, rho, alpha = (torch.randn(n, generator=g) * s + c for s, c in ((0.1, 0), (2, -4), (3, 0)))
     rho[:4] = torch.tensor([-120.0, -30.0, 0.0, 40.0])
     args = (torch.tensor([3, 4], dtype=torch.int32), torch.tensor(-4.0), torch.tensor(-0.0183))
-    eager = K.fused_forward(mu, rho, alpha, *args, 0.1, 1.5, 0.5)
-    compiled = torch.compile(K.fused_forward, dynamic=True)(mu, rho, alpha, *args, 0.1, 1.5, 0.5)
+    consts = (0.1, 1.0 / 1.5, 2.0)  # log sigma_0, 1 / sigma_0^2, 1 / tau
+    eager = K.fused_forward(mu, rho, alpha, *args, *consts)
+    compiled = torch.compile(K.fused_forward, dynamic=True)(mu, rho, alpha, *args, *consts)
     for a, b in zip(compiled, eager, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

@@ -117,14 +117,15 @@ def gumbel_forward(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tenso
 
 
 def gumbel_forward_saving(
-    mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
+    mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, inv_tau: float
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
-    """Eager forward that also returns what :func:`gumbel_backward_saved` needs."""
+    """Eager forward that also returns what :func:`gumbel_backward_saved` needs
+    (``inv_tau = 1 / tau``)."""
     slab = torch.addcmul(mu, F.softplus(rho), eps)
     eta = alpha + torch.logit(u)
     hard = eta > 0
-    soft = torch.sigmoid(eta / tau)
-    return slab * hard, (hard, slab, eps * torch.sigmoid(rho), soft * (1.0 - soft) / tau)
+    soft = torch.sigmoid(eta * inv_tau)
+    return slab * hard, (hard, slab, eps * torch.sigmoid(rho), soft * (1.0 - soft) * inv_tau)
 
 
 def gumbel_backward_saved(grad: Tensor, saved: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
@@ -135,16 +136,17 @@ def gumbel_backward_saved(grad: Tensor, saved: tuple[Tensor, ...]) -> tuple[Tens
 
 
 def gumbel_backward(
-    grad: Tensor, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
+    grad: Tensor, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, inv_tau: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Straight-through gradients: hard gate forward, ``sigmoid(eta / tau)`` backward."""
+    """Straight-through gradients: hard gate forward, ``sigmoid(eta / tau)`` backward
+    (``inv_tau = 1 / tau``)."""
     eta = alpha + (torch.log(u) - torch.log1p(-u))
     hard = (eta > 0).to(grad.dtype)
-    soft = torch.sigmoid(eta / tau)
+    soft = torch.sigmoid(eta * inv_tau)
     slab = mu + F.softplus(rho) * eps
     g_mu = grad * hard
     g_rho = g_mu * eps * torch.sigmoid(rho)
-    g_alpha = grad * slab * soft * (1.0 - soft) / tau
+    g_alpha = grad * slab * soft * (1.0 - soft) * inv_tau
     return g_mu, g_rho, g_alpha
 
 
@@ -155,14 +157,22 @@ def kl_forward(
     log_lam: Tensor,
     log_1mlam: Tensor,
     log_sigma0: float,
-    var0: float,
+    prec0: float,
 ) -> Tensor:
-    """Elementwise spike-and-slab KL (DESIGN section 1), in log space."""
+    """Elementwise spike-and-slab KL (DESIGN section 1), in log space.
+
+    ``prec0`` is the slab prior's precision ``1 / sigma_0^2``; every kernel here takes it,
+    and ``1 / tau`` for the temperature, rather than the variance and ``tau``. Compiled,
+    one symbolic-shape graph serves every size, so the constants are runtime scalars and
+    ``x / sigma_0^2`` a vector division per element where ``x * prec0`` is a product
+    (measured, the compiled :func:`kl_backward` on 2,122,122 parameters, 1 thread, 41
+    interleaved rounds: 0.93 [0.89-1.04] of the time; outputs the same bit for bit at
+    ``sigma_0^2 = 2``, ``tau = 0.5``, whose reciprocals are exact)."""
     sigma = F.softplus(rho)
     phi = torch.sigmoid(alpha)
     log_phi = F.logsigmoid(alpha)
     log_1mphi = F.logsigmoid(-alpha)
-    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, var0)
+    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, prec0)
     return phi * (log_phi - log_lam) + (1.0 - phi) * (log_1mphi - log_1mlam) + phi * slab
 
 
@@ -173,10 +183,10 @@ def kl_sum_forward(
     log_lam: Tensor,
     log_1mlam: Tensor,
     log_sigma0: float,
-    var0: float,
+    prec0: float,
 ) -> Tensor:
     """KL summed over the last dimension (callers pass ``(-1,)`` or ``(R, -1)`` views)."""
-    return kl_forward(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0).sum(-1)
+    return kl_forward(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0).sum(-1)
 
 
 def kl_forward_saving(
@@ -186,12 +196,12 @@ def kl_forward_saving(
     log_lam: Tensor,
     log_1mlam: Tensor,
     log_sigma0: float,
-    var0: float,
+    prec0: float,
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
     """Eager KL summed over the last dimension, plus what :func:`kl_backward_saved` needs."""
     sigma = F.softplus(rho)
     phi = torch.sigmoid(alpha)
-    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, var0)
+    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, prec0)
     kl = (
         phi * (F.logsigmoid(alpha) - log_lam)
         + (1.0 - phi) * (F.logsigmoid(-alpha) - log_1mlam)
@@ -199,8 +209,8 @@ def kl_forward_saving(
     )
     # d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab]
     d_alpha = phi * (1.0 - phi) * (alpha + (slab - log_lam + log_1mlam))
-    d_mu = phi * mu / var0
-    d_rho = phi * (sigma / var0 - 1.0 / sigma) * torch.sigmoid(rho)
+    d_mu = phi * mu * prec0
+    d_rho = phi * (sigma * prec0 - 1.0 / sigma) * torch.sigmoid(rho)
     return kl.sum(-1), (d_mu, d_rho, d_alpha)
 
 
@@ -217,27 +227,25 @@ def kl_backward(
     log_lam: Tensor,
     log_1mlam: Tensor,
     log_sigma0: float,
-    var0: float,
+    prec0: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Analytic gradient of the elementwise KL times ``grad`` (broadcastable)."""
     sigma = F.softplus(rho)
     phi = torch.sigmoid(alpha)
-    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, var0)
+    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, prec0)
     g_phi = grad * phi
     # d/dalpha: phi (1 - phi) [logit(phi) - logit(lambda) + slab]
     g_alpha = g_phi * (1.0 - phi) * (alpha - log_lam + log_1mlam + slab)
-    g_mu = g_phi * mu / var0
-    g_rho = g_phi * (sigma / var0 - 1.0 / sigma) * torch.sigmoid(rho)
+    g_mu = g_phi * mu * prec0
+    g_rho = g_phi * (sigma * prec0 - 1.0 / sigma) * torch.sigmoid(rho)
     return g_mu, g_rho, g_alpha
 
 
 # ------------------------------------------------------------------ fused draw + KL
 def _slab_kl(
-    mu: Tensor, sigma: Tensor, log_sigma: Tensor, log_sigma0: float, var0: float
+    mu: Tensor, sigma: Tensor, log_sigma: Tensor, log_sigma0: float, prec0: float
 ) -> Tensor:
-    # Times the reciprocal: compiled, a division by a runtime scalar is a vector division
-    # per element, several times a multiplication's cost.
-    return log_sigma0 - log_sigma + (sigma * sigma + mu * mu) * (0.5 / var0) - 0.5
+    return log_sigma0 - log_sigma + (sigma * sigma + mu * mu) * (0.5 * prec0) - 0.5
 
 
 def fused_forward(
@@ -248,11 +256,14 @@ def fused_forward(
     log_lam: Tensor,
     log_1mlam: Tensor,
     log_sigma0: float,
-    var0: float,
-    tau: float,
+    prec0: float,
+    inv_tau: float,
 ) -> tuple[Tensor, ...]:
     """One loop: Gumbel straight-through weights, the KL summed over dim -1, and the
     elementwise factors of both gradients.
+
+    ``prec0 = 1 / sigma_0^2`` and ``inv_tau = 1 / tau``, as every kernel here takes them
+    (see :func:`kl_forward`).
 
     Returns ``(theta, kl, a_fac, r_fac, kl_mu, kl_rho, kl_alpha)``:
     ``theta = 1[alpha + logit(u) > 0] (mu + sigma eps)`` with the counter noise, ``kl`` of
@@ -275,7 +286,7 @@ def fused_forward(
     # instead of 0 * inf.
     tiny = rho < -20.0
     sigma_or_1 = torch.where(tiny, 1.0, sigma)
-    slab = _slab_kl(mu, sigma, torch.where(tiny, rho, _log(sigma_or_1)), log_sigma0, var0)
+    slab = _slab_kl(mu, sigma, torch.where(tiny, rho, _log(sigma_or_1)), log_sigma0, prec0)
     # log(1 - phi) = log sigmoid(-alpha) = -softplus(alpha)
     kl = phi * (log_phi - log_lam) + one_m_phi * (-sp_alpha - log_1mlam) + phi * slab
     # Straight-through: d theta / d alpha through the relaxed gate s = sigmoid(eta / tau),
@@ -286,7 +297,7 @@ def fused_forward(
     # Other k: the same from r = min(a, b) / max(a, b), q = r^k, as q / (1 + q)^2.
     a = phi * u
     b = one_m_phi * (1.0 - u)
-    k = 1.0 / tau
+    k = inv_tau
     if k == 2.0:
         ab = (a * b) / (a * a + b * b)
         s1ms = ab * ab
@@ -297,7 +308,7 @@ def fused_forward(
         s1ms = q / ((1.0 + q) * (1.0 + q))
     a_fac = slab_w * s1ms * k
     # KL derivatives; d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab].
-    phi_v = phi * (1.0 / var0)
+    phi_v = phi * prec0
     kl_mu = phi_v * mu
     kl_rho = phi_v * sigma * d_sigma - phi * torch.where(
         tiny, 1.0 - 0.5 * d_sigma, d_sigma / sigma_or_1
@@ -346,8 +357,8 @@ def fused_forward_given_noise(
     log_lam: Tensor,
     log_1mlam: Tensor,
     log_sigma0: float,
-    var0: float,
-    tau: float,
+    prec0: float,
+    inv_tau: float,
 ) -> tuple[Tensor, ...]:
     """:func:`fused_forward` for given noise ``u``, ``eps`` (torch's generator), written for
     eager execution: as few operations as the formulas allow, since on small networks each
@@ -359,19 +370,19 @@ def fused_forward_given_noise(
     eta = alpha + torch.logit(u)
     slab_w = torch.addcmul(mu, sigma, eps)
     theta = slab_w * (eta > 0)
-    soft = torch.sigmoid(eta / tau)
-    a_fac = slab_w * (soft - soft * soft) / tau
+    soft = torch.sigmoid(eta * inv_tau)
+    a_fac = slab_w * (soft - soft * soft) * inv_tau
     # slab KL = log(sigma0 / sigma) + (sigma^2 + mu^2) / (2 sigma0^2) - 1/2; its constant
     # log(sigma0) - 1/2 joins -logit(lambda) in a scalar c.
     logit_lam = log_lam - log_1mlam
     c = (log_sigma0 - 0.5) - logit_lam
-    slab_c = torch.addcmul(mu * mu, sigma, sigma) / (2.0 * var0) - log_softplus(rho, sigma) + c
+    slab_c = torch.addcmul(mu * mu, sigma, sigma) * (0.5 * prec0) - log_softplus(rho, sigma) + c
     # Bernoulli part: phi log(phi/lambda) + (1 - phi) log((1 - phi)/(1 - lambda))
     #   = -H(phi) - phi logit(lambda) - log(1 - lambda),
     # with the entropy H(phi) = BCE(alpha, phi), one fused (and stable) operation.
     entropy = F.binary_cross_entropy_with_logits(alpha, phi, reduction="none")
     kl = (phi * slab_c - entropy).sum(-1) - log_1mlam.squeeze(-1) * mu.shape[-1]
-    phi_v = phi / var0
+    phi_v = phi * prec0
     kl_mu = phi_v * mu
     kl_rho = (phi_v * sigma - phi / sigma) * d_sigma
     kl_alpha = (phi - phi * phi) * (slab_c + alpha)

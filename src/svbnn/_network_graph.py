@@ -77,7 +77,7 @@ def mlp_draw_forward(
     soft = torch.sigmoid((alpha + (torch.log(u) - torch.log1p(-u))) / tau)
     hard = (u > torch.sigmoid(-alpha)).to(mu.dtype)
     theta = (hard + (soft - soft.detach())) * slab_w
-    kl = kl_sum_forward(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0)
+    kl = kl_sum_forward(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, 1.0 / var0)
     return mlp_layers(theta, x, shapes, activation)[1], kl
 
 

@@ -57,16 +57,16 @@ class _SpikeSlabKL(torch.autograd.Function):
         log_sigma0: float,
     ) -> Tensor:
         log_1mlam = log1mexp(log_lam)
-        var0 = math.exp(2.0 * log_sigma0)
+        prec0 = math.exp(-2.0 * log_sigma0)  # the kernels take 1 / sigma_0^2
         ctx.compiled = use_compiled(mu.numel())
         if ctx.compiled:
             ctx.save_for_backward(mu, rho, alpha, log_lam, log_1mlam)
-            ctx.consts = (log_sigma0, var0)
+            ctx.consts = (log_sigma0, prec0)
             out: Tensor = kernels(True)["kl_sum_forward"](
-                mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
+                mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0
             )
             return out
-        kl, derivs = kl_forward_saving(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0)
+        kl, derivs = kl_forward_saving(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0)
         ctx.save_for_backward(*derivs)
         return kl
 
@@ -74,9 +74,9 @@ class _SpikeSlabKL(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         if ctx.compiled:
             mu, rho, alpha, log_lam, log_1mlam = ctx.saved_tensors
-            log_sigma0, var0 = ctx.consts
+            log_sigma0, prec0 = ctx.consts
             g_mu, g_rho, g_alpha = kernels(True)["kl_backward"](
-                grad.unsqueeze(-1), mu, rho, alpha, log_lam, log_1mlam, log_sigma0, var0
+                grad.unsqueeze(-1), mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0
             )
         else:
             g_mu, g_rho, g_alpha = kl_backward_saved(grad.unsqueeze(-1), ctx.saved_tensors)
@@ -125,7 +125,13 @@ def spike_slab_kl_reference(
     """Elementwise KL through plain autograd; the reference the fused version is tested against."""
     log_lam = torch.as_tensor(log_inclusion, dtype=mu.dtype, device=mu.device)
     return kl_forward(
-        mu, rho, alpha, log_lam, log1mexp(log_lam), 0.5 * math.log(prior_variance), prior_variance
+        mu,
+        rho,
+        alpha,
+        log_lam,
+        log1mexp(log_lam),
+        0.5 * math.log(prior_variance),
+        1.0 / prior_variance,
     )
 
 

@@ -83,7 +83,7 @@ class GumbelSpikeSlab(torch.autograd.Function):
             ctx.save_for_backward(*flat)
             out: Tensor = kernels(True)["gumbel_forward"](*flat).view(mu.shape)
             return out
-        w, saved = gumbel_forward_saving(mu, rho, alpha, u, eps, tau)
+        w, saved = gumbel_forward_saving(mu, rho, alpha, u, eps, 1.0 / tau)
         ctx.save_for_backward(*saved)
         return w
 
@@ -91,7 +91,9 @@ class GumbelSpikeSlab(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         if ctx.compiled:
             shape = grad.shape
-            grads = kernels(True)["gumbel_backward"](grad.reshape(-1), *ctx.saved_tensors, ctx.tau)
+            grads = kernels(True)["gumbel_backward"](
+                grad.reshape(-1), *ctx.saved_tensors, 1.0 / ctx.tau
+            )
             g_mu, g_rho, g_alpha = (g.view(shape) for g in grads)
         else:
             g_mu, g_rho, g_alpha = gumbel_backward_saved(grad, ctx.saved_tensors)
@@ -126,8 +128,8 @@ class FusedGumbelKL(torch.autograd.Function):
         log_sigma0: float,
         compiled: bool,
     ) -> tuple[Tensor, Tensor]:
-        var0 = math.exp(2.0 * log_sigma0)
-        consts = (log_lam, log_1mlam, log_sigma0, var0, tau)
+        # The kernels take 1 / sigma_0^2 and 1 / tau (see fused_forward).
+        consts = (log_lam, log_1mlam, log_sigma0, math.exp(-2.0 * log_sigma0), 1.0 / tau)
         if len(noise) == 1:
             out = kernels(compiled)["fused_forward"](mu, rho, alpha, noise[0], *consts)
         else:
