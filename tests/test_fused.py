@@ -512,6 +512,43 @@ def test_flat_mlp_gradients(activation: str) -> None:
     )
 
 
+def test_the_gradient_buffer_is_reused_only_while_no_one_keeps_it() -> None:
+    # The flat gradient goes into one array step after step, unless a previous step's
+    # gradient is still held (here: a leaf's .grad made of it), whose values must stay.
+    g = torch.Generator().manual_seed(4)
+    shapes = ((4, 3), (2, 4), (1, 2))
+    T = sum(o * (i + 1) for o, i in shapes)
+    x1, x2 = (torch.randn(5, 3, generator=g, dtype=torch.float64) for _ in range(2))
+    theta = torch.randn(T, generator=g, dtype=torch.float64, requires_grad=True)
+    buffer = fused.GradientBuffer()
+
+    def grad_of(x: torch.Tensor, buf: fused.GradientBuffer | None) -> torch.Tensor:
+        (out,) = torch.autograd.grad(
+            fused.FlatMLP.apply(theta, x, shapes, "tanh", buf).sum(), theta
+        )
+        return out
+
+    want1, want2 = grad_of(x1, None), grad_of(x2, None)
+    got1 = grad_of(x1, buffer)
+    del got1
+    array = buffer.array
+    assert array is not None
+    got2 = grad_of(x2, buffer)
+    assert buffer.array is array and got2.data_ptr() == array.data_ptr()  # reused
+    torch.testing.assert_close(got2, want2, rtol=0, atol=0)
+    del got2
+    # Held (here by a gradient hook): the next backward writes into a new array, and the
+    # held gradient keeps its values.
+    kept: list[torch.Tensor] = []
+    handle = theta.register_hook(lambda grad: kept.append(grad))
+    grad_of(x1, buffer)
+    handle.remove()
+    assert kept[0].data_ptr() == array.data_ptr()
+    grad_of(x2, buffer)
+    assert buffer.array is not array
+    torch.testing.assert_close(kept[0], want1, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 def test_flat_mlp_path_equals_the_layer_by_layer_path(activation: str) -> None:
     def run(hooked: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
