@@ -261,7 +261,9 @@ def _targets_section(report: Report) -> list[str]:
     md = ["## Targets", ""]
     trows = []
     for t in report.targets:
-        meas = "skipped" if t.measured is None else f"{t.measured:.2f}x"
+        # Three decimals: a ratio just under its threshold (1.298 against 1.3) must not
+        # read as the threshold itself next to FAIL.
+        meas = "skipped" if t.measured is None else f"{t.measured:.3f}x"
         verdict = {True: "PASS", False: "FAIL", None: "n/a"}[t.passed]
         trows.append(
             [t.name, meas, f"{t.op} {t.threshold:g}x", verdict + (f" ({t.note})" if t.note else "")]
