@@ -15,7 +15,9 @@ graph serves every layer shape). A :class:`~svbnn.nn.SpikeSlabMLP` training step
 draws every weight of the network and computes the KL and the elementwise factors of both
 gradients in one function, :func:`fused_forward` (compiled, counter-based noise) or
 :func:`fused_forward_given_noise` (eager, torch's generator), and applies them in
-:func:`fused_backward`.
+:func:`fused_backward`. With one torch thread, the compiled :func:`fused_forward` of one
+float32 network on the CPU runs the same loop as built by the C++ compiler itself
+(:mod:`svbnn._native`), which gives inductor's outputs bit for bit in less time.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import _native
 from ._kernel_math import _log, _softplus_parts, counter_noise
 
 __all__ = [
@@ -469,4 +472,31 @@ def kernels(compiled: bool | None = None) -> dict[str, Callable[..., Any]]:
         # One symbolic-shape graph per kernel serves every layer and network size.
         for name, fn in _EAGER.items():
             _COMPILED[name] = torch.compile(fn, dynamic=True, options=COMPILE_OPTIONS)
+        _COMPILED["fused_forward"] = _with_native(_COMPILED["fused_forward"])
     return _COMPILED
+
+
+def _with_native(inductor_kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled :func:`fused_forward`: the C++ compiler's build of the same loop
+    (:mod:`svbnn._native`) where it serves the call (one network's float32 parameters on
+    the CPU, one thread), with the same outputs bit for bit, else inductor's. Measured on the
+    MNIST network's 669,706 parameters, 1 thread: 0.78 [IQR 0.74-0.94] of inductor's time
+    (15 interleaved rounds of 10 calls). ``SVBNN_NATIVE=0`` keeps inductor's everywhere."""
+
+    def fused_forward_compiled(
+        mu: Tensor,
+        rho: Tensor,
+        alpha: Tensor,
+        seed: Tensor,
+        log_lam: Tensor,
+        log_1mlam: Tensor,
+        log_sigma0: float,
+        prec0: float,
+        inv_tau: float,
+    ) -> tuple[Tensor, ...]:
+        args = (mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, prec0, inv_tau)
+        if _native.usable(mu, rho, alpha, log_lam, inv_tau):
+            return _native.fused_forward(*args)
+        return tuple(inductor_kernel(*args))
+
+    return fused_forward_compiled
