@@ -39,7 +39,9 @@ _FLAGS = [
     "-std=c++20",
     "-O3",
     "-march=native",
-    "-mprefer-vector-width=512",
+    # x86: the full width of AVX-512 where the CPU has it (GCC otherwise prefers 256 bits,
+    # measured 0.96 of inductor's time against 0.66-0.69 with 512, both contracted).
+    *(["-mprefer-vector-width=512"] if platform.machine().lower() in ("x86_64", "amd64") else []),
     "-fopenmp-simd",
     "-fno-math-errno",
     "-fno-trapping-math",
