@@ -62,17 +62,37 @@ def test_native_forward_equals_the_inductor_kernel_bit_for_bit(
         assert abs(float(kl) - float(exact)) <= 3e-5 * float(exact)
 
 
+def test_native_backward_equals_the_inductor_kernel_bit_for_bit(one_thread: None) -> None:
+    g = torch.Generator().manual_seed(5)
+    n = 100_003
+    g_theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha = (torch.randn(n, generator=g) for _ in range(6))
+    theta = torch.randn(n, generator=g) * (torch.rand(n, generator=g) < 0.3)
+    g_kl = torch.tensor([1.0 / 60_000])
+    saved = (theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha)
+    assert _native.backward_usable(g_theta, g_kl, saved)
+    inductor = torch.compile(K.fused_backward, dynamic=True, options=K.COMPILE_OPTIONS)
+    expected = inductor(g_theta, g_kl, *(t.clone() for t in saved), True)
+    copies = tuple(t.clone() for t in saved)
+    got = _native.fused_backward(g_theta, g_kl, *copies)
+    for a, b, into in zip(got, expected, copies[3:], strict=True):
+        assert torch.equal(a, b)
+        assert a.data_ptr() == into.data_ptr()  # written over the factors
+    replicated = tuple(t.view(1, n) for t in saved)
+    assert not _native.backward_usable(g_theta.view(1, n), g_kl.view(1, 1), replicated)
+
+
 def test_training_is_the_same_with_and_without_the_native_kernel(
     one_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = []
-    real = _native.fused_forward
+    calls: list[str] = []
+    for name in ("fused_forward", "fused_backward"):
+        real = getattr(_native, name)
 
-    def spy(*args: object) -> tuple[torch.Tensor, ...]:
-        calls.append(1)
-        return real(*args)  # type: ignore[arg-type]
+        def spy(*args: object, _real: object = real, _name: str = name) -> object:
+            calls.append(_name)
+            return _real(*args)  # type: ignore[operator]
 
-    monkeypatch.setattr(_native, "fused_forward", spy)
+        monkeypatch.setattr(_native, name, spy)
     g = torch.Generator().manual_seed(1)
     X, y = torch.randn(64, 100, generator=g), torch.randn(64, generator=g)
     states = []
@@ -95,7 +115,8 @@ def test_training_is_the_same_with_and_without_the_native_kernel(
                 generator=gen,
             )
         states.append((model.state_dict(), hist.kl))
-        assert len(calls) == (0 if native == "0" else 6)
+        # 3 epochs of 2 steps
+        assert calls == ([] if native == "0" else ["fused_forward", "fused_backward"] * 6)
     for key, value in states[0][0].items():
         assert torch.equal(value, states[1][0][key]), key
     # Only the reported KL adds in another order.

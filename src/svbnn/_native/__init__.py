@@ -1,8 +1,9 @@
-"""The fused draw + KL forward compiled by the C++ compiler itself (float32, CPU, 1 thread).
+"""The fused draw + KL loops compiled by the C++ compiler itself (float32, CPU, 1 thread).
 
-Private. :func:`fused_forward` runs ``fused_forward.cpp`` (next to this file): the loop of
-:func:`svbnn._kernels.fused_forward`, operation for operation, that the compiler
-vectorises on its own. Its elementwise outputs are the inductor kernel's bit for bit (no
+Private. :func:`fused_forward` and :func:`fused_backward` run ``fused_forward.cpp`` (next to
+this file): the loops of :func:`svbnn._kernels.fused_forward` and
+:func:`svbnn._kernels.fused_backward`, operation for operation, that the compiler vectorises
+on its own. Their elementwise outputs are the inductor kernels' bit for bit (no
 multiply-adds are contracted, every operation rounds as torch's does), so a run is the same
 whichever of the two drew its weights; only the KL sum adds in another order (its value is
 reported, its gradient is a constant). It is faster because the compiler keeps the loop's
@@ -30,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["available", "fused_forward", "usable"]
+__all__ = ["available", "backward_usable", "fused_backward", "fused_forward", "usable"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,14 @@ def _compile() -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = _ARGTYPES
         fn.restype = ctypes.c_double
+    # g_theta, g_kl, theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha, n
+    lib.svbnn_fused_backward.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_float,
+        *([ctypes.c_void_p] * 6),
+        ctypes.c_int64,
+    ]
+    lib.svbnn_fused_backward.restype = None
     return lib
 
 
@@ -137,24 +146,42 @@ def available() -> bool:
     return _library is not None
 
 
+def _flat_float32(*tensors: Tensor) -> bool:
+    """One network's flat float32 CPU arrays: contiguous, ``(T,)`` alike, T < 2^31."""
+    first = tensors[0]
+    return (
+        os.environ.get("SVBNN_NATIVE", "1") != "0"
+        and torch.get_num_threads() == 1
+        and first.dim() == 1
+        and first.numel() < 2**31
+        and all(
+            t.device.type == "cpu"
+            and t.dtype == torch.float32
+            and t.is_contiguous()
+            and t.shape == first.shape
+            for t in tensors
+        )
+    )
+
+
 def usable(mu: Tensor, rho: Tensor, alpha: Tensor, log_lam: Tensor, inv_tau: float) -> bool:
     """Whether :func:`fused_forward` serves this call: one network's flat float32 CPU
     parameters (contiguous, ``(T,)``, fewer than 2^31), a scalar prior, ``1 / tau`` of 1
-    or 2, one torch thread (the inductor kernel splits its loop among several), and the
-    library compiled. Otherwise the inductor kernel runs, with the same results."""
+    or 2, one torch thread (the inductor kernel splits its loop among several), no
+    ``SVBNN_NATIVE=0``, and the library compiled. Otherwise the inductor kernel runs, with
+    the same results."""
     return (
-        os.environ.get("SVBNN_NATIVE", "1") != "0"
-        and inv_tau in _FUNCTIONS
-        and mu.dim() == 1
-        and mu.numel() < 2**31
+        inv_tau in _FUNCTIONS
         and log_lam.dim() == 0
-        and torch.get_num_threads() == 1
-        and all(
-            t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
-            for t in (mu, rho, alpha)
-        )
+        and _flat_float32(mu, rho, alpha)
         and available()
     )
+
+
+def backward_usable(g_theta: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...]) -> bool:
+    """Whether :func:`fused_backward` serves this call: as :func:`usable`, for the incoming
+    gradient ``g_theta`` and the six saved arrays, with one ``g_kl``."""
+    return g_kl.numel() == 1 and _flat_float32(g_theta, *saved) and available()
 
 
 def fused_forward(
@@ -189,3 +216,31 @@ def fused_forward(
     )
     theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha = outs
     return theta, mu.new_tensor(kl), a_fac, r_fac, kl_mu, kl_rho, kl_alpha
+
+
+def fused_backward(
+    g_theta: Tensor,
+    g_kl: Tensor,
+    theta: Tensor,
+    a_fac: Tensor,
+    r_fac: Tensor,
+    kl_mu: Tensor,
+    kl_rho: Tensor,
+    kl_alpha: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`svbnn._kernels.fused_backward` with ``into_factors=True`` in the compiled
+    library (where :func:`backward_usable` says so): the gradients over ``kl_mu, kl_rho,
+    kl_alpha``, which it returns."""
+    assert _library is not None
+    _library.svbnn_fused_backward(
+        g_theta.data_ptr(),
+        float(g_kl),
+        theta.data_ptr(),
+        a_fac.data_ptr(),
+        r_fac.data_ptr(),
+        kl_mu.data_ptr(),
+        kl_rho.data_ptr(),
+        kl_alpha.data_ptr(),
+        theta.numel(),
+    )
+    return kl_mu, kl_rho, kl_alpha

@@ -1,5 +1,6 @@
-// svbnn's fused draw + KL forward (svbnn._kernels.fused_forward) for float32 on the CPU, as
-// one plain loop for the C++ compiler's auto-vectoriser. svbnn._native compiles it on first
+// svbnn's fused draw + KL forward (svbnn._kernels.fused_forward) and its backward
+// (fused_backward, into the factors) for float32 on the CPU, as plain loops for the C++
+// compiler's auto-vectoriser. svbnn._native compiles it on first
 // use (-O3 -march=native -ffp-contract=off) and checks nothing here: the caller passes
 // contiguous float32 arrays of n elements and fresh outputs.
 //
@@ -158,3 +159,23 @@ double fused_forward(const float* __restrict mu, const float* __restrict rho,
 
 SVBNN_EXPORT(svbnn_fused_forward_k2, 2)
 SVBNN_EXPORT(svbnn_fused_forward_k1, 1)
+
+// svbnn._kernels.fused_backward with into_factors: the three gradients over kl_mu, kl_rho,
+// kl_alpha, as addcmul's multiply and add (each rounded).
+extern "C" void svbnn_fused_backward(const float* __restrict g_theta, float g_kl,
+                                     const float* __restrict theta, const float* __restrict a_fac,
+                                     const float* __restrict r_fac, float* __restrict kl_mu,
+                                     float* __restrict kl_rho, float* __restrict kl_alpha,
+                                     int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float g = g_theta[i];
+        float g_gate = theta[i] != 0.0f ? g : 0.0f;
+        float g_mu = g_gate + g_kl * kl_mu[i];
+        float g_rho = g_gate * r_fac[i] + g_kl * kl_rho[i];
+        float g_alpha = g * a_fac[i] + g_kl * kl_alpha[i];
+        kl_mu[i] = g_mu;
+        kl_rho[i] = g_rho;
+        kl_alpha[i] = g_alpha;
+    }
+}
