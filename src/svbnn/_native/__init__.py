@@ -150,7 +150,10 @@ def _flat_float32(*tensors: Tensor) -> bool:
     """One network's flat float32 CPU arrays: contiguous, ``(T,)`` alike, T < 2^31."""
     first = tensors[0]
     return (
-        os.environ.get("SVBNN_NATIVE", "1") != "0"
+        # Inside a caller's torch.compile the inductor kernel traces into its graph; a
+        # ctypes call would break it.
+        not torch.compiler.is_compiling()
+        and os.environ.get("SVBNN_NATIVE", "1") != "0"
         and torch.get_num_threads() == 1
         and first.dim() == 1
         and first.numel() < 2**31
@@ -167,8 +170,8 @@ def _flat_float32(*tensors: Tensor) -> bool:
 def usable(mu: Tensor, rho: Tensor, alpha: Tensor, log_lam: Tensor, inv_tau: float) -> bool:
     """Whether :func:`fused_forward` serves this call: one network's flat float32 CPU
     parameters (contiguous, ``(T,)``, fewer than 2^31), a scalar prior, ``1 / tau`` of 1
-    or 2, one torch thread (the inductor kernel splits its loop among several), no
-    ``SVBNN_NATIVE=0``, and the library compiled. Otherwise the inductor kernel runs, with
+    or 2, one torch thread (the inductor kernel splits its loop among several), outside a
+    caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled. Otherwise the inductor kernel runs, with
     the same results."""
     return (
         inv_tau in _FUNCTIONS
