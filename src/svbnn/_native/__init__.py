@@ -171,8 +171,8 @@ def usable(mu: Tensor, rho: Tensor, alpha: Tensor, log_lam: Tensor, inv_tau: flo
     """Whether :func:`fused_forward` serves this call: one network's flat float32 CPU
     parameters (contiguous, ``(T,)``, fewer than 2^31), a scalar prior, ``1 / tau`` of 1
     or 2, one torch thread (the inductor kernel splits its loop among several), outside a
-    caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled. Otherwise the inductor kernel runs, with
-    the same results."""
+    caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled. Otherwise
+    the inductor kernel runs, with the same results."""
     return (
         inv_tau in _FUNCTIONS
         and log_lam.dim() == 0
