@@ -136,7 +136,7 @@ def available() -> bool:
         if _library is None and not _failed:
             try:
                 _library = _compile()
-            except (OSError, subprocess.SubprocessError, AttributeError) as err:
+            except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as err:
                 _failed = True
                 detail = getattr(err, "stderr", "") or err
                 logger.warning(
