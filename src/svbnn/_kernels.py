@@ -482,8 +482,10 @@ def _with_native(inductor_kernel: Callable[..., Any]) -> Callable[..., Any]:
     """The compiled :func:`fused_forward`: the C++ compiler's build of the same loop
     (:mod:`svbnn._native`) where it serves the call (one network's float32 parameters on
     the CPU, one thread), with the same outputs bit for bit, else inductor's. Measured on the
-    MNIST network's 669,706 parameters, 1 thread: 0.78 [IQR 0.74-0.94] of inductor's time
-    (15 interleaved rounds of 10 calls). ``SVBNN_NATIVE=0`` keeps inductor's everywhere."""
+    MNIST network's 669,706 parameters, 1 thread, 15 interleaved rounds of 10 calls: 0.78
+    [IQR 0.74-0.94] of inductor's time with fresh outputs, 0.91 [0.74-0.96] on reused
+    memory; the training step with both native loops 0.94 (``docs/performance.md``).
+    ``SVBNN_NATIVE=0`` keeps inductor's everywhere."""
 
     def fused_forward_compiled(*args: Any) -> tuple[Tensor, ...]:
         # fused_forward's arguments: mu, rho, alpha, seed, log_lam, ..., inv_tau

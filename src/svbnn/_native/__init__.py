@@ -6,9 +6,8 @@ this file): the loops of :func:`svbnn._kernels.fused_forward` and
 on its own. Their elementwise outputs are the inductor kernels' bit for bit (no
 multiply-adds are contracted, every operation rounds as torch's does), so a run is the same
 whichever of the two drew its weights; only the KL sum adds in another order (its value is
-reported, its gradient is a constant). It is faster because the compiler keeps the loop's
-values in registers, where inductor's generated code writes every bit cast to the stack and
-reads it back (measured in ``docs/performance.md``).
+reported, its gradient is a constant). A training step of the MNIST network takes 0.94 of
+its time with the inductor kernels (``docs/performance.md``).
 
 The library is compiled on first use with ``$CXX`` (default ``c++``) into
 ``$SVBNN_CACHE_DIR`` (default ``~/.cache/svbnn``), named by a hash of the source, the
