@@ -95,7 +95,8 @@ def _header(m: dict[str, Any], bt_ok: bool, args: argparse.Namespace) -> list[st
     md = ["# svbnn benchmark", ""]
     md.append(
         f"torch {m['torch']}, **{m['threads']} thread(s)**, Python {m['python']}, "
-        f"{m['machine']}; svbnn kernels: {m['svbnn_kernels']}; "
+        f"{m['machine']}; svbnn kernels: {m['svbnn_kernels']} "
+        f"(native draw + KL loops: {m.get('native_loops', 'not recorded')}); "
         f"bayesian-torch: {m['bayesian_torch']}."
     )
     md.append(

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from svbnn import _native
 from svbnn._kernels import backend, set_backend
 
 from .breakdown import phase_breakdown, profile_misses, replicate_breakdown
@@ -199,6 +200,17 @@ def main(argv: Sequence[str] | None = None) -> Report:
     return report
 
 
+def _native_loops() -> str:
+    """Whether the compiled kernels' draw + KL loops run as svbnn._native builds them."""
+    if backend().value == "eager":
+        return "not used (eager kernels)"
+    if os.environ.get("SVBNN_NATIVE", "1") == "0":
+        return "off (SVBNN_NATIVE=0)"
+    if torch.get_num_threads() != 1:
+        return "not used (more than one thread)"
+    return "on" if _native.available() else "off (did not compile)"
+
+
 def _meta(args: argparse.Namespace, bayesian_torch: str) -> dict[str, Any]:
     """The run's settings and machine, as the report's header and the JSON's ``meta``."""
     return {
@@ -209,6 +221,7 @@ def _meta(args: argparse.Namespace, bayesian_torch: str) -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "bayesian_torch": bayesian_torch,
         "svbnn_kernels": backend().value,
+        "native_loops": _native_loops(),
         "quick": args.quick,
         "repeats": args.repeats,
         "cnn_repeats": args.cnn_repeats,
