@@ -62,6 +62,29 @@ def test_native_forward_equals_the_inductor_kernel_bit_for_bit(
         assert abs(float(kl) - float(exact)) <= 3e-5 * float(exact)
 
 
+def test_native_forward_of_replicates_equals_the_inductor_kernel_bit_for_bit(
+    one_thread: None,
+) -> None:
+    # R replicates' (R, T) rows: the counters run on across rows, the KL is one per row.
+    R, T = 3, 33_335
+    mu, rho, alpha = (t.view(R, T) for t in _parameters(R * T, 6))
+    seed = torch.tensor([77, -5], dtype=torch.int32)
+    log_lam, log_1mlam = torch.tensor(-6.0), torch.tensor(-2.5e-3)
+    args = (mu, rho, alpha, seed, log_lam, log_1mlam, 0.1, 1.0, 2.0)
+    assert _native.usable(mu, rho, alpha, log_lam, 2.0)
+    native = _native.fused_forward(*args)
+    inductor = torch.compile(K.fused_forward, dynamic=True, options=K.COMPILE_OPTIONS)(*args)
+    for i, (a, b) in enumerate(zip(native, inductor, strict=True)):
+        if i != 1:
+            assert a.shape == (R, T) and torch.equal(a, b), i
+    exact = K.kl_sum_forward(
+        mu.double(), rho.double(), alpha.double(), log_lam.double(), log_1mlam.double(), 0.1, 1.0
+    )
+    assert native[1].shape == (R,) and native[1].dtype == torch.float32
+    # float32 sums of blocks of 4096 terms, as above
+    assert torch.allclose(native[1].double(), exact, rtol=3e-5, atol=0.0)
+
+
 def test_native_backward_equals_the_inductor_kernel_bit_for_bit(one_thread: None) -> None:
     g = torch.Generator().manual_seed(5)
     n = 100_003
@@ -77,8 +100,17 @@ def test_native_backward_equals_the_inductor_kernel_bit_for_bit(one_thread: None
     for a, b, into in zip(got, expected, copies[3:], strict=True):
         assert torch.equal(a, b)
         assert a.data_ptr() == into.data_ptr()  # written over the factors
-    replicated = tuple(t.view(1, n) for t in saved)
-    assert not _native.backward_usable(g_theta.view(1, n), g_kl.view(1, 1), replicated)
+    # R replicates, each row with its own KL gradient; autograd's may be expanded.
+    R = 7
+    rows = tuple(t[: n - n % R].view(R, -1) for t in (g_theta, *saved))
+    g_kls = torch.arange(1.0, R + 1).view(R, 1) / 3000.0
+    assert _native.backward_usable(rows[0], g_kls, rows[1:])
+    assert not _native.backward_usable(rows[0], g_kl, rows[1:])  # one g_kl for R rows
+    for g_rows in (g_kls, torch.tensor(2e-4).expand(R, 1)):
+        expected = inductor(rows[0], g_rows, *(t.clone() for t in rows[1:]), True)
+        got = _native.fused_backward(rows[0], g_rows, *(t.clone() for t in rows[1:]))
+        for a, b in zip(got, expected, strict=True):
+            assert torch.equal(a, b)
 
 
 def test_training_is_the_same_with_and_without_the_native_kernel(
@@ -123,6 +155,22 @@ def test_training_is_the_same_with_and_without_the_native_kernel(
     assert states[0][1] == pytest.approx(states[1][1], rel=1e-5)
 
 
+def test_the_eager_backend_draws_with_the_native_loop_at_any_thread_count() -> None:
+    # So an eager run's results do not depend on torch's thread count.
+    mu, rho, alpha = _parameters(10_001, 8)
+    seed = torch.tensor([1, 2], dtype=torch.int32)
+    args = (mu, rho, alpha, seed, torch.tensor(-4.0), torch.tensor(-0.0185), 0.0, 1.0, 2.0)
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        eager = K.kernels(False)["fused_forward"](*args)
+    finally:
+        torch.set_num_threads(n)
+    native = _native.fused_forward(*args)
+    for a, b in zip(eager, native, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_native_kernel_steps_aside_where_it_does_not_apply(
     one_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -131,7 +179,8 @@ def test_native_kernel_steps_aside_where_it_does_not_apply(
     assert _native.usable(mu, rho, alpha, lam, 2.0)
     assert not _native.usable(mu.double(), rho.double(), alpha.double(), lam, 2.0)
     two = [t.view(2, 500) for t in (mu, rho, alpha)]
-    assert not _native.usable(*two, lam.view(1, 1), 2.0)  # replicates: inductor
+    assert _native.usable(*two, lam, 2.0)  # replicates with one prior
+    assert not _native.usable(*two, lam.expand(2, 1), 2.0)  # a prior per replicate: inductor
     assert not _native.usable(mu[::2], rho[::2], alpha[::2], lam, 2.0)  # not contiguous
     assert not _native.usable(mu, rho, alpha, lam, 3.0)  # only tau = 1/2 and 1
     torch.set_num_threads(2)
@@ -173,3 +222,103 @@ def test_without_a_compiler_the_inductor_kernel_stays(
     mu, rho, alpha = _parameters(1000, 4)
     assert not _native.usable(mu, rho, alpha, torch.tensor(-5.0), 2.0)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_gather_copies_the_rows_index_select_does() -> None:
+    g = torch.Generator().manual_seed(9)
+    X = torch.randn(500, 13, generator=g)
+    rows = torch.randint(0, 500, (77,), generator=g)  # repeats too; fewer than the lookahead
+    for n in (77, 5):
+        out = torch.empty(n, 13)
+        assert _native.gather_usable(X, rows[:n], out)
+        assert torch.equal(_native.gather_rows(X, rows[:n], out), X.index_select(0, rows[:n]))
+    ints = torch.arange(12, dtype=torch.int16).view(6, 2)  # rows of any dtype: bytes
+    out16 = torch.empty(3, 2, dtype=torch.int16)
+    idx = torch.tensor([5, 0, 5])
+    assert torch.equal(_native.gather_rows(ints, idx, out16), ints[idx])
+    assert not _native.gather_usable(X, rows.int(), torch.empty(77, 13))
+    assert not _native.gather_usable(X.t(), rows[:13], torch.empty(13, 500))
+
+
+def _narrow_case(R: int, m: int, p: int, o: int, seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.randn(R, o * (p + 1) + 11, generator=g)  # more layers after the first
+    x = torch.randn(R, m, p, generator=g)
+    return theta, x
+
+
+@pytest.mark.parametrize(("m", "p", "o"), [(512, 200, 7), (31, 9, 1), (10, 37, 16), (4, 16, 9)])
+def test_narrow_first_layer_and_its_weight_gradient_against_float64(m: int, p: int, o: int) -> None:
+    R = 3
+    theta, x = _narrow_case(R, m, p, o, seed=m + p + o)
+    assert _native.narrow_usable(theta, x, o)
+    layer = theta[:, : o * (p + 1)].view(R, o, p + 1).double()
+    w, b = layer[..., :p], layer[..., p:]
+    x64 = x.double()
+    # float32 sums of p products, in any order, err by at most p u sum |w x| (u = 2^-24)
+    # plus the bias's rounding; the bound is checked, not a tolerance guessed.
+    u = 2.0**-24
+    h = _native.narrow_forward(theta, x, o)
+    exact = torch.baddbmm(b, w, x64.mT)
+    bound = (p + 2) * u * torch.baddbmm(b.abs(), w.abs(), x64.abs().mT)
+    assert h.shape == (R, o, m)
+    assert torch.all((h.double() - exact).abs() <= bound)
+    gw = torch.randn(R, o, m, generator=torch.Generator().manual_seed(1))
+    grad = torch.full_like(theta, 7.0)
+    _native.narrow_weight_grad(gw, x, grad)
+    got = grad[:, : o * (p + 1)].view(R, o, p + 1).double()
+    g64 = gw.double()
+    want_w = torch.bmm(g64, x64)
+    assert torch.all((got[..., :p] - want_w).abs() <= (m + 1) * u * torch.bmm(g64.abs(), x64.abs()))
+    want_b = g64.sum(-1)
+    assert torch.all((got[..., p] - want_b).abs() <= (m + 1) * u * g64.abs().sum(-1))
+    assert torch.all(grad[:, o * (p + 1) :] == 7.0)  # the other layers untouched
+
+
+def test_narrow_first_layer_steps_aside_for_autograd_wide_layers_and_other_types(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    theta, x = _narrow_case(2, 8, 5, 3, seed=4)
+    assert _native.narrow_usable(theta, x, 3)
+    assert not _native.narrow_usable(theta.requires_grad_(), x, 3)  # autograd would record it
+    with torch.no_grad():
+        assert _native.narrow_usable(theta, x, 3)
+    theta = theta.detach()
+    assert not _native.narrow_usable(theta, x, _native.NARROW_MAX_OUT + 1)
+    assert not _native.narrow_usable(theta.double(), x.double(), 3)
+    assert not _native.narrow_usable(theta, x.mT.contiguous().mT, 3)
+    assert not _native.narrow_usable(theta[:, :10], x, 3)  # too short for the layer
+    monkeypatch.setenv("SVBNN_NATIVE", "0")
+    assert not _native.narrow_usable(theta, x, 3)
+
+
+def test_replicated_training_with_the_native_loops_learns_what_torch_s_operations_learn(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first layer's sums add in another order than MKL's, so the runs part in the last
+    # bits and drift apart as training goes on; after a few steps they are still close.
+    calls: list[str] = []
+    for name in ("gather_rows", "narrow_forward", "narrow_weight_grad"):
+        real = getattr(_native, name)
+
+        def spy(*args: object, _real: object = real, _name: str = name) -> object:
+            calls.append(_name)
+            return _real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(_native, name, spy)
+    g = torch.Generator().manual_seed(3)
+    R, n, p = 4, 96, 30
+    X, y = torch.randn(R, n, p, generator=g), torch.randn(R, n, generator=g)
+    states = []
+    for native in ("0", "1"):
+        calls.clear()
+        monkeypatch.setenv("SVBNN_NATIVE", native)
+        gen = torch.Generator().manual_seed(2)
+        model = SpikeSlabMLP(p, (5, 5), 1, n_replicates=R, generator=gen)
+        train(model, X, y, GaussianLikelihood(1.0), epochs=2, batch_size=32, lr=1e-3, generator=gen)
+        states.append(model.state_dict())
+        # 2 epochs of 3 steps: each a gather, the first layer's forward and its gradient
+        per_step = ["gather_rows", "narrow_forward", "narrow_weight_grad"]
+        assert calls == ([] if native == "0" else per_step * 6)
+    for key, value in states[0].items():
+        assert torch.allclose(value, states[1][key], rtol=1e-4, atol=1e-5), key

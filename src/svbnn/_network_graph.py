@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import _native
 from ._kernel_math import counter_noise
 from ._kernels import COMPILE_OPTIONS, kl_sum_forward
 
@@ -118,7 +119,14 @@ def mlp_layers(
     hs = [x.transpose(1, 2) if replicated else x]
     views = layer_views(theta, shapes)
     for i, (w, b) in enumerate(views):
-        h = torch.baddbmm(b, w, hs[-1]) if replicated else torch.addmm(b, hs[-1], w.t())
+        if i == 0 and replicated and _native.narrow_usable(theta, x, shapes[0][0]):
+            # A first layer of few outputs (Simulation II: 7) by svbnn's own loop: BLAS
+            # repacks the minibatch for it (docs/performance.md).
+            h = _native.narrow_forward(theta, x, shapes[0][0])
+        elif replicated:
+            h = torch.baddbmm(b, w, hs[-1])
+        else:
+            h = torch.addmm(b, hs[-1], w.t())
         if i == len(views) - 1:
             return hs, (h.transpose(1, 2) if replicated else h)
         hs.append(activate(h, activation))

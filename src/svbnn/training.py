@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from . import _native
 from ._device import check_training_devices
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
@@ -282,8 +283,10 @@ class Minibatches:
             rows = rows.reshape(-1)
             if self._buffer is None:
                 xb = self._X.index_select(0, rows)
+            elif _native.gather_usable(self._X, rows, out := self._buffer[: rows.numel()]):
+                xb = _native.gather_rows(self._X, rows, out)  # the same rows, prefetched
             else:
-                xb = torch.index_select(self._X, 0, rows, out=self._buffer[: rows.numel()])
+                xb = torch.index_select(self._X, 0, rows, out=out)
             yb = self._y.index_select(0, rows)
             if self.replicates is not None:
                 xb = xb.view(self.replicates, size, *self._x_shape)

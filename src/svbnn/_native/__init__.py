@@ -1,18 +1,23 @@
-"""The fused draw + KL loops compiled by the C++ compiler itself (float32, CPU, 1 thread).
+"""Loops compiled by the C++ compiler itself (float32, CPU). Private.
 
-Private. :func:`fused_forward` and :func:`fused_backward` run ``fused_forward.cpp`` (next to
-this file): the loops of :func:`svbnn._kernels.fused_forward` and
-:func:`svbnn._kernels.fused_backward`, operation for operation, that the compiler vectorises
-on its own. Their elementwise outputs are the inductor kernels' bit for bit (no
-multiply-adds are contracted, every operation rounds as torch's does), so a run is the same
-whichever of the two drew its weights; only the KL sum adds in another order (its value is
-reported, its gradient is a constant). A training step of the MNIST network takes 0.94 of
-its time with the inductor kernels (``docs/performance.md``).
+* :func:`fused_forward` and :func:`fused_backward` run ``fused_forward.cpp`` (next to this
+  file): the loops of :func:`svbnn._kernels.fused_forward` and
+  :func:`svbnn._kernels.fused_backward`, operation for operation, that the compiler
+  vectorises on its own, for one network or R replicates (one torch thread). Their
+  elementwise outputs are the inductor kernels' bit for bit (no multiply-adds are
+  contracted, every operation rounds as torch's does), so a run is the same whichever of the
+  two drew its weights; only the KL sum adds in another order (its value is reported, its
+  gradient is a constant). A training step of the MNIST network takes 0.94 of its time with
+  the inductor kernels (``docs/performance.md``).
+* :func:`gather_rows`, :func:`narrow_forward` and :func:`narrow_weight_grad` run
+  ``replicated_layers.cpp``: a minibatch's gather with prefetching, and the first layer of a
+  replicated network of few outputs (Simulation II's 7), where MKL's packing of the
+  minibatch costs more than the products.
 
 The library is compiled on first use with ``$CXX`` (default ``c++``) into
-``$SVBNN_CACHE_DIR`` (default ``~/.cache/svbnn``), named by a hash of the source, the
+``$SVBNN_CACHE_DIR`` (default ``~/.cache/svbnn``), named by a hash of the sources, the
 flags, the compiler and the CPU, and reused from there. Without a compiler, or where it
-fails, the caller keeps the inductor kernel (:func:`available` says which).
+fails, the callers keep torch's operations (:func:`available` says which).
 """
 
 from __future__ import annotations
@@ -30,11 +35,24 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["available", "backward_usable", "fused_backward", "fused_forward", "usable"]
+__all__ = [
+    "available",
+    "backward_usable",
+    "fused_backward",
+    "fused_forward",
+    "gather_rows",
+    "gather_usable",
+    "narrow_forward",
+    "narrow_usable",
+    "narrow_weight_grad",
+    "usable",
+]
 
 logger = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).with_name("fused_forward.cpp")
+_SOURCES = [
+    Path(__file__).with_name(name) for name in ("fused_forward.cpp", "replicated_layers.cpp")
+]
 _FLAGS = [
     "-std=c++20",
     "-O3",
@@ -51,16 +69,29 @@ _FLAGS = [
     "-fPIC",
 ]
 _FUNCTIONS = {2.0: "svbnn_fused_forward_k2", 1.0: "svbnn_fused_forward_k1"}
-# mu, rho, alpha; n, the two seed words; log lambda, log(1 - lambda), log sigma_0, 1 / sigma_0^2;
-# the six outputs.
+# mu, rho, alpha; rows, n, the two seed words; log lambda, log(1 - lambda), log sigma_0,
+# 1 / sigma_0^2; the six outputs and the rows' KL.
 _ARGTYPES: list[type] = [
     *([ctypes.c_void_p] * 3),
+    ctypes.c_int64,
     ctypes.c_int64,
     ctypes.c_int32,
     ctypes.c_int32,
     *([ctypes.c_float] * 4),
-    *([ctypes.c_void_p] * 6),
+    *([ctypes.c_void_p] * 7),
 ]
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+# name: argument types (svbnn_fused_backward and replicated_layers.cpp's functions)
+_SIGNATURES: dict[str, list[type]] = {
+    # g_theta, g_kl (one per row), theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha, rows, n
+    "svbnn_fused_backward": [*([_P] * 8), _I, _I],
+    # src, rows, n_rows, row_bytes, out
+    "svbnn_gather_rows": [_P, _P, _I, _I, _P],
+    # x, R, m, p, theta, theta_stride, o, out
+    "svbnn_narrow_forward": [_P, _I, _I, _I, _P, _I, _I, _P],
+    # x, g, R, m, p, o, grad, grad_stride
+    "svbnn_narrow_weight_grad": [_P, _P, _I, _I, _I, _I, _P, _I],
+}
 
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -85,7 +116,8 @@ def _compile() -> ctypes.CDLL:
     ).stdout
     key = hashlib.sha256(
         "\0".join(
-            [_SOURCE.read_text(), " ".join(_FLAGS), compiler, version, _cpu_signature()]
+            [*(src.read_text() for src in _SOURCES), " ".join(_FLAGS), compiler, version]
+            + [_cpu_signature()]
         ).encode()
     ).hexdigest()[:20]
     cache = Path(os.environ.get("SVBNN_CACHE_DIR", Path.home() / ".cache" / "svbnn"))
@@ -97,9 +129,9 @@ def _compile() -> ctypes.CDLL:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
         os.close(fd)
         try:
-            logger.info("compiling %s with %s", _SOURCE.name, compiler)
+            logger.info("compiling %s with %s", [src.name for src in _SOURCES], compiler)
             subprocess.run(
-                [compiler, *_FLAGS, str(_SOURCE), "-o", tmp],
+                [compiler, *_FLAGS, *map(str, _SOURCES), "-o", tmp],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -113,15 +145,11 @@ def _compile() -> ctypes.CDLL:
     for name in _FUNCTIONS.values():
         fn = getattr(lib, name)
         fn.argtypes = _ARGTYPES
-        fn.restype = ctypes.c_double
-    # g_theta, g_kl, theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha, n
-    lib.svbnn_fused_backward.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_float,
-        *([ctypes.c_void_p] * 6),
-        ctypes.c_int64,
-    ]
-    lib.svbnn_fused_backward.restype = None
+        fn.restype = None
+    for name, argtypes in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = None
     return lib
 
 
@@ -139,51 +167,76 @@ def available() -> bool:
                 _failed = True
                 detail = getattr(err, "stderr", "") or err
                 logger.warning(
-                    "the native draw + KL kernel did not compile (%s); using the inductor kernel",
+                    "svbnn's native loops did not compile (%s); using torch's kernels instead",
                     str(detail).strip().splitlines()[-1:] or err,
                 )
     return _library is not None
 
 
-def _flat_float32(*tensors: Tensor) -> bool:
-    """One network's flat float32 CPU arrays: contiguous, ``(T,)`` alike, T < 2^31."""
-    first = tensors[0]
-    return (
-        # Inside a caller's torch.compile the inductor kernel traces into its graph; a
-        # ctypes call would break it.
-        not torch.compiler.is_compiling()
-        and os.environ.get("SVBNN_NATIVE", "1") != "0"
-        and torch.get_num_threads() == 1
-        and first.dim() == 1
-        and first.numel() < 2**31
-        and all(
-            t.device.type == "cpu"
-            and t.dtype == torch.float32
-            and t.is_contiguous()
-            and t.shape == first.shape
-            for t in tensors
-        )
+def _enabled() -> bool:
+    # Inside a caller's torch.compile torch's operations trace into its graph; a ctypes call
+    # would break it. SVBNN_NATIVE=0 turns every native loop off.
+    return not torch.compiler.is_compiling() and os.environ.get("SVBNN_NATIVE", "1") != "0"
+
+
+def _cpu_float32(*tensors: Tensor) -> bool:
+    return all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors
     )
 
 
-def usable(mu: Tensor, rho: Tensor, alpha: Tensor, log_lam: Tensor, inv_tau: float) -> bool:
+def _parameter_rows(*tensors: Tensor, any_threads: bool) -> bool:
+    """One network's flat float32 CPU arrays ``(T,)``, or R replicates' ``(R, T)``, alike and
+    contiguous, fewer than 2^31 elements, with one torch thread unless ``any_threads``."""
+    first = tensors[0]
+    return (
+        _enabled()
+        and (any_threads or torch.get_num_threads() == 1)
+        and first.dim() in (1, 2)
+        and 0 < first.numel() < 2**31
+        and _cpu_float32(*tensors)
+        and all(t.shape == first.shape for t in tensors)
+    )
+
+
+def usable(
+    mu: Tensor,
+    rho: Tensor,
+    alpha: Tensor,
+    log_lam: Tensor,
+    inv_tau: float,
+    any_threads: bool = False,
+) -> bool:
     """Whether :func:`fused_forward` serves this call: one network's flat float32 CPU
-    parameters (contiguous, ``(T,)``, fewer than 2^31), a scalar prior, ``1 / tau`` of 1
-    or 2, one torch thread (the inductor kernel splits its loop among several), outside a
-    caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled. Otherwise
-    the inductor kernel runs, with the same results."""
+    parameters ``(T,)`` or R replicates' ``(R, T)`` (contiguous, fewer than 2^31), a scalar
+    prior, ``1 / tau`` of 1 or 2, one torch thread unless ``any_threads`` (the inductor
+    kernel splits its loop among several, with the same bits), outside a caller's
+    ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled."""
     return (
         inv_tau in _FUNCTIONS
         and log_lam.dim() == 0
-        and _flat_float32(mu, rho, alpha)
+        and _parameter_rows(mu, rho, alpha, any_threads=any_threads)
         and available()
     )
 
 
-def backward_usable(g_theta: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...]) -> bool:
+def backward_usable(
+    g_theta: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...], any_threads: bool = False
+) -> bool:
     """Whether :func:`fused_backward` serves this call: as :func:`usable`, for the incoming
-    gradient ``g_theta`` and the six saved arrays, with one ``g_kl``."""
-    return g_kl.numel() == 1 and _flat_float32(g_theta, *saved) and available()
+    gradient ``g_theta`` and the six saved arrays, with one float32 ``g_kl`` per row."""
+    rows = g_theta.shape[0] if g_theta.dim() == 2 else 1
+    return (
+        g_kl.numel() == rows
+        and g_kl.dtype == torch.float32
+        and g_kl.device.type == "cpu"
+        and _parameter_rows(g_theta, *saved, any_threads=any_threads)
+        and available()
+    )
+
+
+def _rows(t: Tensor) -> tuple[int, int]:
+    return (t.shape[0], t.shape[1]) if t.dim() == 2 else (1, t.numel())
 
 
 def fused_forward(
@@ -198,16 +251,17 @@ def fused_forward(
     inv_tau: float,
 ) -> tuple[Tensor, ...]:
     """:func:`svbnn._kernels.fused_forward` in the compiled library; call it where
-    :func:`usable` says so. Same arguments and outputs (``kl`` a 0-dim tensor)."""
+    :func:`usable` says so. Same arguments and outputs (``kl`` of shape ``mu.shape[:-1]``)."""
     assert _library is not None
     fn = getattr(_library, _FUNCTIONS[inv_tau])
     outs = [torch.empty_like(mu) for _ in range(6)]
+    kl = mu.new_empty(mu.shape[:-1])
     seeds = seed.tolist()
-    kl = fn(
+    fn(
         mu.data_ptr(),
         rho.data_ptr(),
         alpha.data_ptr(),
-        mu.numel(),
+        *_rows(mu),
         seeds[0],
         seeds[1],
         float(log_lam),
@@ -215,9 +269,10 @@ def fused_forward(
         log_sigma0,
         prec0,
         *(o.data_ptr() for o in outs),
+        kl.data_ptr(),
     )
     theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha = outs
-    return theta, mu.new_tensor(kl), a_fac, r_fac, kl_mu, kl_rho, kl_alpha
+    return theta, kl, a_fac, r_fac, kl_mu, kl_rho, kl_alpha
 
 
 def fused_backward(
@@ -232,17 +287,100 @@ def fused_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`svbnn._kernels.fused_backward` with ``into_factors=True`` in the compiled
     library (where :func:`backward_usable` says so): the gradients over ``kl_mu, kl_rho,
-    kl_alpha``, which it returns."""
+    kl_alpha``, which it returns. ``g_kl``: one value per row (``()``, ``(1,)`` or ``(R, 1)``)."""
     assert _library is not None
+    g_kl = g_kl.contiguous()  # autograd may hand over an expanded (stride 0) gradient
     _library.svbnn_fused_backward(
         g_theta.data_ptr(),
-        float(g_kl),
+        g_kl.data_ptr(),
         theta.data_ptr(),
         a_fac.data_ptr(),
         r_fac.data_ptr(),
         kl_mu.data_ptr(),
         kl_rho.data_ptr(),
         kl_alpha.data_ptr(),
-        theta.numel(),
+        *_rows(theta),
     )
     return kl_mu, kl_rho, kl_alpha
+
+
+def gather_usable(src: Tensor, rows: Tensor, out: Tensor) -> bool:
+    """Whether :func:`gather_rows` serves ``torch.index_select(src, 0, rows, out=out)``: CPU
+    tensors, ``src`` and ``out`` contiguous and alike in dtype, ``rows`` a contiguous
+    ``int64`` vector, one torch thread (``index_select`` splits the rows among several)."""
+    return (
+        _enabled()
+        and torch.get_num_threads() == 1
+        and src.dim() >= 1
+        and rows.dim() == 1
+        and rows.dtype == torch.int64
+        and src.dtype == out.dtype
+        and all(t.device.type == "cpu" and t.is_contiguous() for t in (src, rows, out))
+        and out.shape == (rows.numel(), *src.shape[1:])
+        and available()
+    )
+
+
+def gather_rows(src: Tensor, rows: Tensor, out: Tensor) -> Tensor:
+    """``out[i] = src[rows[i]]`` (``index_select`` along dimension 0, the same bytes), the
+    next rows prefetched while one is copied: 0.8-0.9 of ``index_select``'s time for a
+    Simulation II minibatch of 15 replicates (``docs/performance.md``). The rows must be in
+    range (the caller draws them); nothing is checked here."""
+    assert _library is not None
+    row_bytes = src.element_size() * (src.numel() // max(src.shape[0], 1))
+    _library.svbnn_gather_rows(
+        src.data_ptr(), rows.data_ptr(), rows.numel(), row_bytes, out.data_ptr()
+    )
+    return out
+
+
+# The widest first layer left to these loops: beyond it, MKL's products win.
+NARROW_MAX_OUT = 16
+
+
+def narrow_usable(theta: Tensor, x: Tensor, n_out: int) -> bool:
+    """Whether :func:`narrow_forward` and :func:`narrow_weight_grad` serve a replicated
+    network's first layer: ``theta`` ``(R, T)`` and ``x`` ``(R, m, p)`` contiguous float32
+    on the CPU, at most :data:`NARROW_MAX_OUT` outputs, nothing autograd would record,
+    outside a caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, the library compiled. Any
+    thread count: the loops run on one, in a fixed order, so the results do not depend on
+    it."""
+    return (
+        _enabled()
+        # A forward that autograd would record needs torch's operations (callers run these
+        # loops inside their own autograd.Function).
+        and not (torch.is_grad_enabled() and (theta.requires_grad or x.requires_grad))
+        and theta.dim() == 2
+        and x.dim() == 3
+        and x.shape[0] == theta.shape[0]
+        and 0 < n_out <= NARROW_MAX_OUT
+        and theta.shape[1] >= n_out * (x.shape[2] + 1)
+        and x.numel() > 0
+        and _cpu_float32(theta, x)
+        and available()
+    )
+
+
+def narrow_forward(theta: Tensor, x: Tensor, n_out: int) -> Tensor:
+    """The first layer of R replicates, feature-major: ``(R, n_out, m)``, ``b + W x^T`` with
+    ``W, b`` layer 0 of :func:`svbnn._network_graph.layer_views` (``theta`` ``(R, T)``, ``x``
+    ``(R, m, p)``). Where :func:`narrow_usable` says so."""
+    assert _library is not None
+    R, m, p = x.shape
+    out = x.new_empty((R, n_out, m))
+    _library.svbnn_narrow_forward(
+        x.data_ptr(), R, m, p, theta.data_ptr(), theta.stride(0), n_out, out.data_ptr()
+    )
+    return out
+
+
+def narrow_weight_grad(g: Tensor, x: Tensor, grad: Tensor) -> None:
+    """The gradient of :func:`narrow_forward`'s weights and biases from ``g`` ``(R, n_out,
+    m)``, written into layer 0 of ``grad`` ``(R, T)`` (as :func:`layer_views` lays it out;
+    the rest of ``grad`` is not touched). ``grad`` contiguous float32 like ``x``."""
+    assert _library is not None
+    R, m, p = x.shape
+    g = g.contiguous()
+    _library.svbnn_narrow_weight_grad(
+        x.data_ptr(), g.data_ptr(), R, m, p, g.shape[1], grad.data_ptr(), grad.stride(0)
+    )

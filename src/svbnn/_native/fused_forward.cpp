@@ -2,7 +2,8 @@
 // (fused_backward, into the factors) for float32 on the CPU, as plain loops for the C++
 // compiler's auto-vectoriser. svbnn._native compiles it on first
 // use (-O3 -march=native -ffp-contract=off) and checks nothing here: the caller passes
-// contiguous float32 arrays of n elements and fresh outputs.
+// contiguous float32 arrays of rows x n elements (one network: one row; R replicates: R rows)
+// and fresh outputs.
 //
 // Every operation is the one of the Python code (svbnn._kernels.fused_forward,
 // svbnn._kernel_math), in the same order and without contracting multiply-adds, so each
@@ -86,9 +87,11 @@ inline void softplus_parts(float x, float& sp, float& log_sig, float& sig, float
     sig_neg = positive ? er : r;
 }
 
+// One row of n parameters whose first one has the counter index0.
 template <int K>
 double fused_forward(const float* __restrict mu, const float* __restrict rho,
-                     const float* __restrict alpha, int64_t n, int32_t seed0, int32_t seed1,
+                     const float* __restrict alpha, int64_t n, int64_t index0, int32_t seed0,
+                     int32_t seed1,
                      float log_lam, float log_1mlam, float log_sigma0, float prec0,
                      float* __restrict theta, float* __restrict a_fac, float* __restrict r_fac,
                      float* __restrict kl_mu, float* __restrict kl_rho,
@@ -102,8 +105,9 @@ double fused_forward(const float* __restrict mu, const float* __restrict rho,
 #pragma omp simd reduction(+ : acc)
         for (int64_t i = start; i < stop; i++) {
             // counter noise (_kernel_math.counter_noise, float32)
-            uint32_t base = hash32(hash32(static_cast<uint32_t>(i) ^ static_cast<uint32_t>(seed0)) +
-                                   static_cast<uint32_t>(seed1));
+            uint32_t base =
+                hash32(hash32(static_cast<uint32_t>(index0 + i) ^ static_cast<uint32_t>(seed0)) +
+                       static_cast<uint32_t>(seed1));
             uint32_t h2 = hash32(base + 0x5BD1E995u);
             float u = unit23(base);
             float v1 = unit23(h2);
@@ -147,35 +151,48 @@ double fused_forward(const float* __restrict mu, const float* __restrict rho,
 
 }  // namespace
 
+// rows x n parameters (R replicates' rows, or one network's as one row), counted in flat
+// order as _kernel_math.counter_index counts them; each row's KL sum into kl[row].
 #define SVBNN_EXPORT(NAME, K)                                                                  \
-    extern "C" double NAME(const float* mu, const float* rho, const float* alpha, int64_t n,   \
-                           int32_t seed0, int32_t seed1, float log_lam, float log_1mlam,       \
-                           float log_sigma0, float prec0, float* theta, float* a_fac,          \
-                           float* r_fac, float* kl_mu, float* kl_rho, float* kl_alpha) {       \
-        return fused_forward<K>(mu, rho, alpha, n, seed0, seed1, log_lam, log_1mlam,           \
-                                log_sigma0, prec0, theta, a_fac, r_fac, kl_mu, kl_rho,         \
-                                kl_alpha);                                                     \
+    extern "C" void NAME(const float* mu, const float* rho, const float* alpha, int64_t rows,  \
+                         int64_t n, int32_t seed0, int32_t seed1, float log_lam,               \
+                         float log_1mlam, float log_sigma0, float prec0, float* theta,         \
+                         float* a_fac, float* r_fac, float* kl_mu, float* kl_rho,              \
+                         float* kl_alpha, float* kl) {                                         \
+        for (int64_t r = 0; r < rows; r++) {                                                   \
+            const int64_t o = r * n;                                                           \
+            kl[r] = static_cast<float>(fused_forward<K>(                                       \
+                mu + o, rho + o, alpha + o, n, o, seed0, seed1, log_lam, log_1mlam,            \
+                log_sigma0, prec0, theta + o, a_fac + o, r_fac + o, kl_mu + o, kl_rho + o,     \
+                kl_alpha + o));                                                                \
+        }                                                                                      \
     }
 
 SVBNN_EXPORT(svbnn_fused_forward_k2, 2)
 SVBNN_EXPORT(svbnn_fused_forward_k1, 1)
 
 // svbnn._kernels.fused_backward with into_factors: the three gradients over kl_mu, kl_rho,
-// kl_alpha, as addcmul's multiply and add (each rounded).
-extern "C" void svbnn_fused_backward(const float* __restrict g_theta, float g_kl,
+// kl_alpha, as addcmul's multiply and add (each rounded); rows x n parameters, row r's KL
+// gradient g_kl[r].
+extern "C" void svbnn_fused_backward(const float* __restrict g_theta,
+                                     const float* __restrict g_kl,
                                      const float* __restrict theta, const float* __restrict a_fac,
                                      const float* __restrict r_fac, float* __restrict kl_mu,
                                      float* __restrict kl_rho, float* __restrict kl_alpha,
-                                     int64_t n) {
+                                     int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float gk = g_kl[r];
+        const int64_t stop = (r + 1) * n;
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) {
-        float g = g_theta[i];
-        float g_gate = theta[i] != 0.0f ? g : 0.0f;
-        float g_mu = g_gate + g_kl * kl_mu[i];
-        float g_rho = g_gate * r_fac[i] + g_kl * kl_rho[i];
-        float g_alpha = g * a_fac[i] + g_kl * kl_alpha[i];
-        kl_mu[i] = g_mu;
-        kl_rho[i] = g_rho;
-        kl_alpha[i] = g_alpha;
+        for (int64_t i = r * n; i < stop; i++) {
+            float g = g_theta[i];
+            float g_gate = theta[i] != 0.0f ? g : 0.0f;
+            float g_mu = g_gate + gk * kl_mu[i];
+            float g_rho = g_gate * r_fac[i] + gk * kl_rho[i];
+            float g_alpha = g * a_fac[i] + gk * kl_alpha[i];
+            kl_mu[i] = g_mu;
+            kl_rho[i] = g_rho;
+            kl_alpha[i] = g_alpha;
+        }
     }
 }

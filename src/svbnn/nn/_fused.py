@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from .. import _native
 from .._kernels import (
     gumbel_backward_saved,
     gumbel_forward_saving,
@@ -150,11 +151,11 @@ class FusedGumbelKL(torch.autograd.Function):
             g_theta = torch.zeros(shape, dtype=saved[0].dtype, device=saved[0].device)
         if g_kl is None:
             g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
-        # Compiled, the saved factors become the gradients (one loop storing into what it
-        # reads), unless this graph is kept for another backward (retain_graph,
-        # create_graph: e.g. the KL and the likelihood backpropagated separately), which
-        # reads them again. Eager, that would be one more pass, so never.
-        into_factors = ctx.compiled and not _graph_is_kept()
+        # The saved factors become the gradients (one loop storing into what it reads),
+        # unless this graph is kept for another backward (retain_graph, create_graph: e.g.
+        # the KL and the likelihood backpropagated separately), which reads them again.
+        # (Torch's eager operations, where they run, decline: one more pass for them.)
+        into_factors = not _graph_is_kept()
         grads = kernels(ctx.compiled)["fused_backward"](
             g_theta, g_kl.unsqueeze(-1), *saved, into_factors
         )
@@ -229,7 +230,9 @@ class FlatMLP(torch.autograd.Function):
             # Into a contiguous product and copied: MKL writes an output of row stride
             # in + 1 slower than the copy costs (measured, 512 x 784 from batch 256:
             # 2.71 against 2.49 ms).
-            if replicated:
+            if replicated and i == 0 and _native.narrow_usable(theta, x := hs[0].mT, g.shape[1]):
+                _native.narrow_weight_grad(g, x, grad)  # as mlp_layers' forward
+            elif replicated:
                 g_w.copy_(torch.bmm(g, hs[i].transpose(1, 2)))
                 torch.sum(g, -1, keepdim=True, out=g_b)
             else:
