@@ -9,6 +9,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from svbnn import _native
+from svbnn._network_graph import layer_views
 from svbnn.nn.spike_slab import SpikeSlabMLP
 from svbnn.training import make_optimizer, replicate_orders
 
@@ -161,33 +163,48 @@ def _memory_floor(model: SpikeSlabMLP, gen: torch.Generator) -> Callable[[], obj
 def replicate_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Timing]:
     """Pieces of the batched Simulation II step (R replicates), timed on their own: the
     minibatch gather (R x m x p floats from R data sets, which together exceed the cache;
-    each call other rows, as in training), the first layer's two products on a gathered
-    minibatch (forward ``W X^T``, backward ``G X``; the feature-major layout the
-    replicated network runs), and the full step (``train``, one epoch a call)."""
+    each call other rows, as in training) and the first layer's two products on a gathered
+    minibatch (forward ``b + W X^T``, backward ``G X``; the feature-major layout the
+    replicated network runs), each by torch (``index_select``, MKL's ``baddbmm`` and ``bmm``)
+    and by svbnn's native loops (what training runs where they are compiled), and the full
+    step (``train``, one epoch a call)."""
     R, n, m, p = N_REPLICATES, net.n_train, net.batch, net.in_features
     h = net.hidden[0]
     gen = torch.Generator().manual_seed(8)
     X = torch.randn(R * n, p, generator=gen)
     order = replicate_orders(R, n, gen) + n * torch.arange(R).unsqueeze(1)
     batches = [order[:, i : i + m].reshape(-1) for i in range(0, n - m + 1, m)]
+    buffer = torch.empty(R * m, p)
     xb = X.index_select(0, batches[0]).view(R, m, p)
-    w = torch.randn(R, h, p, generator=gen)
-    b = torch.randn(R, h, 1, generator=gen)
+    # The drawn weights of the first layer as the network lays them out: layer 0 of flat
+    # rows, weights and a bias per output.
+    theta = torch.randn(R, h * (p + 1), generator=gen)
+    grad = torch.empty_like(theta)
+    w, b = layer_views(theta, ((h, p),))[0]
+    g_w, g_b = layer_views(grad, ((h, p),))[0]
     g = torch.randn(R, h, m, generator=gen)
     step, steps = build_replicate_training(net, R, True, 1, seed=9)
     rows = itertools.cycle(batches)
 
-    def gather() -> Tensor:
-        return X.index_select(0, next(rows))
+    def first_layer_torch() -> None:
+        torch.baddbmm(b, w, xb.transpose(1, 2))
+        g_w.copy_(torch.bmm(g, xb))
+        torch.sum(g, -1, keepdim=True, out=g_b)
 
-    fns = {
-        f"minibatch gather ({R} x {m} x {p} floats)": gather,
-        "first layer: forward + weight-gradient products": lambda: (
-            torch.baddbmm(b, w, xb.transpose(1, 2)),
-            torch.bmm(g, xb),
-        ),
-        "full batched step": step,
+    def first_layer_native() -> None:
+        _native.narrow_forward(theta, xb, h)
+        _native.narrow_weight_grad(g, xb, grad)
+
+    gather = f"minibatch gather ({R} x {m} x {p} floats)"
+    layer = "first layer: forward + weight-gradient products"
+    fns: dict[str, Callable[[], object]] = {
+        f"{gather}, torch": lambda: torch.index_select(X, 0, next(rows), out=buffer),
+        f"{layer}, torch": first_layer_torch,
     }
+    if _native.gather_usable(X, batches[0], buffer) and _native.narrow_usable(theta, xb, h):
+        fns[f"{gather}, native"] = lambda: _native.gather_rows(X, next(rows), buffer)
+        fns[f"{layer}, native"] = first_layer_native
+    fns["full batched step"] = step
     t = time_interleaved(fns, args.repeats, args.min_block_ms / 1e3, args.warmup)
     t["full batched step"] = per_step(t["full batched step"], steps)
     return t

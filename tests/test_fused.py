@@ -204,10 +204,10 @@ def test_fused_draw_and_kl_match_autograd_of_the_reference(
 def test_compiled_backward_overwrites_its_factors_only_when_the_graph_is_let_go(
     monkeypatch: pytest.MonkeyPatch, split: bool
 ) -> None:
-    # The backward may write the gradients over its saved factors unless the graph is
-    # kept: then (here: the KL backpropagated first with retain_graph, the draw after) the
-    # second backward reads the factors again and must find them intact. The compiled
-    # kernels' formulas run eagerly; the flag each backward got is recorded.
+    # The compiled path's backward writes the gradients over its saved factors unless the
+    # graph is kept: then (here: the KL backpropagated first with retain_graph, the draw
+    # after) the second backward reads the factors again and must find them intact. The
+    # compiled kernels' formulas run eagerly; the flag each backward got is recorded.
     flags: list[bool] = []
 
     def backward(*args: Any) -> tuple[torch.Tensor, ...]:
@@ -236,8 +236,8 @@ def test_compiled_backward_overwrites_its_factors_only_when_the_graph_is_let_go(
             ((theta * g_theta).sum() + 0.25 * kl).backward()
         return [t.grad for t in (mu, rho, alpha)]  # type: ignore[misc]
 
-    expected = grads(False)  # the eager formulas here: may overwrite, as nothing is kept
-    assert flags == [True]
+    expected = grads(False)  # eager: never overwrites
+    assert flags == [False]
     got = grads(True)
     assert flags[1:] == ([False, True] if split else [True])  # the last backward lets go
     for a, b in zip(got, expected, strict=True):

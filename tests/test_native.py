@@ -12,6 +12,7 @@ import torch
 
 import svbnn._kernels as K
 from svbnn import _native
+from svbnn._network_graph import layer_views
 from svbnn.nn import SpikeSlabMLP
 from svbnn.objectives import GaussianLikelihood
 from svbnn.training import train
@@ -155,22 +156,6 @@ def test_training_is_the_same_with_and_without_the_native_kernel(
     assert states[0][1] == pytest.approx(states[1][1], rel=1e-5)
 
 
-def test_the_eager_backend_draws_with_the_native_loop_at_any_thread_count() -> None:
-    # So an eager run's results do not depend on torch's thread count.
-    mu, rho, alpha = _parameters(10_001, 8)
-    seed = torch.tensor([1, 2], dtype=torch.int32)
-    args = (mu, rho, alpha, seed, torch.tensor(-4.0), torch.tensor(-0.0185), 0.0, 1.0, 2.0)
-    n = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        eager = K.kernels(False)["fused_forward"](*args)
-    finally:
-        torch.set_num_threads(n)
-    native = _native.fused_forward(*args)
-    for a, b in zip(eager, native, strict=True):
-        assert torch.equal(a, b)
-
-
 def test_native_kernel_steps_aside_where_it_does_not_apply(
     one_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -240,65 +225,106 @@ def test_gather_copies_the_rows_index_select_does() -> None:
     assert not _native.gather_usable(X.t(), rows[:13], torch.empty(13, 500))
 
 
-def _narrow_case(R: int, m: int, p: int, o: int, seed: int) -> tuple[torch.Tensor, ...]:
+U = 2.0**-24  # float32's unit roundoff
+
+
+def _narrow_net(
+    R: int, m: int, widths: tuple[int, ...], seed: int
+) -> tuple[torch.Tensor, torch.Tensor, tuple[tuple[int, int], ...]]:
     g = torch.Generator().manual_seed(seed)
-    theta = torch.randn(R, o * (p + 1) + 11, generator=g)  # more layers after the first
-    x = torch.randn(R, m, p, generator=g)
-    return theta, x
+    shapes = tuple(zip(widths[1:], widths[:-1], strict=True))
+    T = sum(o * (i + 1) for o, i in shapes)
+    theta = torch.randn(R, T + 5, generator=g) / 2  # five more numbers after the network
+    x = torch.randn(R, m, widths[0], generator=g)
+    return theta, x, shapes
 
 
-@pytest.mark.parametrize(("m", "p", "o"), [(512, 200, 7), (31, 9, 1), (10, 37, 16), (4, 16, 9)])
-def test_narrow_first_layer_and_its_weight_gradient_against_float64(m: int, p: int, o: int) -> None:
+@pytest.mark.parametrize(
+    ("m", "widths", "activation"),
+    [
+        (512, (200, 7, 7, 7, 1), "relu"),
+        (31, (9, 16, 3), "relu"),
+        (10, (37, 1), "identity"),
+        (7, (16, 9, 12, 2), "identity"),
+    ],
+)
+def test_narrow_mlp_forward_and_weight_gradient_within_float32_error_bounds(
+    m: int, widths: tuple[int, ...], activation: str
+) -> None:
+    # Against float64 on the same weights. Each float32 sum of n products errs by at most
+    # (n + 1) u sum |terms| in any order; the bounds carry that through the layers
+    # (ReLU does not enlarge an error), so the tolerance is derived, not chosen.
     R = 3
-    theta, x = _narrow_case(R, m, p, o, seed=m + p + o)
-    assert _native.narrow_usable(theta, x, o)
-    layer = theta[:, : o * (p + 1)].view(R, o, p + 1).double()
-    w, b = layer[..., :p], layer[..., p:]
-    x64 = x.double()
-    # float32 sums of p products, in any order, err by at most p u sum |w x| (u = 2^-24)
-    # plus the bias's rounding; the bound is checked, not a tolerance guessed.
-    u = 2.0**-24
-    h = _native.narrow_forward(theta, x, o)
-    exact = torch.baddbmm(b, w, x64.mT)
-    bound = (p + 2) * u * torch.baddbmm(b.abs(), w.abs(), x64.abs().mT)
-    assert h.shape == (R, o, m)
-    assert torch.all((h.double() - exact).abs() <= bound)
-    gw = torch.randn(R, o, m, generator=torch.Generator().manual_seed(1))
+    theta, x, shapes = _narrow_net(R, m, widths, seed=m + len(widths))
+    assert _native.narrow_mlp_usable(theta, x, shapes, activation)
+    hs, out = _native.narrow_mlp_forward(theta, x, shapes, activation)
+    assert out.shape == (R, shapes[-1][0], m)
+    assert [tuple(h.shape) for h in hs] == [(R, widths[0], m)] + [(R, w, m) for w in widths[1:-1]]
+    views = layer_views(theta.double(), shapes)
+    relu = activation == "relu"
+    h, err = x.double().mT, torch.zeros(R, widths[0], m, dtype=torch.float64)
+    for i, (w, b) in enumerate(views):
+        exact = torch.baddbmm(b, w, h)
+        absolute = torch.baddbmm(b.abs(), w.abs(), h.abs())
+        err = (w.shape[-1] + 2) * U * absolute + torch.bmm(w.abs(), err)
+        got = (out if i == len(views) - 1 else hs[i + 1]).double()
+        if i < len(views) - 1 and relu:
+            exact = exact.clamp_min(0.0)
+        assert torch.all((got - exact).abs() <= err), i
+        h = exact
+    # The backward against float64 given the same activations (so ReLU's kinks agree) and
+    # an output gradient.
+    g_out = torch.randn(R, shapes[-1][0], m, generator=torch.Generator().manual_seed(1))
     grad = torch.full_like(theta, 7.0)
-    _native.narrow_weight_grad(gw, x, grad)
-    got = grad[:, : o * (p + 1)].view(R, o, p + 1).double()
-    g64 = gw.double()
-    want_w = torch.bmm(g64, x64)
-    assert torch.all((got[..., :p] - want_w).abs() <= (m + 1) * u * torch.bmm(g64.abs(), x64.abs()))
-    want_b = g64.sum(-1)
-    assert torch.all((got[..., p] - want_b).abs() <= (m + 1) * u * g64.abs().sum(-1))
-    assert torch.all(grad[:, o * (p + 1) :] == 7.0)  # the other layers untouched
+    _native.narrow_mlp_backward(theta, hs, g_out, shapes, activation, grad)
+    got_views = layer_views(grad.double(), shapes)
+    g, g_err = g_out.double(), torch.zeros_like(g_out, dtype=torch.float64)
+    for i in range(len(views) - 1, -1, -1):
+        w = views[i][0]
+        h_in = hs[i].double()
+        g_w, g_b = got_views[i]
+        bound_w = (m + 1) * U * torch.bmm(g.abs(), h_in.abs().mT) + torch.bmm(g_err, h_in.abs().mT)
+        assert torch.all((g_w - torch.bmm(g, h_in.mT)).abs() <= bound_w), i
+        bound_b = (m + 1) * U * g.abs().sum(-1, keepdim=True) + g_err.sum(-1, keepdim=True)
+        assert torch.all((g_b - g.sum(-1, keepdim=True)).abs() <= bound_b), i
+        if i > 0:
+            mask = (h_in > 0).double() if relu else torch.ones_like(h_in)
+            w_abs = w.abs().mT
+            g_err = mask * ((w.shape[1] + 1) * U * torch.bmm(w_abs, g.abs()) + w_abs @ g_err)
+            g = mask * torch.bmm(w.mT, g)
+    sum_t = sum(o * (i + 1) for o, i in shapes)
+    assert torch.all(grad[:, sum_t:] == 7.0)  # nothing past the network written
 
 
-def test_narrow_first_layer_steps_aside_for_autograd_wide_layers_and_other_types(
+def test_narrow_mlp_steps_aside_for_autograd_wide_layers_and_other_activations(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    theta, x = _narrow_case(2, 8, 5, 3, seed=4)
-    assert _native.narrow_usable(theta, x, 3)
-    assert not _native.narrow_usable(theta.requires_grad_(), x, 3)  # autograd would record it
+    theta, x, shapes = _narrow_net(2, 8, (5, 3, 2), seed=4)
+    assert _native.narrow_mlp_usable(theta, x, shapes, "relu")
+    assert not _native.narrow_mlp_usable(theta.requires_grad_(), x, shapes, "relu")  # recorded
     with torch.no_grad():
-        assert _native.narrow_usable(theta, x, 3)
+        assert _native.narrow_mlp_usable(theta, x, shapes, "relu")
     theta = theta.detach()
-    assert not _native.narrow_usable(theta, x, _native.NARROW_MAX_OUT + 1)
-    assert not _native.narrow_usable(theta.double(), x.double(), 3)
-    assert not _native.narrow_usable(theta, x.mT.contiguous().mT, 3)
-    assert not _native.narrow_usable(theta[:, :10], x, 3)  # too short for the layer
+    assert not _native.narrow_mlp_usable(theta, x, shapes, "tanh")
+    wide = _native.NARROW_MAX_OUT + 1
+    theta_w, x_w, shapes_w = _narrow_net(2, 8, (5, wide, 1), seed=4)
+    assert not _native.narrow_mlp_usable(theta_w, x_w, shapes_w, "relu")
+    assert not _native.narrow_mlp_usable(theta.double(), x.double(), shapes, "relu")
+    assert not _native.narrow_mlp_usable(theta, x.mT.contiguous().mT, shapes, "relu")
+    assert not _native.narrow_mlp_usable(theta[:, :10], x, shapes, "relu")  # too short
+    assert not _native.narrow_mlp_usable(theta, x, ((3, 4), (2, 3)), "relu")  # p is 5
+    assert not _native.narrow_mlp_usable(theta, x, ((3, 5), (2, 2)), "relu")  # not chained
     monkeypatch.setenv("SVBNN_NATIVE", "0")
-    assert not _native.narrow_usable(theta, x, 3)
+    assert not _native.narrow_mlp_usable(theta, x, shapes, "relu")
 
 
 def test_replicated_training_with_the_native_loops_learns_what_torch_s_operations_learn(
     one_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The first layer's sums add in another order than MKL's, so the runs part in the last
-    # bits and drift apart as training goes on; after a few steps they are still close.
+    # The layers' sums add in another order than MKL's, so the runs part in the last bits
+    # and drift apart as training goes on; after a few steps they are still close.
     calls: list[str] = []
-    for name in ("gather_rows", "narrow_forward", "narrow_weight_grad"):
+    for name in ("gather_rows", "narrow_mlp_forward", "narrow_mlp_backward"):
         real = getattr(_native, name)
 
         def spy(*args: object, _real: object = real, _name: str = name) -> object:
@@ -317,8 +343,8 @@ def test_replicated_training_with_the_native_loops_learns_what_torch_s_operation
         model = SpikeSlabMLP(p, (5, 5), 1, n_replicates=R, generator=gen)
         train(model, X, y, GaussianLikelihood(1.0), epochs=2, batch_size=32, lr=1e-3, generator=gen)
         states.append(model.state_dict())
-        # 2 epochs of 3 steps: each a gather, the first layer's forward and its gradient
-        per_step = ["gather_rows", "narrow_forward", "narrow_weight_grad"]
+        # 2 epochs of 3 steps: each a gather, the network's forward and its gradient
+        per_step = ["gather_rows", "narrow_mlp_forward", "narrow_mlp_backward"]
         assert calls == ([] if native == "0" else per_step * 6)
     for key, value in states[0].items():
         assert torch.allclose(value, states[1][key], rtol=1e-4, atol=1e-5), key

@@ -403,9 +403,6 @@ _EAGER: dict[str, Callable[..., Any]] = {
     "fused_backward": fused_backward,
 }
 _COMPILED: dict[str, Callable[..., Any]] = {}
-# What the eager backend runs: the functions above, but the fused draw + KL by the native
-# loop where it serves (defined below).
-_EAGER_NATIVE: dict[str, Callable[..., Any]] = {}
 
 
 def _parse_backend(name: Backend | str, source: str = "kernel backend") -> Backend:
@@ -470,64 +467,48 @@ def kernels(compiled: bool | None = None) -> dict[str, Callable[..., Any]]:
     if compiled is None:
         compiled = _backend is not Backend.EAGER
     if not compiled:
-        return _EAGER_NATIVE
+        return _EAGER
     if not _COMPILED:
         logger.info("compiling spike-and-slab kernels with torch.compile")
         # One symbolic-shape graph per kernel serves every layer and network size.
         for name, fn in _EAGER.items():
             _COMPILED[name] = torch.compile(fn, dynamic=True, options=COMPILE_OPTIONS)
-        _COMPILED["fused_forward"] = _with_native(_COMPILED["fused_forward"], False)
-        _COMPILED["fused_backward"] = _with_native_backward(_COMPILED["fused_backward"], False)
+        _COMPILED["fused_forward"] = _with_native(_COMPILED["fused_forward"])
+        _COMPILED["fused_backward"] = _with_native_backward(_COMPILED["fused_backward"])
     return _COMPILED
 
 
-def _with_native(kernel: Callable[..., Any], any_threads: bool) -> Callable[..., Any]:
-    """:func:`fused_forward` as the C++ compiler's build of the same loop
-    (:mod:`svbnn._native`) where it serves the call (float32 parameters on the CPU, one
-    network's or R replicates'), else ``kernel`` (inductor's or torch's operations).
+def _with_native(inductor_kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled :func:`fused_forward`: the C++ compiler's build of the same loop
+    (:mod:`svbnn._native`) where it serves the call (one network's or R replicates' float32
+    parameters on the CPU, one thread), with the same outputs bit for bit, else inductor's.
+    Measured on the MNIST network's 669,706 parameters, 1 thread, 15 interleaved rounds of
+    10 calls: 0.78 [IQR 0.74-0.94] of inductor's time with fresh outputs, 0.91 [0.74-0.96]
+    on reused memory; the training step with both native loops 0.94
+    (``docs/performance.md``).
+    ``SVBNN_NATIVE=0`` keeps inductor's everywhere."""
 
-    The native loop gives the inductor kernel's outputs bit for bit. Measured on the MNIST
-    network's 669,706 parameters, 1 thread, 15 interleaved rounds of 10 calls: 0.78 [IQR
-    0.74-0.94] of inductor's time with fresh outputs, 0.91 [0.74-0.96] on reused memory; the
-    training step with both native loops 0.94 (``docs/performance.md``). The compiled
-    backend takes it at one torch thread only (inductor splits its loop among several, with
-    the same bits); the eager backend at any thread count (``any_threads``), so that its
-    results do not depend on the thread count either. ``SVBNN_NATIVE=0`` keeps ``kernel``
-    everywhere."""
-
-    def fused_forward_native(*args: Any) -> tuple[Tensor, ...]:
+    def fused_forward_compiled(*args: Any) -> tuple[Tensor, ...]:
         # fused_forward's arguments: mu, rho, alpha, seed, log_lam, ..., inv_tau
         mu, rho, alpha, _, log_lam = args[:5]
-        if _native.usable(mu, rho, alpha, log_lam, args[-1], any_threads):
+        if _native.usable(mu, rho, alpha, log_lam, args[-1]):
             return _native.fused_forward(*args)
-        return tuple(kernel(*args))
+        return tuple(inductor_kernel(*args))
 
-    return fused_forward_native
+    return fused_forward_compiled
 
 
-def _with_native_backward(kernel: Callable[..., Any], any_threads: bool) -> Callable[..., Any]:
-    """:func:`fused_backward`: with ``into_factors``, the C++ compiler's build of the same
-    loop where it serves the call (as :func:`_with_native`), else ``kernel``. Measured on
-    669,706 parameters, arrays from memory, 1 thread: 0.79 of inductor's time (1.01 against
-    1.25 ms, 15 interleaved rounds), the gradients the same bit for bit. Torch's operations
-    (``any_threads``, the eager backend) never write into the factors: that would be one
-    more pass for them."""
+def _with_native_backward(inductor_kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled :func:`fused_backward`: with ``into_factors``, the C++ compiler's build
+    of the same loop where it serves the call (as :func:`_with_native`), else inductor's.
+    Measured on 669,706 parameters, arrays from memory, 1 thread: 0.79 of inductor's time
+    (1.01 against 1.25 ms, 15 interleaved rounds), the gradients the same bit for bit."""
 
-    def fused_backward_native(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
+    def fused_backward_compiled(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
         # fused_backward's arguments: g_theta, g_kl, the six saved arrays, into_factors
         g_theta, g_kl, *saved = args[:8]
-        into_factors = bool(args[8]) if args[8:] else False
-        if into_factors and _native.backward_usable(g_theta, g_kl, tuple(saved), any_threads):
+        if args[8:] and args[8] and _native.backward_usable(g_theta, g_kl, tuple(saved)):
             return _native.fused_backward(*args[:8])
-        if any_threads:
-            return kernel(*args[:8], False)
-        return kernel(*args)
+        return inductor_kernel(*args)
 
-    return fused_backward_native
-
-
-_EAGER_NATIVE.update(
-    _EAGER,
-    fused_forward=_with_native(fused_forward, True),
-    fused_backward=_with_native_backward(fused_backward, True),
-)
+    return fused_backward_compiled

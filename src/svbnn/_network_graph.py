@@ -116,17 +116,16 @@ def mlp_layers(
     ``run_feature_major``); the output is ``(R, m, out)``.
     """
     replicated = theta.dim() == 2
+    if replicated and _native.narrow_mlp_usable(theta, x, shapes, activation):
+        # Layers of few outputs (Simulation II: 200-7-7-7-1) by svbnn's own loops: BLAS
+        # repacks the minibatch for the first, and each small layer is a dozen torch
+        # operations (docs/performance.md).
+        hs, out = _native.narrow_mlp_forward(theta, x, shapes, activation)
+        return hs, out.transpose(1, 2)
     hs = [x.transpose(1, 2) if replicated else x]
     views = layer_views(theta, shapes)
     for i, (w, b) in enumerate(views):
-        if i == 0 and replicated and _native.narrow_usable(theta, x, shapes[0][0]):
-            # A first layer of few outputs (Simulation II: 7) by svbnn's own loop: BLAS
-            # repacks the minibatch for it (docs/performance.md).
-            h = _native.narrow_forward(theta, x, shapes[0][0])
-        elif replicated:
-            h = torch.baddbmm(b, w, hs[-1])
-        else:
-            h = torch.addmm(b, hs[-1], w.t())
+        h = torch.baddbmm(b, w, hs[-1]) if replicated else torch.addmm(b, hs[-1], w.t())
         if i == len(views) - 1:
             return hs, (h.transpose(1, 2) if replicated else h)
         hs.append(activate(h, activation))

@@ -9,10 +9,11 @@
   two drew its weights; only the KL sum adds in another order (its value is reported, its
   gradient is a constant). A training step of the MNIST network takes 0.94 of its time with
   the inductor kernels (``docs/performance.md``).
-* :func:`gather_rows`, :func:`narrow_forward` and :func:`narrow_weight_grad` run
-  ``replicated_layers.cpp``: a minibatch's gather with prefetching, and the first layer of a
-  replicated network of few outputs (Simulation II's 7), where MKL's packing of the
-  minibatch costs more than the products.
+* :func:`gather_rows`, :func:`narrow_mlp_forward` and :func:`narrow_mlp_backward` run
+  ``replicated_layers.cpp``: a minibatch's gather with prefetching, and a replicated
+  network of narrow layers (Simulation II's 200-7-7-7-1), where MKL's packing of the
+  minibatch costs more than the first layer's products and the small layers are a dozen
+  torch operations each.
 
 The library is compiled on first use with ``$CXX`` (default ``c++``) into
 ``$SVBNN_CACHE_DIR`` (default ``~/.cache/svbnn``), named by a hash of the sources, the
@@ -42,9 +43,9 @@ __all__ = [
     "fused_forward",
     "gather_rows",
     "gather_usable",
-    "narrow_forward",
-    "narrow_usable",
-    "narrow_weight_grad",
+    "narrow_mlp_backward",
+    "narrow_mlp_forward",
+    "narrow_mlp_usable",
     "usable",
 ]
 
@@ -87,10 +88,10 @@ _SIGNATURES: dict[str, list[type]] = {
     "svbnn_fused_backward": [*([_P] * 8), _I, _I],
     # src, rows, n_rows, row_bytes, out
     "svbnn_gather_rows": [_P, _P, _I, _I, _P],
-    # x, R, m, p, theta, theta_stride, o, out
-    "svbnn_narrow_forward": [_P, _I, _I, _I, _P, _I, _I, _P],
-    # x, g, R, m, p, o, grad, grad_stride
-    "svbnn_narrow_weight_grad": [_P, _P, _I, _I, _I, _I, _P, _I],
+    # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, out
+    "svbnn_narrow_mlp_forward": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P],
+    # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, g, grad, grad_stride
+    "svbnn_narrow_mlp_backward": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P, _P, _I],
 }
 
 _lock = threading.Lock()
@@ -185,13 +186,14 @@ def _cpu_float32(*tensors: Tensor) -> bool:
     )
 
 
-def _parameter_rows(*tensors: Tensor, any_threads: bool) -> bool:
+def _parameter_rows(*tensors: Tensor) -> bool:
     """One network's flat float32 CPU arrays ``(T,)``, or R replicates' ``(R, T)``, alike and
-    contiguous, fewer than 2^31 elements, with one torch thread unless ``any_threads``."""
+    contiguous, fewer than 2^31 elements, with one torch thread."""
     first = tensors[0]
     return (
         _enabled()
-        and (any_threads or torch.get_num_threads() == 1)
+        # The inductor kernel splits its loop among threads; with one it and this loop agree.
+        and torch.get_num_threads() == 1
         and first.dim() in (1, 2)
         and 0 < first.numel() < 2**31
         and _cpu_float32(*tensors)
@@ -199,30 +201,21 @@ def _parameter_rows(*tensors: Tensor, any_threads: bool) -> bool:
     )
 
 
-def usable(
-    mu: Tensor,
-    rho: Tensor,
-    alpha: Tensor,
-    log_lam: Tensor,
-    inv_tau: float,
-    any_threads: bool = False,
-) -> bool:
+def usable(mu: Tensor, rho: Tensor, alpha: Tensor, log_lam: Tensor, inv_tau: float) -> bool:
     """Whether :func:`fused_forward` serves this call: one network's flat float32 CPU
     parameters ``(T,)`` or R replicates' ``(R, T)`` (contiguous, fewer than 2^31), a scalar
-    prior, ``1 / tau`` of 1 or 2, one torch thread unless ``any_threads`` (the inductor
-    kernel splits its loop among several, with the same bits), outside a caller's
-    ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled."""
+    prior, ``1 / tau`` of 1 or 2, one torch thread (the inductor kernel splits its loop among
+    several), outside a caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library
+    compiled. Otherwise the inductor kernel runs, with the same results."""
     return (
         inv_tau in _FUNCTIONS
         and log_lam.dim() == 0
-        and _parameter_rows(mu, rho, alpha, any_threads=any_threads)
+        and _parameter_rows(mu, rho, alpha)
         and available()
     )
 
 
-def backward_usable(
-    g_theta: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...], any_threads: bool = False
-) -> bool:
+def backward_usable(g_theta: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...]) -> bool:
     """Whether :func:`fused_backward` serves this call: as :func:`usable`, for the incoming
     gradient ``g_theta`` and the six saved arrays, with one float32 ``g_kl`` per row."""
     rows = g_theta.shape[0] if g_theta.dim() == 2 else 1
@@ -230,7 +223,7 @@ def backward_usable(
         g_kl.numel() == rows
         and g_kl.dtype == torch.float32
         and g_kl.device.type == "cpu"
-        and _parameter_rows(g_theta, *saved, any_threads=any_threads)
+        and _parameter_rows(g_theta, *saved)
         and available()
     )
 
@@ -334,53 +327,103 @@ def gather_rows(src: Tensor, rows: Tensor, out: Tensor) -> Tensor:
     return out
 
 
-# The widest first layer left to these loops: beyond it, MKL's products win.
+# The widest layer left to these loops: beyond it, MKL's products win.
 NARROW_MAX_OUT = 16
+# The hidden activations they know (as svbnn._network_graph.activate names them).
+_NARROW_ACTIVATIONS = {"relu": 1, "identity": 0}
 
 
-def narrow_usable(theta: Tensor, x: Tensor, n_out: int) -> bool:
-    """Whether :func:`narrow_forward` and :func:`narrow_weight_grad` serve a replicated
-    network's first layer: ``theta`` ``(R, T)`` and ``x`` ``(R, m, p)`` contiguous float32
-    on the CPU, at most :data:`NARROW_MAX_OUT` outputs, nothing autograd would record,
-    outside a caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, the library compiled. Any
-    thread count: the loops run on one, in a fixed order, so the results do not depend on
-    it."""
+def narrow_mlp_usable(
+    theta: Tensor, x: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
+) -> bool:
+    """Whether :func:`narrow_mlp_forward` and :func:`narrow_mlp_backward` serve a replicated
+    network: ``theta`` ``(R, T)`` and ``x`` ``(R, m, p)`` contiguous float32 on the CPU,
+    layers of at most :data:`NARROW_MAX_OUT` outputs (``shapes``: ``(out, in)``, chained
+    from ``p``), ReLU or no hidden activation, nothing autograd would record, outside a
+    caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, the library compiled. Any thread
+    count: the loops run on one, in a fixed order, so the results do not depend on it."""
+    if not (shapes and theta.dim() == 2 and x.dim() == 3 and x.shape[0] == theta.shape[0]):
+        return False
+    chained = all(n_in == prev for (_, n_in), (prev, _) in zip(shapes[1:], shapes, strict=False))
     return (
         _enabled()
         # A forward that autograd would record needs torch's operations (callers run these
         # loops inside their own autograd.Function).
         and not (torch.is_grad_enabled() and (theta.requires_grad or x.requires_grad))
-        and theta.dim() == 2
-        and x.dim() == 3
-        and x.shape[0] == theta.shape[0]
-        and 0 < n_out <= NARROW_MAX_OUT
-        and theta.shape[1] >= n_out * (x.shape[2] + 1)
+        and activation in _NARROW_ACTIVATIONS
+        and chained
+        and shapes[0][1] == x.shape[2]
+        and all(0 < n_out <= NARROW_MAX_OUT for n_out, _ in shapes)
+        and theta.shape[1] >= sum(o * (i + 1) for o, i in shapes)
         and x.numel() > 0
         and _cpu_float32(theta, x)
         and available()
     )
 
 
-def narrow_forward(theta: Tensor, x: Tensor, n_out: int) -> Tensor:
-    """The first layer of R replicates, feature-major: ``(R, n_out, m)``, ``b + W x^T`` with
-    ``W, b`` layer 0 of :func:`svbnn._network_graph.layer_views` (``theta`` ``(R, T)``, ``x``
-    ``(R, m, p)``). Where :func:`narrow_usable` says so."""
+def _outs(shapes: tuple[tuple[int, int], ...]) -> ctypes.Array[ctypes.c_int64]:
+    return (ctypes.c_int64 * len(shapes))(*(o for o, _ in shapes))
+
+
+def _pointers(tensors: list[Tensor]) -> ctypes.Array[ctypes.c_void_p]:
+    return (ctypes.c_void_p * max(len(tensors), 1))(*(t.data_ptr() for t in tensors))
+
+
+def narrow_mlp_forward(
+    theta: Tensor, x: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
+) -> tuple[list[Tensor], Tensor]:
+    """:func:`svbnn._network_graph.mlp_layers` of R replicates, where
+    :func:`narrow_mlp_usable` says so: the hidden activations ``[x^T, h_1, ...]``
+    (``(R, width, m)``, ``x^T`` a view) and the output ``(R, out, m)``, feature-major."""
     assert _library is not None
     R, m, p = x.shape
-    out = x.new_empty((R, n_out, m))
-    _library.svbnn_narrow_forward(
-        x.data_ptr(), R, m, p, theta.data_ptr(), theta.stride(0), n_out, out.data_ptr()
+    hs = [x.new_empty((R, o, m)) for o, _ in shapes[:-1]]
+    out = x.new_empty((R, shapes[-1][0], m))
+    _library.svbnn_narrow_mlp_forward(
+        x.data_ptr(),
+        R,
+        m,
+        p,
+        theta.data_ptr(),
+        theta.stride(0),
+        len(shapes),
+        _outs(shapes),
+        _NARROW_ACTIVATIONS[activation],
+        _pointers(hs),
+        out.data_ptr(),
     )
-    return out
+    return [x.transpose(1, 2), *hs], out
 
 
-def narrow_weight_grad(g: Tensor, x: Tensor, grad: Tensor) -> None:
-    """The gradient of :func:`narrow_forward`'s weights and biases from ``g`` ``(R, n_out,
-    m)``, written into layer 0 of ``grad`` ``(R, T)`` (as :func:`layer_views` lays it out;
-    the rest of ``grad`` is not touched). ``grad`` contiguous float32 like ``x``."""
+def narrow_mlp_backward(
+    theta: Tensor,
+    hs: list[Tensor],
+    g: Tensor,
+    shapes: tuple[tuple[int, int], ...],
+    activation: str,
+    grad: Tensor,
+) -> None:
+    """The weight and bias gradient of :func:`narrow_mlp_forward`'s network from the
+    output's gradient ``g`` ``(R, out, m)`` (feature-major) and the activations ``hs`` it
+    returned, written into ``grad`` ``(R, T)``, laid out as ``theta`` (the rest of ``grad``
+    is not touched)."""
     assert _library is not None
+    x = hs[0].transpose(1, 2)
     R, m, p = x.shape
     g = g.contiguous()
-    _library.svbnn_narrow_weight_grad(
-        x.data_ptr(), g.data_ptr(), R, m, p, g.shape[1], grad.data_ptr(), grad.stride(0)
+    hidden = [h.contiguous() for h in hs[1:]]
+    _library.svbnn_narrow_mlp_backward(
+        x.data_ptr(),
+        R,
+        m,
+        p,
+        theta.data_ptr(),
+        theta.stride(0),
+        len(shapes),
+        _outs(shapes),
+        _NARROW_ACTIVATIONS[activation],
+        _pointers(hidden),
+        g.data_ptr(),
+        grad.data_ptr(),
+        grad.stride(0),
     )

@@ -1,12 +1,15 @@
-// The parts of a replicated network's training step that BLAS serves poorly, for float32 on
-// the CPU (svbnn._native compiles this file with fused_forward.cpp into one library):
+// The parts of a replicated network's training step that BLAS and torch's per-operation
+// cost serve poorly, for float32 on the CPU (svbnn._native compiles this file with
+// fused_forward.cpp into one library):
 //
 // * svbnn_gather_rows: a minibatch's rows gathered from the data, with the next rows
 //   prefetched (the rows are random, so each one waits on memory otherwise);
-// * svbnn_narrow_forward / svbnn_narrow_weight_grad: a first layer of few outputs (the
-//   Simulation II networks: 7 of 200 inputs) on every replicate, h = b + W x^T and its
-//   weight gradient G x. MKL packs the whole minibatch into its own layout for each of
-//   these products, which costs more than the arithmetic when the layer has 7 rows.
+// * svbnn_narrow_mlp_forward / svbnn_narrow_mlp_backward: a replicated MLP whose layers all
+//   have few outputs (the Simulation II networks: 200-7-7-7-1), forward and weight
+//   gradient, each replicate's layers one after another. MKL packs the whole minibatch into
+//   its own layout for each product of the first layer, which costs more than the
+//   arithmetic when the layer has 7 rows, and the 7 x 7 layers are a dozen small torch
+//   operations each.
 //
 // Nothing is checked here: svbnn._native passes contiguous float32 arrays of the stated
 // shapes. The sums run in a fixed order (no threads), so a result does not depend on the
@@ -115,77 +118,205 @@ extern "C" void svbnn_gather_rows(const char* src, const int64_t* rows, int64_t 
     }
 }
 
-// The first layer of R replicates, feature-major: out (R, o, m) with
-// out[r, j, b] = theta[r, j (p + 1) + p] + sum_k theta[r, j (p + 1) + k] x[r, b, k]
-// (layer 0 of svbnn._network_graph.layer_views: rows of p weights and a bias), x (R, m, p),
-// theta rows theta_stride apart.
-extern "C" void svbnn_narrow_forward(const float* x, int64_t R, int64_t m, int64_t p,
-                                     const float* theta, int64_t theta_stride, int64_t o,
-                                     float* out) {
-    // The weights copied to rows of a multiple of 16 floats on 64-byte boundaries: the
-    // vector loads of W then never straddle two cache lines.
+namespace {
+
+// Layer 0 of one replicate: out (o, m) = b + W x^T, x (m, p) sample-major; W rows of p
+// weights and a bias, p + 1 apart, in layer.
+void first_layer(const float* x, int64_t m, int64_t p, const float* layer, int64_t o, float* out,
+                 float* W) {
+    // W: the weights copied to rows of a multiple of 16 floats on 64-byte boundaries (the
+    // caller's scratch), so that the vector loads never straddle two cache lines.
     const int64_t ws = (p + 15) & ~int64_t(15);
-    std::vector<float> store(static_cast<size_t>(8 * ws + 16));
-    float* W = store.data();
-    W += (16 - (reinterpret_cast<uintptr_t>(W) / sizeof(float)) % 16) % 16;
     float bias[8];
-    for (int64_t r = 0; r < R; ++r) {
-        const float* layer = theta + r * theta_stride;
-        for (int64_t j0 = 0; j0 < o; j0 += 8) {
-            const int block = static_cast<int>(o - j0 < 8 ? o - j0 : 8);
-            for (int j = 0; j < block; ++j) {
-                const float* row = layer + (j0 + j) * (p + 1);
-                std::memcpy(W + j * ws, row, p * sizeof(float));
-                bias[j] = row[p];
-            }
-            narrow_block(block, x + r * m * p, m, p, W, ws, bias, out + (r * o + j0) * m);
+    for (int64_t j0 = 0; j0 < o; j0 += 8) {
+        const int block = static_cast<int>(o - j0 < 8 ? o - j0 : 8);
+        for (int j = 0; j < block; ++j) {
+            const float* row = layer + (j0 + j) * (p + 1);
+            std::memcpy(W + j * ws, row, p * sizeof(float));
+            bias[j] = row[p];
+        }
+        narrow_block(block, x, m, p, W, ws, bias, out + j0 * m);
+    }
+}
+
+// A later layer of one replicate, feature-major: out (o, m) = b + W h, h (in, m).
+void hidden_layer(const float* h, int64_t m, int64_t in, const float* layer, int64_t o,
+                  float* out) {
+    for (int64_t j = 0; j < o; ++j) {
+        const float* w = layer + j * (in + 1);
+        float* y = out + j * m;
+        const float bj = w[in];
+#pragma omp simd
+        for (int64_t b = 0; b < m; ++b) y[b] = bj;
+        for (int64_t k = 0; k < in; ++k) {
+            const float wk = w[k];
+            const float* hk = h + k * m;
+#pragma omp simd
+            for (int64_t b = 0; b < m; ++b) y[b] += wk * hk[b];
         }
     }
 }
 
-// The gradient of svbnn_narrow_forward's weights and biases from g (R, o, m): for each
-// replicate, sum_b g[r, j, b] x[r, b, k] into grad[r, j (p + 1) + k] and sum_b g[r, j, b]
-// into grad[r, j (p + 1) + p] (grad rows grad_stride apart; nothing else is written).
-extern "C" void svbnn_narrow_weight_grad(const float* x, const float* g, int64_t R, int64_t m,
-                                         int64_t p, int64_t o, float* grad,
-                                         int64_t grad_stride) {
-    std::vector<float> acc(static_cast<size_t>(o * p));
-    float* a = acc.data();
-    for (int64_t r = 0; r < R; ++r) {
-        std::memset(a, 0, sizeof(float) * o * p);
-        const float* X = x + r * m * p;
-        const float* G = g + r * o * m;
-        int64_t b = 0;
-        // Four rows of x at a time: one pass over the sums for four products.
-        for (; b + 4 <= m; b += 4) {
-            const float* x0 = X + b * p;
-            const float* x1 = x0 + p;
-            const float* x2 = x1 + p;
-            const float* x3 = x2 + p;
-            for (int64_t j = 0; j < o; ++j) {
-                const float* gj = G + j * m + b;
-                const float g0 = gj[0], g1 = gj[1], g2 = gj[2], g3 = gj[3];
-                float* aj = a + j * p;
+// As torch.relu (a NaN stays NaN).
+void relu(float* h, int64_t n) {
 #pragma omp simd
-                for (int64_t k = 0; k < p; ++k)
-                    aj[k] += (g0 * x0[k] + g1 * x1[k]) + (g2 * x2[k] + g3 * x3[k]);
-            }
-        }
-        for (; b < m; ++b) {
-            const float* x0 = X + b * p;
-            for (int64_t j = 0; j < o; ++j) {
-                const float g0 = G[j * m + b];
-                float* aj = a + j * p;
-#pragma omp simd
-                for (int64_t k = 0; k < p; ++k) aj[k] += g0 * x0[k];
-            }
-        }
-        float* out = grad + r * grad_stride;
+    for (int64_t i = 0; i < n; ++i) h[i] = h[i] < 0.0f ? 0.0f : h[i];
+}
+
+// The weight gradient of layer 0 of one replicate: sum_b g[j, b] x[b, k] into
+// out[j (p + 1) + k] and sum_b g[j, b] into out[j (p + 1) + p]; a (o p floats) is scratch.
+void first_layer_grad(const float* x, const float* g, int64_t m, int64_t p, int64_t o,
+                      float* out, float* a) {
+    std::memset(a, 0, sizeof(float) * o * p);
+    int64_t b = 0;
+    // Four rows of x at a time: one pass over the sums for four products.
+    for (; b + 4 <= m; b += 4) {
+        const float* x0 = x + b * p;
+        const float* x1 = x0 + p;
+        const float* x2 = x1 + p;
+        const float* x3 = x2 + p;
         for (int64_t j = 0; j < o; ++j) {
-            std::memcpy(out + j * (p + 1), a + j * p, p * sizeof(float));
+            const float* gj = g + j * m + b;
+            const float g0 = gj[0], g1 = gj[1], g2 = gj[2], g3 = gj[3];
+            float* aj = a + j * p;
+#pragma omp simd
+            for (int64_t k = 0; k < p; ++k)
+                aj[k] += (g0 * x0[k] + g1 * x1[k]) + (g2 * x2[k] + g3 * x3[k]);
+        }
+    }
+    for (; b < m; ++b) {
+        const float* x0 = x + b * p;
+        for (int64_t j = 0; j < o; ++j) {
+            const float g0 = g[j * m + b];
+            float* aj = a + j * p;
+#pragma omp simd
+            for (int64_t k = 0; k < p; ++k) aj[k] += g0 * x0[k];
+        }
+    }
+    for (int64_t j = 0; j < o; ++j) {
+        std::memcpy(out + j * (p + 1), a + j * p, p * sizeof(float));
+        float s = 0.0f;
+        for (int64_t i = 0; i < m; ++i) s += g[j * m + i];
+        out[j * (p + 1) + p] = s;
+    }
+}
+
+// A later layer's gradient of one replicate, feature-major: sum_b g[j, b] h[k, b] into
+// out[j (in + 1) + k], sum_b g[j, b] into out[j (in + 1) + in].
+void hidden_layer_grad(const float* h, const float* g, int64_t m, int64_t in, int64_t o,
+                       float* out) {
+    for (int64_t j = 0; j < o; ++j) {
+        const float* gj = g + j * m;
+        for (int64_t k = 0; k < in; ++k) {
+            const float* hk = h + k * m;
             float s = 0.0f;
-            for (int64_t b2 = 0; b2 < m; ++b2) s += G[j * m + b2];
-            out[j * (p + 1) + p] = s;
+#pragma omp simd reduction(+ : s)
+            for (int64_t b = 0; b < m; ++b) s += gj[b] * hk[b];
+            out[j * (in + 1) + k] = s;
+        }
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t b = 0; b < m; ++b) s += gj[b];
+        out[j * (in + 1) + in] = s;
+    }
+}
+
+// The gradient through a later layer to its input, with ReLU's derivative where relu:
+// gin[k, b] = sum_j W[j, k] g[j, b], zero where the input h[k, b] (ReLU's output) is not > 0.
+void input_grad(const float* layer, const float* g, const float* h, int64_t m, int64_t in,
+                int64_t o, bool relu_in, float* gin) {
+    for (int64_t k = 0; k < in; ++k) {
+        float* y = gin + k * m;
+#pragma omp simd
+        for (int64_t b = 0; b < m; ++b) y[b] = 0.0f;
+        for (int64_t j = 0; j < o; ++j) {
+            const float w = layer[j * (in + 1) + k];
+            const float* gj = g + j * m;
+#pragma omp simd
+            for (int64_t b = 0; b < m; ++b) y[b] += w * gj[b];
+        }
+        if (relu_in) {
+            const float* hk = h + k * m;
+#pragma omp simd
+            for (int64_t b = 0; b < m; ++b) y[b] = hk[b] > 0.0f ? y[b] : 0.0f;
+        }
+    }
+}
+
+float* aligned(std::vector<float>& store) {
+    float* p = store.data();
+    return p + (16 - (reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 16) % 16;
+}
+
+}  // namespace
+
+// A replicated MLP of narrow layers, feature-major, as svbnn._network_graph.mlp_layers runs
+// it: x (R, m, p) sample-major; n_layers layers of outs[i] outputs on the flat weights
+// theta (R rows theta_stride apart, layer i's rows of in_i weights and a bias); ReLU
+// between the layers where relu, else none. Writes each hidden activation into hs[i]
+// (R, outs[i], m) for i < n_layers - 1, and the output into out (R, outs[-1], m).
+extern "C" void svbnn_narrow_mlp_forward(const float* x, int64_t R, int64_t m, int64_t p,
+                                         const float* theta, int64_t theta_stride,
+                                         int64_t n_layers, const int64_t* outs, int32_t relu_on,
+                                         float* const* hs, float* out) {
+    const int64_t ws = (p + 15) & ~int64_t(15);
+    std::vector<float> store(static_cast<size_t>(8 * ws + 16));
+    float* W = aligned(store);
+    for (int64_t r = 0; r < R; ++r) {
+        const float* layer = theta + r * theta_stride;
+        const float* h_in = nullptr;
+        int64_t in = p;
+        for (int64_t i = 0; i < n_layers; ++i) {
+            const int64_t o = outs[i];
+            float* h = (i + 1 < n_layers ? hs[i] : out) + r * o * m;
+            if (i == 0)
+                first_layer(x + r * m * p, m, p, layer, o, h, W);
+            else
+                hidden_layer(h_in, m, in, layer, o, h);
+            if (relu_on && i + 1 < n_layers) relu(h, o * m);
+            layer += o * (in + 1);
+            h_in = h;
+            in = o;
+        }
+    }
+}
+
+// The weight and bias gradient of svbnn_narrow_mlp_forward's network from g (R, outs[-1],
+// m), feature-major, and its hidden activations hs; written into grad (R rows grad_stride
+// apart, laid out as theta; nothing else is written).
+extern "C" void svbnn_narrow_mlp_backward(const float* x, int64_t R, int64_t m, int64_t p,
+                                          const float* theta, int64_t theta_stride,
+                                          int64_t n_layers, const int64_t* outs,
+                                          int32_t relu_on, const float* const* hs,
+                                          const float* g_out, float* grad,
+                                          int64_t grad_stride) {
+    int64_t widest = 0;
+    std::vector<int64_t> ins(n_layers), offsets(n_layers);
+    for (int64_t i = 0, off = 0, in = p; i < n_layers; ++i) {
+        ins[i] = in;
+        offsets[i] = off;
+        off += outs[i] * (in + 1);
+        in = outs[i];
+        widest = outs[i] > widest ? outs[i] : widest;
+    }
+    std::vector<float> g_a(static_cast<size_t>(widest * m)), g_b(g_a.size());
+    std::vector<float> acc(static_cast<size_t>(outs[0] * p));
+    for (int64_t r = 0; r < R; ++r) {
+        const float* layers = theta + r * theta_stride;
+        float* grads = grad + r * grad_stride;
+        const float* g = g_out + r * outs[n_layers - 1] * m;
+        float* spare = g_a.data();
+        for (int64_t i = n_layers - 1; i >= 0; --i) {
+            const int64_t o = outs[i], in = ins[i];
+            if (i == 0) {
+                first_layer_grad(x + r * m * p, g, m, p, o, grads, acc.data());
+                break;
+            }
+            const float* h = hs[i - 1] + r * in * m;  // this layer's input
+            hidden_layer_grad(h, g, m, in, o, grads + offsets[i]);
+            input_grad(layers + offsets[i], g, h, m, in, o, relu_on != 0, spare);
+            g = spare;
+            spare = spare == g_a.data() ? g_b.data() : g_a.data();
         }
     }
 }

@@ -151,11 +151,11 @@ class FusedGumbelKL(torch.autograd.Function):
             g_theta = torch.zeros(shape, dtype=saved[0].dtype, device=saved[0].device)
         if g_kl is None:
             g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
-        # The saved factors become the gradients (one loop storing into what it reads),
-        # unless this graph is kept for another backward (retain_graph, create_graph: e.g.
-        # the KL and the likelihood backpropagated separately), which reads them again.
-        # (Torch's eager operations, where they run, decline: one more pass for them.)
-        into_factors = not _graph_is_kept()
+        # Compiled, the saved factors become the gradients (one loop storing into what it
+        # reads), unless this graph is kept for another backward (retain_graph,
+        # create_graph: e.g. the KL and the likelihood backpropagated separately), which
+        # reads them again. Eager, that would be one more pass, so never.
+        into_factors = ctx.compiled and not _graph_is_kept()
         grads = kernels(ctx.compiled)["fused_backward"](
             g_theta, g_kl.unsqueeze(-1), *saved, into_factors
         )
@@ -224,15 +224,19 @@ class FlatMLP(torch.autograd.Function):
         grads = layer_views(grad, ctx.shapes)
         if replicated:
             g = g.transpose(1, 2)  # feature-major, (R, out, m)
+            if not ctx.needs_input_grad[1] and _native.narrow_mlp_usable(
+                theta, hs[0].mT, ctx.shapes, ctx.activation
+            ):
+                # as mlp_layers' forward ran it
+                _native.narrow_mlp_backward(theta, hs, g, ctx.shapes, ctx.activation, grad)
+                return grad, None, None, None, None
         g_x = None
         for i in range(len(weights) - 1, -1, -1):
             g_w, g_b = grads[i]
             # Into a contiguous product and copied: MKL writes an output of row stride
             # in + 1 slower than the copy costs (measured, 512 x 784 from batch 256:
             # 2.71 against 2.49 ms).
-            if replicated and i == 0 and _native.narrow_usable(theta, x := hs[0].mT, g.shape[1]):
-                _native.narrow_weight_grad(g, x, grad)  # as mlp_layers' forward
-            elif replicated:
+            if replicated:
                 g_w.copy_(torch.bmm(g, hs[i].transpose(1, 2)))
                 torch.sum(g, -1, keepdim=True, out=g_b)
             else:
