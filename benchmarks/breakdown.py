@@ -191,9 +191,12 @@ def replicate_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Tim
         g_w.copy_(torch.bmm(g, xb))
         torch.sum(g, -1, keepdim=True, out=g_b)
 
+    one_layer = ((h, p),)
+
     def first_layer_native() -> None:
-        _native.narrow_forward(theta, xb, h)
-        _native.narrow_weight_grad(g, xb, grad)
+        # the narrow network's loops on the first layer alone
+        hs, _ = _native.narrow_mlp_forward(theta, xb, one_layer, "identity")
+        _native.narrow_mlp_backward(theta, hs, g, one_layer, "identity", grad)
 
     gather = f"minibatch gather ({R} x {m} x {p} floats)"
     layer = "first layer: forward + weight-gradient products"
@@ -201,7 +204,9 @@ def replicate_breakdown(net: NetSpec, args: argparse.Namespace) -> dict[str, Tim
         f"{gather}, torch": lambda: torch.index_select(X, 0, next(rows), out=buffer),
         f"{layer}, torch": first_layer_torch,
     }
-    if _native.gather_usable(X, batches[0], buffer) and _native.narrow_usable(theta, xb, h):
+    if _native.gather_usable(X, batches[0], buffer) and _native.narrow_mlp_usable(
+        theta, xb, one_layer, "identity"
+    ):
         fns[f"{gather}, native"] = lambda: _native.gather_rows(X, next(rows), buffer)
         fns[f"{layer}, native"] = first_layer_native
     fns["full batched step"] = step

@@ -6,6 +6,7 @@ produces its rows and files.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -16,8 +17,11 @@ import torch
 
 # ``benchmarks`` is a top-level folder of the repository (pytest's pythonpath has ".").
 import benchmarks.run as bench
+from benchmarks.breakdown import replicate_breakdown
 from benchmarks.memory import memory_child
+from benchmarks.networks import network_specs
 from benchmarks.reference import reference_kl, reference_mlp
+from svbnn import _native
 from svbnn.objectives import spike_slab_kl_reference
 
 
@@ -132,3 +136,14 @@ def test_parametrisation_prototype_matches_the_library_kernel() -> None:
     from svbnn._kernels import fused_forward
 
     assert max_difference(fused_forward, fused_forward_log_sigma) < 1e-5
+
+
+def test_replicate_breakdown_times_torch_and_native_pieces_side_by_side() -> None:
+    args = argparse.Namespace(repeats=1, min_block_ms=1.0, warmup=0)
+    t = replicate_breakdown(network_specs(32, 256)["sim2"], args)
+    names = list(t)
+    assert names[-1] == "full batched step"
+    sides = ["torch", "native"] if _native.available() else ["torch"]
+    for piece in ("minibatch gather", "first layer"):
+        assert sorted(n.rsplit(", ", 1)[1] for n in names if n.startswith(piece)) == sorted(sides)
+    assert all(timing.median > 0 for timing in t.values())
