@@ -21,8 +21,6 @@
 namespace {
 
 typedef float v16 __attribute__((vector_size(64)));
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v4 __attribute__((vector_size(16)));
 
 inline v16 load16(const float* p) {  // unaligned
     v16 v;
@@ -30,10 +28,21 @@ inline v16 load16(const float* p) {  // unaligned
     return v;
 }
 
+// The sum of the 16 lanes as halves, then quarters, in this order on every compiler (GCC
+// before 12 has no __builtin_shufflevector; the plain version is about 10% slower).
 inline float hsum(v16 v) {
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+    typedef float v8 __attribute__((vector_size(32)));
+    typedef float v4 __attribute__((vector_size(16)));
     v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
            __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
     v4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+#else
+    float t[16], a[8], c[4];
+    std::memcpy(t, &v, sizeof t);
+    for (int i = 0; i < 8; ++i) a[i] = t[i] + t[i + 8];
+    for (int i = 0; i < 4; ++i) c[i] = a[i] + a[i + 4];
+#endif
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
