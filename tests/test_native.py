@@ -27,6 +27,20 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(n)
 
 
+def _spy_on(monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]) -> list[str]:
+    """The names of the native functions called from now on, in order."""
+    calls: list[str] = []
+    for name in names:
+        real = getattr(_native, name)
+
+        def spy(*args: object, _real: object = real, _name: str = name) -> object:
+            calls.append(_name)
+            return _real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(_native, name, spy)
+    return calls
+
+
 def _parameters(n: int, seed: int) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     mu = torch.randn(n, generator=g) * 0.5
@@ -117,15 +131,7 @@ def test_native_backward_equals_the_inductor_kernel_bit_for_bit(one_thread: None
 def test_training_is_the_same_with_and_without_the_native_kernel(
     one_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[str] = []
-    for name in ("fused_forward", "fused_backward"):
-        real = getattr(_native, name)
-
-        def spy(*args: object, _real: object = real, _name: str = name) -> object:
-            calls.append(_name)
-            return _real(*args)  # type: ignore[operator]
-
-        monkeypatch.setattr(_native, name, spy)
+    calls = _spy_on(monkeypatch, ("fused_forward", "fused_backward"))
     g = torch.Generator().manual_seed(1)
     X, y = torch.randn(64, 100, generator=g), torch.randn(64, generator=g)
     states = []
@@ -323,15 +329,7 @@ def test_replicated_training_with_the_native_loops_learns_what_torch_s_operation
 ) -> None:
     # The layers' sums add in another order than MKL's, so the runs part in the last bits
     # and drift apart as training goes on; after a few steps they are still close.
-    calls: list[str] = []
-    for name in ("gather_rows", "narrow_mlp_forward", "narrow_mlp_backward"):
-        real = getattr(_native, name)
-
-        def spy(*args: object, _real: object = real, _name: str = name) -> object:
-            calls.append(_name)
-            return _real(*args)  # type: ignore[operator]
-
-        monkeypatch.setattr(_native, name, spy)
+    calls = _spy_on(monkeypatch, ("gather_rows", "narrow_mlp_forward", "narrow_mlp_backward"))
     g = torch.Generator().manual_seed(3)
     R, n, p = 4, 96, 30
     X, y = torch.randn(R, n, p, generator=g), torch.randn(R, n, generator=g)

@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -369,6 +370,25 @@ def _pointers(tensors: list[Tensor]) -> ctypes.Array[ctypes.c_void_p]:
     return (ctypes.c_void_p * max(len(tensors), 1))(*(t.data_ptr() for t in tensors))
 
 
+def _network_args(
+    x: Tensor, theta: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
+) -> tuple[Any, ...]:
+    """The arguments both narrow-network functions begin with: x, R, m, p, theta, its row
+    stride, the number of layers, their outputs, ReLU or none."""
+    R, m, p = x.shape
+    return (
+        x.data_ptr(),
+        R,
+        m,
+        p,
+        theta.data_ptr(),
+        theta.stride(0),
+        len(shapes),
+        _outs(shapes),
+        _NARROW_ACTIVATIONS[activation],
+    )
+
+
 def narrow_mlp_forward(
     theta: Tensor, x: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
 ) -> tuple[list[Tensor], Tensor]:
@@ -380,17 +400,7 @@ def narrow_mlp_forward(
     hs = [x.new_empty((R, o, m)) for o, _ in shapes[:-1]]
     out = x.new_empty((R, shapes[-1][0], m))
     _library.svbnn_narrow_mlp_forward(
-        x.data_ptr(),
-        R,
-        m,
-        p,
-        theta.data_ptr(),
-        theta.stride(0),
-        len(shapes),
-        _outs(shapes),
-        _NARROW_ACTIVATIONS[activation],
-        _pointers(hs),
-        out.data_ptr(),
+        *_network_args(x, theta, shapes, activation), _pointers(hs), out.data_ptr()
     )
     return [x.transpose(1, 2), *hs], out
 
@@ -408,20 +418,10 @@ def narrow_mlp_backward(
     returned, written into ``grad`` ``(R, T)``, laid out as ``theta`` (the rest of ``grad``
     is not touched)."""
     assert _library is not None
-    x = hs[0].transpose(1, 2)
-    R, m, p = x.shape
     g = g.contiguous()
     hidden = [h.contiguous() for h in hs[1:]]
     _library.svbnn_narrow_mlp_backward(
-        x.data_ptr(),
-        R,
-        m,
-        p,
-        theta.data_ptr(),
-        theta.stride(0),
-        len(shapes),
-        _outs(shapes),
-        _NARROW_ACTIVATIONS[activation],
+        *_network_args(hs[0].transpose(1, 2), theta, shapes, activation),
         _pointers(hidden),
         g.data_ptr(),
         grad.data_ptr(),
