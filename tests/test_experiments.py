@@ -223,8 +223,9 @@ def test_same_seed_same_results(tmp_path: Path) -> None:
 
 
 def test_kernels_option_applies_to_the_run_only(tmp_path: Path) -> None:
-    # table2 --quick trains a replicated network: 'auto' runs it with the eager kernels (no
-    # compiling in the test suite), and settings.json records the backend the seed needs.
+    # table2 --quick trains a replicated network: 'auto' runs it with svbnn's native loops
+    # (nothing compiled in the test suite), and settings.json records the backend the seed
+    # needs.
     assert get_kernel_backend() is KernelBackend.EAGER
     saved = os.environ.get("SVBNN_KERNELS")
     argv = ["reproduce", "table2", "--quick", "--reps", "1", "--no-progress"]
@@ -233,6 +234,32 @@ def test_kernels_option_applies_to_the_run_only(tmp_path: Path) -> None:
     assert settings["environment"]["svbnn_kernels"] == "auto"
     assert get_kernel_backend() is KernelBackend.EAGER
     assert os.environ.get("SVBNN_KERNELS") == saved
+
+
+def test_table2_runs_with_its_own_kernels_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # table2's default is auto (its replicated narrow network runs on the native loops,
+    # nothing compiled); --kernels and SVBNN_KERNELS override it; other artifacts keep the
+    # library's eager default.
+    monkeypatch.delenv("SVBNN_KERNELS", raising=False)
+    argv = ["reproduce", "table2", "--quick", "--reps", "1", "--no-progress", "--out"]
+
+    def kernels(out: Path) -> str:
+        backend: str = json.loads((out / "settings.json").read_text())["environment"][
+            "svbnn_kernels"
+        ]
+        return backend
+
+    assert main([*argv, str(tmp_path / "default")]) == 0
+    assert kernels(tmp_path / "default") == "auto"
+    assert main([*argv, str(tmp_path / "option"), "--kernels", "eager"]) == 0
+    assert kernels(tmp_path / "option") == "eager"
+    monkeypatch.setenv("SVBNN_KERNELS", "eager")
+    assert main([*argv, str(tmp_path / "environment")]) == 0
+    assert kernels(tmp_path / "environment") == "eager"
+    assert get_kernel_backend() is KernelBackend.EAGER
+    assert [n for n in artifact_names() if get_artifact(n).kernels is not None] == ["table2"]
 
 
 def test_demo_runs_and_prints_paper_values(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import svbnn._kernels as K
+import svbnn.nn._fused as fused
 from svbnn import _native
 from svbnn._network_graph import layer_views
 from svbnn.nn import SpikeSlabMLP
@@ -346,3 +347,33 @@ def test_replicated_training_with_the_native_loops_learns_what_torch_s_operation
         assert calls == ([] if native == "0" else per_step * 6)
     for key, value in states[0].items():
         assert torch.allclose(value, states[1][key], rtol=1e-4, atol=1e-5), key
+
+
+def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_graph(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Below AUTO_MIN_NUMEL, auto would compile the whole step as one graph (about a minute,
+    # and slower for such a network): the native loops run it instead, with nothing compiled.
+    def no_graph(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the one-graph step was built")
+
+    monkeypatch.setattr(fused, "whole_network_kernel", no_graph)
+    names = ("fused_forward", "narrow_mlp_forward", "narrow_mlp_backward", "fused_backward")
+    calls = _spy_on(monkeypatch, names)
+    g = torch.Generator().manual_seed(4)
+    R, n, p = 3, 64, 30
+    X, y = torch.randn(R, n, p, generator=g), torch.randn(R, n, generator=g)
+    model = SpikeSlabMLP(p, (5, 5), 1, n_replicates=R, generator=g)
+    assert model.mu.numel() < K.AUTO_MIN_NUMEL
+    with K.backend_scope("auto"):
+        assert fused._native_network(model, model.layers())
+        train(model, X, y, GaussianLikelihood(1.0), epochs=1, batch_size=32, lr=1e-3, generator=g)
+    assert calls == list(names) * 2  # 2 steps: draw, layers; their backward, the draw's
+    other = SpikeSlabMLP(p, (5, 5), 1, n_replicates=R, activation="tanh", generator=g)
+    wide = SpikeSlabMLP(p, (_native.NARROW_MAX_OUT + 1,), 1, n_replicates=R, generator=g)
+    single = SpikeSlabMLP(p, (5, 5), 1, generator=g)
+    with K.backend_scope("auto"):
+        for net in (other, wide, single):
+            assert not fused._native_network(net, net.layers())
+    with K.backend_scope("eager"):
+        assert not fused._native_network(model, model.layers())

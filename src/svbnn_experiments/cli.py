@@ -219,10 +219,11 @@ def _kernels_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kernels",
         choices=["eager", "compiled", "auto"],
-        help="spike-and-slab kernel backend (default: SVBNN_KERNELS, else eager). 'auto' "
-        "compiles the kernels of large networks with torch.compile (MNIST's training step "
-        "about 2x faster) and needs a C++ compiler; compiling costs up to a minute once. A "
-        "seed reproduces a run within one backend.",
+        help="spike-and-slab kernel backend (default: SVBNN_KERNELS, else the artifact's: "
+        "auto for table2, eager for the others). 'auto' compiles the kernels of large "
+        "networks with torch.compile (MNIST's training step about 2x faster) and needs a C++ "
+        "compiler; compiling costs up to a minute once. A seed reproduces a run within one "
+        "backend.",
     )
 
 
@@ -301,7 +302,8 @@ def _estimate(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
 
     if args.artifact == "all":
         raise ValueError("--estimate-epochs needs one artifact")
-    res = estimate(args.artifact, overrides, epochs=args.estimate_epochs, out=args.out)
+    with _kernel_setting(_artifact_kernels(args, args.artifact)):
+        res = estimate(args.artifact, overrides, epochs=args.estimate_epochs, out=args.out)
     for s in res["shapes"]:
         print(
             f"{s['method']} {s['problem']}: {s['replicates_per_network']} replicates per "
@@ -365,14 +367,15 @@ def _reproduce_one(args: argparse.Namespace, name: str, overrides: dict[str, Any
     if args.out is not None:
         out = args.out / name if args.artifact == "all" else args.out
     t0 = time.perf_counter()
-    folder = reproduce(
-        name,
-        overrides,
-        quick=args.quick,
-        report_only=args.report_only,
-        out=out,
-        strict=args.artifact != "all",
-    )
+    with _kernel_setting(_artifact_kernels(args, name)):
+        folder = reproduce(
+            name,
+            overrides,
+            quick=args.quick,
+            report_only=args.report_only,
+            out=out,
+            strict=args.artifact != "all",
+        )
     wall = time.perf_counter() - t0
     if args.artifact != "all":
         print((folder / "report.md").read_text())
@@ -493,6 +496,16 @@ def _kernel_setting(name: str | None) -> Iterator[None]:
             del os.environ["SVBNN_KERNELS"]
         else:
             os.environ["SVBNN_KERNELS"] = saved
+
+
+def _artifact_kernels(args: argparse.Namespace, name: str) -> str | None:
+    """The artifact's own kernel backend, where neither ``--kernels`` nor ``SVBNN_KERNELS``
+    names one (``None``: leave the backend as it is)."""
+    if args.kernels is not None or "SVBNN_KERNELS" in os.environ:
+        return None
+    from svbnn_experiments import get_artifact
+
+    return get_artifact(name).kernels
 
 
 def _one_line(message: object) -> str:

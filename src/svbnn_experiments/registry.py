@@ -82,6 +82,9 @@ class Artifact:
         ``"simulation"``, ``"figure"``, ``"real-data"``...
     timing : Timing
         Run-time figures for ``--list``.
+    kernels : str, optional
+        The kernel backend ``svbnn reproduce`` runs the artifact with when neither
+        ``--kernels`` nor ``SVBNN_KERNELS`` names one (``None``: the library's, eager).
     """
 
     name: str
@@ -94,6 +97,7 @@ class Artifact:
     plan: PlanFn | None = None
     group: str = "simulation"
     timing: Timing = Timing()
+    kernels: str | None = None
 
 
 _ARTIFACTS: dict[str, Artifact] = {}
@@ -112,6 +116,7 @@ def register_artifact(
     plan: PlanFn | None = None,
     group: str = "simulation",
     timing: Timing | None = None,
+    kernels: str | None = None,
 ) -> Callable[[RunFn], RunFn]:
     """Decorator that registers ``run`` as the artifact ``name``.
 
@@ -139,6 +144,7 @@ def register_artifact(
             plan=plan,
             group=group,
             timing=timing or Timing(),
+            kernels=kernels,
         )
         return run
 

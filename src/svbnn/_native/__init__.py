@@ -47,6 +47,7 @@ __all__ = [
     "narrow_mlp_backward",
     "narrow_mlp_forward",
     "narrow_mlp_usable",
+    "narrow_network",
     "usable",
 ]
 
@@ -334,6 +335,19 @@ NARROW_MAX_OUT = 16
 _NARROW_ACTIVATIONS = {"relu": 1, "identity": 0}
 
 
+def narrow_network(shapes: tuple[tuple[int, int], ...], activation: str) -> bool:
+    """Whether the narrow-network loops know this architecture: chained layers
+    (``shapes``: ``(out, in)``) of 1 to :data:`NARROW_MAX_OUT` outputs, ReLU or no hidden
+    activation."""
+    chained = all(n_in == prev for (_, n_in), (prev, _) in zip(shapes[1:], shapes, strict=False))
+    return (
+        bool(shapes)
+        and chained
+        and activation in _NARROW_ACTIVATIONS
+        and all(0 < n_out <= NARROW_MAX_OUT for n_out, _ in shapes)
+    )
+
+
 def narrow_mlp_usable(
     theta: Tensor, x: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
 ) -> bool:
@@ -345,16 +359,13 @@ def narrow_mlp_usable(
     count: the loops run on one, in a fixed order, so the results do not depend on it."""
     if not (shapes and theta.dim() == 2 and x.dim() == 3 and x.shape[0] == theta.shape[0]):
         return False
-    chained = all(n_in == prev for (_, n_in), (prev, _) in zip(shapes[1:], shapes, strict=False))
     return (
         _enabled()
         # A forward that autograd would record needs torch's operations (callers run these
         # loops inside their own autograd.Function).
         and not (torch.is_grad_enabled() and (theta.requires_grad or x.requires_grad))
-        and activation in _NARROW_ACTIVATIONS
-        and chained
+        and narrow_network(shapes, activation)
         and shapes[0][1] == x.shape[2]
-        and all(0 < n_out <= NARROW_MAX_OUT for n_out, _ in shapes)
         and theta.shape[1] >= sum(o * (i + 1) for o, i in shapes)
         and x.numel() > 0
         and _cpu_float32(theta, x)

@@ -29,6 +29,8 @@ from torch import Tensor, nn
 
 from .. import _native
 from .._kernels import (
+    Backend,
+    backend,
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
@@ -377,8 +379,24 @@ def _plain_layers_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool
 def _whole_network_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
     return (
         use_whole_network(model.mu.numel())
+        and not _native_network(model, layers)
         and _fused_kl_ok(layers)
         and _flat_mlp_ok(model, x, layers)
+    )
+
+
+def _native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
+    """Under ``auto``: whether svbnn's native loops run this network's whole training step
+    (a replicated float32 network on the CPU of narrow layers, ReLU or none, one prior, one
+    torch thread: the draw + KL and the layers, :mod:`svbnn._native`). Such a network takes
+    the per-parameter kernels instead of the one-graph step, which compiles for about a
+    minute and was slower for it (measured, Simulation II's network, 10 interleaved rounds:
+    0.94 of the graph's step time for 2 replicates, 0.74 for 7; ``docs/performance.md``)."""
+    mu = model._parameters.get("mu")
+    if backend() is not Backend.AUTO or mu is None or mu.dim() != 2:
+        return False
+    return _native.narrow_network(_shapes(layers), model.activation) and _native.usable(
+        mu, model.rho, model.alpha, model.log_prior_inclusion, 1.0 / float(layers[0].temperature)
     )
 
 
@@ -528,7 +546,9 @@ class FusedEngine:
         first layer (sampler settings, generator); ``key``: the current KL key, if the
         caller has it."""
         mu = model.mu
-        if _fused_path(mu.numel()):
+        # A network the native loops run whole takes them under auto at any size.
+        native = _native_network(model, model.layers())
+        if _fused_path(mu.numel()) or native:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
             gen = first.generator
@@ -544,7 +564,7 @@ class FusedEngine:
             noise,
             float(first.temperature),
             0.5 * math.log(first.prior_variance),
-            use_compiled(mu.numel()),
+            use_compiled(mu.numel()) or native,
         )
         return flat, kl
 
