@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from svbnn import KernelBackend, get_kernel_backend
+from svbnn import KernelBackend, _native, get_kernel_backend
 from svbnn.data import dense_teacher
 from svbnn_experiments import ARTIFACTS, artifact_names, estimate, get_artifact, resolve_config
 from svbnn_experiments import methods as methods_mod
@@ -260,6 +260,12 @@ def test_table2_runs_with_its_own_kernels_unless_told_otherwise(
     assert kernels(tmp_path / "environment") == "eager"
     assert get_kernel_backend() is KernelBackend.EAGER
     assert [n for n in artifact_names() if get_artifact(n).kernels is not None] == ["table2"]
+    # Without the native loops (no C++ compiler) the default stays eager: auto would need
+    # the compiler for torch.compile.
+    monkeypatch.delenv("SVBNN_KERNELS")
+    monkeypatch.setattr(_native, "available", lambda: False)
+    assert main([*argv, str(tmp_path / "no-compiler")]) == 0
+    assert kernels(tmp_path / "no-compiler") == "eager"
 
 
 def test_demo_runs_and_prints_paper_values(capsys: pytest.CaptureFixture[str]) -> None:

@@ -503,9 +503,20 @@ def _artifact_kernels(args: argparse.Namespace, name: str) -> str | None:
     names one (``None``: leave the backend as it is)."""
     if args.kernels is not None or "SVBNN_KERNELS" in os.environ:
         return None
+    from svbnn import _native
     from svbnn_experiments import get_artifact
 
-    return get_artifact(name).kernels
+    kernels = get_artifact(name).kernels
+    if kernels == "auto" and not _native.available():
+        # auto without svbnn's native loops would compile with torch.compile, which needs
+        # the same C++ compiler: stay eager rather than fail.
+        print(
+            f"{name}: svbnn's native loops could not be compiled (no C++ compiler?); "
+            "running with the eager kernels",
+            file=sys.stderr,
+        )
+        return None
+    return kernels
 
 
 def _one_line(message: object) -> str:
