@@ -21,6 +21,7 @@ from scipy import stats
 import svbnn._kernel_math as KM
 import svbnn._kernels as K
 import svbnn.nn._fused as fused
+import svbnn.nn._fused_paths as fused_paths
 from svbnn._kernel_math import counter_noise
 from svbnn.nn import SpikeSlabMLP, VariationalContainer, set_generator
 from svbnn.objectives import (
@@ -303,7 +304,7 @@ def _eager_whole_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(fn.__name__)
         return lambda *tensors: fn(*tensors, *static)
 
-    monkeypatch.setattr(fused, "use_whole_network", lambda *_: True)
+    monkeypatch.setattr(fused_paths, "use_whole_network", lambda *_: True)
     monkeypatch.setattr(fused, "whole_network_kernel", kernel)
     return calls
 

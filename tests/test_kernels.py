@@ -10,6 +10,7 @@ import torch
 import svbnn
 import svbnn._kernels as K
 import svbnn.nn._fused as engine
+import svbnn.nn._fused_paths as fused_paths
 from svbnn.nn import SpikeSlabMLP, set_generator
 from svbnn.objectives import GaussianLikelihood
 from svbnn.training import negative_elbo
@@ -78,7 +79,7 @@ def test_auto_backend_whole_network_matches_eager(
     # does not know its training forward (mlp_draw_forward), as one compiled graph, for
     # one network or for replicates; the same formulas run eagerly when forced on.
     loss_c, grads_c = _grads("auto", True, likelihood, replicates)
-    monkeypatch.setattr(engine, "use_whole_network", lambda *_: True)
+    monkeypatch.setattr(fused_paths, "use_whole_network", lambda *_: True)
     monkeypatch.setattr(
         engine, "whole_network_kernel", lambda fn, *static: lambda *t: fn(*t, *static)
     )

@@ -12,6 +12,7 @@ import torch
 
 import svbnn._kernels as K
 import svbnn.nn._fused as fused
+import svbnn.nn._fused_paths as fused_paths
 from svbnn import _native
 from svbnn._network_graph import layer_views
 from svbnn.nn import SpikeSlabMLP
@@ -366,7 +367,7 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
     model = SpikeSlabMLP(p, (5, 5), 1, n_replicates=R, generator=g)
     assert model.mu.numel() < K.AUTO_MIN_NUMEL
     with K.backend_scope("auto"):
-        assert fused._native_network(model, model.layers())
+        assert fused_paths.native_network(model, model.layers())
         train(model, X, y, GaussianLikelihood(1.0), epochs=1, batch_size=32, lr=1e-3, generator=g)
     assert calls == list(names) * 2  # 2 steps: draw, layers; their backward, the draw's
     other = SpikeSlabMLP(p, (5, 5), 1, n_replicates=R, activation="tanh", generator=g)
@@ -374,6 +375,6 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
     single = SpikeSlabMLP(p, (5, 5), 1, generator=g)
     with K.backend_scope("auto"):
         for net in (other, wide, single):
-            assert not fused._native_network(net, net.layers())
+            assert not fused_paths.native_network(net, net.layers())
     with K.backend_scope("eager"):
-        assert not fused._native_network(model, model.layers())
+        assert not fused_paths.native_network(model, model.layers())

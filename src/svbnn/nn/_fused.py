@@ -29,13 +29,10 @@ from torch import Tensor, nn
 
 from .. import _native
 from .._kernels import (
-    Backend,
-    backend,
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
     use_compiled,
-    use_whole_network,
 )
 from .._network_graph import (
     layer_views,
@@ -46,7 +43,16 @@ from .._network_graph import (
 )
 from ..objectives import spike_slab_kl
 from ..priors import log1mexp
-from .base import ACTIVATIONS, ForwardMode, Sampler, VariationalLayer
+from . import _fused_paths
+from ._fused_paths import (
+    draw_ok,
+    flat_mlp_ok,
+    fused_kl_ok,
+    layer_shapes,
+    native_network,
+    whole_network_ok,
+)
+from .base import VariationalLayer
 
 if TYPE_CHECKING:
     from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
@@ -317,89 +323,6 @@ def run_feature_major(net: nn.Sequential, x: Tensor) -> Tensor:
     return h.transpose(1, 2)
 
 
-def _shapes(layers: list[SpikeSlabLinear]) -> tuple[tuple[int, int], ...]:
-    return tuple((layer.out_features, layer.fan_in) for layer in layers)
-
-
-def _draw_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
-    # A sampling forward of a network on flat storage, its layers alike and not frozen.
-    if not (model.fused and layers and "mu" in model._parameters):
-        return False
-    first = layers[0]
-    return first.mode is ForwardMode.SAMPLE and all(
-        layer._flat is not None
-        and layer._frozen is None
-        and layer.mode is first.mode
-        and layer.sampler is first.sampler
-        and layer.temperature == first.temperature
-        for layer in layers
-    )
-
-
-def _fused_kl_ok(layers: list[SpikeSlabLinear]) -> bool:
-    # The one-pass draw + KL: Gumbel sampler, training (grad enabled), one prior variance.
-    first = layers[0]
-    return (
-        first.sampler is Sampler.GUMBEL
-        and torch.is_grad_enabled()
-        and all(layer.prior_variance == first.prior_variance for layer in layers)
-    )
-
-
-def _flat_mlp_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
-    # One matrix input (or (R, m, p) for R replicates), every layer with a bias, a known
-    # activation, and no hooks that running the modules one by one would have called.
-    if layers[0].n_replicates is None:
-        shape_ok = x.dim() == 2
-    else:
-        shape_ok = _replicated_input_ok(x, layers)
-    return shape_ok and _plain_layers_ok(model, layers)
-
-
-def _replicated_input_ok(x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
-    # (R, m, p) for R replicates: any other shape takes the layers' path, which says why
-    # it does not fit.
-    first = layers[0]
-    return x.dim() == 3 and x.shape[0] == first.n_replicates and x.shape[2] == first.in_features
-
-
-def _plain_layers_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
-    return (
-        model.activation in ACTIVATIONS
-        and all(layer.has_bias for layer in layers)
-        and not any(
-            m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-            for m in (model.net, *model.net)
-        )
-        and not nn.modules.module._global_forward_hooks
-        and not nn.modules.module._global_forward_pre_hooks
-    )
-
-
-def _whole_network_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
-    return (
-        use_whole_network(model.mu.numel())
-        and not _native_network(model, layers)
-        and _fused_kl_ok(layers)
-        and _flat_mlp_ok(model, x, layers)
-    )
-
-
-def _native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
-    """Under ``auto``: whether svbnn's native loops run this network's whole training step
-    (a replicated float32 network on the CPU of narrow layers, ReLU or none, one prior, one
-    torch thread: the draw + KL and the layers, :mod:`svbnn._native`). Such a network takes
-    the per-parameter kernels instead of the one-graph step, which compiles for about a
-    minute and was slower for it (measured, Simulation II's network, 10 interleaved rounds:
-    0.94 of the graph's step time for 2 replicates, 0.74 for 7; ``docs/performance.md``)."""
-    mu = model._parameters.get("mu")
-    if backend() is not Backend.AUTO or mu is None or mu.dim() != 2:
-        return False
-    return _native.narrow_network(_shapes(layers), model.activation) and _native.usable(
-        mu, model.rho, model.alpha, model.log_prior_inclusion, 1.0 / float(layers[0].temperature)
-    )
-
-
 def _kl_key(model: SpikeSlabMLP) -> tuple[Any, ...]:
     # Identity and version of everything the KL depends on: a cached KL is valid only
     # while none of them changed (an optimiser step bumps the parameters' versions).
@@ -460,11 +383,11 @@ class FusedEngine:
         Shapes as :meth:`SpikeSlabMLP.forward`.
         """
         layers = model.layers()
-        if not _draw_ok(model, layers):
+        if not draw_ok(model, layers):
             return None
         first = layers[0]
         self.kl_cache = None
-        if _whole_network_ok(model, x, layers):
+        if whole_network_ok(model, x, layers):
             # Small network, training step: draw, KL and layers as one compiled graph.
             key = _kl_key(model)
             tensors, static = self._whole_network_inputs(model, layers, key)
@@ -472,15 +395,15 @@ class FusedEngine:
             self.kl_cache = (kl, key)
             out_whole: Tensor = out
             return out_whole
-        if _fused_kl_ok(layers):
+        if fused_kl_ok(layers):
             key = _kl_key(model)
             flat, kl = self.draw_with_kl(model, first, key)
             self.kl_cache = (kl, key)
         else:
             flat = model._draw_flat(first)
-        if _flat_mlp_ok(model, x, layers):
+        if flat_mlp_ok(model, x, layers):
             out_flat: Tensor = FlatMLP.apply(
-                flat, x, _shapes(layers), model.activation, self.gradient_buffer
+                flat, x, layer_shapes(layers), model.activation, self.gradient_buffer
             )
             return out_flat
         return self._run_layers(model, layers, flat, x)
@@ -517,7 +440,7 @@ class FusedEngine:
         does not apply (see :meth:`SpikeSlabMLP.fused_negative_elbo`).
         """
         mu = model._parameters.get("mu")
-        if mu is None or not use_whole_network(mu.numel()):
+        if mu is None or not _fused_paths.use_whole_network(mu.numel()):
             return None  # every step off the auto backend or of a large net: decide first
         fused_spec = getattr(likelihood, "fused_spec", None)
         spec = fused_spec(model.out_features) if fused_spec is not None else None
@@ -527,8 +450,8 @@ class FusedEngine:
         layers = model.layers()
         if not (
             y.shape == x.shape[:-1]
-            and _draw_ok(model, layers)
-            and _whole_network_ok(model, x, layers)
+            and draw_ok(model, layers)
+            and whole_network_ok(model, x, layers)
         ):
             return None
         self.kl_cache = None
@@ -547,7 +470,7 @@ class FusedEngine:
         caller has it."""
         mu = model.mu
         # A network the native loops run whole takes them under auto at any size.
-        native = _native_network(model, model.layers())
+        native = native_network(model, model.layers())
         if _fused_path(mu.numel()) or native:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
@@ -579,7 +502,7 @@ class FusedEngine:
         log_lam, log_1mlam = self._log_lams(model, key)
         seed = _counter_seed(model, first)
         static = (
-            _shapes(layers),
+            layer_shapes(layers),
             model.activation,
             0.5 * math.log(first.prior_variance),
             float(first.prior_variance),

@@ -1,0 +1,110 @@
+"""Which of the fast paths of :mod:`svbnn.nn._fused` applies to a
+:class:`~svbnn.nn.SpikeSlabMLP` and its input: the conditions :class:`FusedEngine` checks
+before each training forward. Private.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from .. import _native
+from .._kernels import Backend, backend, use_whole_network
+from .base import ACTIVATIONS, ForwardMode, Sampler
+
+if TYPE_CHECKING:
+    from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
+
+__all__ = [
+    "draw_ok",
+    "flat_mlp_ok",
+    "fused_kl_ok",
+    "layer_shapes",
+    "native_network",
+    "whole_network_ok",
+]
+
+
+def layer_shapes(layers: list[SpikeSlabLinear]) -> tuple[tuple[int, int], ...]:
+    return tuple((layer.out_features, layer.fan_in) for layer in layers)
+
+
+def draw_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
+    # A sampling forward of a network on flat storage, its layers alike and not frozen.
+    if not (model.fused and layers and "mu" in model._parameters):
+        return False
+    first = layers[0]
+    return first.mode is ForwardMode.SAMPLE and all(
+        layer._flat is not None
+        and layer._frozen is None
+        and layer.mode is first.mode
+        and layer.sampler is first.sampler
+        and layer.temperature == first.temperature
+        for layer in layers
+    )
+
+
+def fused_kl_ok(layers: list[SpikeSlabLinear]) -> bool:
+    # The one-pass draw + KL: Gumbel sampler, training (grad enabled), one prior variance.
+    first = layers[0]
+    return (
+        first.sampler is Sampler.GUMBEL
+        and torch.is_grad_enabled()
+        and all(layer.prior_variance == first.prior_variance for layer in layers)
+    )
+
+
+def flat_mlp_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
+    # One matrix input (or (R, m, p) for R replicates), every layer with a bias, a known
+    # activation, and no hooks that running the modules one by one would have called.
+    if layers[0].n_replicates is None:
+        shape_ok = x.dim() == 2
+    else:
+        shape_ok = _replicated_input_ok(x, layers)
+    return shape_ok and _plain_layers_ok(model, layers)
+
+
+def _replicated_input_ok(x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
+    # (R, m, p) for R replicates: any other shape takes the layers' path, which says why
+    # it does not fit.
+    first = layers[0]
+    return x.dim() == 3 and x.shape[0] == first.n_replicates and x.shape[2] == first.in_features
+
+
+def _plain_layers_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
+    return (
+        model.activation in ACTIVATIONS
+        and all(layer.has_bias for layer in layers)
+        and not any(
+            m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+            for m in (model.net, *model.net)
+        )
+        and not nn.modules.module._global_forward_hooks
+        and not nn.modules.module._global_forward_pre_hooks
+    )
+
+
+def whole_network_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
+    return (
+        use_whole_network(model.mu.numel())
+        and not native_network(model, layers)
+        and fused_kl_ok(layers)
+        and flat_mlp_ok(model, x, layers)
+    )
+
+
+def native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
+    """Under ``auto``: whether svbnn's native loops run this network's whole training step
+    (a replicated float32 network on the CPU of narrow layers, ReLU or none, one prior, one
+    torch thread: the draw + KL and the layers, :mod:`svbnn._native`). Such a network takes
+    the per-parameter kernels instead of the one-graph step, which compiles for about a
+    minute and was slower for it (measured, Simulation II's network, 10 interleaved rounds:
+    0.94 of the graph's step time for 2 replicates, 0.74 for 7; ``docs/performance.md``)."""
+    mu = model._parameters.get("mu")
+    if backend() is not Backend.AUTO or mu is None or mu.dim() != 2:
+        return False
+    return _native.narrow_network(layer_shapes(layers), model.activation) and _native.usable(
+        mu, model.rho, model.alpha, model.log_prior_inclusion, 1.0 / float(layers[0].temperature)
+    )
