@@ -17,6 +17,7 @@ from svbnn import _native
 from svbnn._network_graph import layer_views
 from svbnn.nn import SpikeSlabMLP
 from svbnn.objectives import GaussianLikelihood
+from svbnn.prediction import sample_outputs
 from svbnn.training import train
 
 
@@ -359,6 +360,17 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
         raise AssertionError("the one-graph step was built")
 
     monkeypatch.setattr(fused, "whole_network_kernel", no_graph)
+    # Nor any inductor kernel but the draw + KL pair (which the native loops serve), also
+    # for predictions.
+    real_kernels = fused.kernels
+
+    def no_inductor(compiled: bool | None = None) -> dict[str, object]:
+        table = real_kernels(compiled)
+        if not compiled:
+            return table
+        return {k: v if k.startswith("fused_") else no_graph for k, v in table.items()}
+
+    monkeypatch.setattr(fused, "kernels", no_inductor)
     names = ("fused_forward", "narrow_mlp_forward", "narrow_mlp_backward", "fused_backward")
     calls = _spy_on(monkeypatch, names)
     g = torch.Generator().manual_seed(4)
@@ -370,6 +382,12 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
         assert fused_paths.native_network(model, model.layers())
         train(model, X, y, GaussianLikelihood(1.0), epochs=1, batch_size=32, lr=1e-3, generator=g)
     assert calls == list(names) * 2  # 2 steps: draw, layers; their backward, the draw's
+    # A replicate's big layer (R x 5 x 31 = 465 weights; Table 2's first: 21,105) draws
+    # eagerly for predictions, whatever its size.
+    monkeypatch.setattr(K, "AUTO_MIN_NUMEL", 1)
+    with K.backend_scope("auto"):
+        draws = sample_outputs(model, X, 3, generator=torch.Generator().manual_seed(5))
+    assert draws.shape == (3, R, n, 1) and torch.isfinite(draws).all()
     other = SpikeSlabMLP(p, (5, 5), 1, n_replicates=R, activation="tanh", generator=g)
     wide = SpikeSlabMLP(p, (_native.NARROW_MAX_OUT + 1,), 1, n_replicates=R, generator=g)
     single = SpikeSlabMLP(p, (5, 5), 1, generator=g)

@@ -82,10 +82,18 @@ class GumbelSpikeSlab(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, tau: float
+        ctx: Any,
+        mu: Tensor,
+        rho: Tensor,
+        alpha: Tensor,
+        u: Tensor,
+        eps: Tensor,
+        tau: float,
+        compiled: bool | None = None,
     ) -> Tensor:
+        # compiled: None as the backend says for this size, False for the eager kernels
         ctx.tau = tau
-        ctx.compiled = use_compiled(mu.numel())
+        ctx.compiled = use_compiled(mu.numel()) if compiled is None else compiled
         if ctx.compiled:
             # Fused kernels on 1-D views; the backward recomputes from the inputs.
             flat = [t.reshape(-1) for t in (mu, rho, alpha, u, eps)]
@@ -106,7 +114,7 @@ class GumbelSpikeSlab(torch.autograd.Function):
             g_mu, g_rho, g_alpha = (g.view(shape) for g in grads)
         else:
             g_mu, g_rho, g_alpha = gumbel_backward_saved(grad, ctx.saved_tensors)
-        return g_mu, g_rho, g_alpha, None, None, None
+        return g_mu, g_rho, g_alpha, None, None, None, None
 
 
 class FusedGumbelKL(torch.autograd.Function):

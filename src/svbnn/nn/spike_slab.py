@@ -21,9 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .. import _native
+from .._kernels import Backend, backend
 from ..objectives import spike_slab_kl
 from ..priors import resolve_log_inclusion
 from ._fused import FusedEngine, GumbelSpikeSlab, run_feature_major
+from ._fused_paths import native_network
 from .base import (
     ForwardMode,
     Sampler,
@@ -43,7 +46,13 @@ __all__ = [
 
 
 def gumbel_spike_slab(
-    mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor, temperature: float
+    mu: Tensor,
+    rho: Tensor,
+    alpha: Tensor,
+    u: Tensor,
+    eps: Tensor,
+    temperature: float,
+    compiled: bool | None = None,
 ) -> Tensor:
     """Draw spike-and-slab weights with the straight-through Gumbel-softmax sampler.
 
@@ -57,13 +66,16 @@ def gumbel_spike_slab(
         ``N(0, 1)`` draws of shape ``S``.
     temperature : float
         ``tau > 0``; shapes only the surrogate gradient, the forward value is an exact draw.
+    compiled : bool, optional
+        ``False`` runs the eager kernels whatever the backend; ``None`` (default) as the
+        kernel backend says for this size.
 
     Returns
     -------
     Tensor
         Weights of shape ``S``; ``P(theta != 0) = phi`` exactly.
     """
-    out: Tensor = GumbelSpikeSlab.apply(mu, rho, alpha, u, eps, float(temperature))
+    out: Tensor = GumbelSpikeSlab.apply(mu, rho, alpha, u, eps, float(temperature), compiled)
     return out
 
 
@@ -122,8 +134,10 @@ def _draw(
     sampler: Sampler,
     temperature: float,
     generator: torch.Generator | None,
+    compiled: bool | None = None,
 ) -> Tensor:
-    """Weights under a forward mode, ``mu``-shaped (shared by layers and fused networks)."""
+    """Weights under a forward mode, ``mu``-shaped (shared by layers and fused networks);
+    ``compiled`` as :func:`gumbel_spike_slab` takes it."""
     if mode is ForwardMode.MEAN:
         return torch.sigmoid(alpha) * mu
     if mode is ForwardMode.MEDIAN:
@@ -131,8 +145,24 @@ def _draw(
     u = torch.rand(mu.shape, generator=generator, dtype=mu.dtype, device=mu.device)
     if sampler is Sampler.GUMBEL:
         eps = torch.randn(mu.shape, generator=generator, dtype=mu.dtype, device=mu.device)
-        return gumbel_spike_slab(mu, rho, alpha, u, eps, temperature)
+        return gumbel_spike_slab(mu, rho, alpha, u, eps, temperature, compiled)
     return inverse_cdf_spike_slab(mu, rho, alpha, u)
+
+
+def _eager_draws(layer: _SpikeSlabLayer) -> bool | None:
+    """``False`` (eager kernels) for a layer of a network the native loops train under
+    ``auto`` (a replicated float32 CPU layer of at most ``NARROW_MAX_OUT`` outputs): its
+    draws outside training (predictions, frozen samples) are a few elementwise operations,
+    not worth compiling a kernel for. ``None`` otherwise: as the backend says."""
+    mu = layer.mu
+    narrow = (
+        backend() is Backend.AUTO
+        and layer.n_replicates is not None
+        and layer.out_features <= _native.NARROW_MAX_OUT
+        and mu.device.type == "cpu"
+        and mu.dtype == torch.float32
+    )
+    return False if narrow else None
 
 
 def _check_layer_args(
@@ -295,9 +325,8 @@ class _SpikeSlabLayer(VariationalLayer):
     # -- sampling ----------------------------------------------------------------------
     def sample_flat(self) -> Tensor:
         """Weights (bias column included) under the current forward mode, ``mu``-shaped."""
-        return _draw(
-            self.mu, self.rho, self.alpha, self.mode, self.sampler, self.temperature, self.generator
-        )
+        args = (self.mode, self.sampler, self.temperature, self.generator)
+        return _draw(self.mu, self.rho, self.alpha, *args, _eager_draws(self))
 
     def sample_weights(self) -> tuple[Tensor, Tensor | None]:
         return self._weights_from_flat(self.sample_flat())
@@ -518,7 +547,11 @@ class SpikeSlabMLP(VariationalContainer):
         """All weights at once from the flat storage with the layers' sampler (``first``
         holds its settings): ``(T,)`` or ``(R, T)``."""
         args = (first.mode, first.sampler, first.temperature, first.generator)
-        return _draw(self.mu, self.rho, self.alpha, *args)
+        # A network the native loops train (auto) draws its other samples (predictions,
+        # frozen draws) with the eager kernels too: nothing compiled for it, and those
+        # draws are a few elementwise operations.
+        compiled = False if native_network(self, self.layers()) else None
+        return _draw(self.mu, self.rho, self.alpha, *args, compiled)
 
     def kl_divergence(self) -> Tensor:
         """KL of all layers: one fused call on the flat parameters when ``fused``.
