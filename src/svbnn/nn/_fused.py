@@ -477,9 +477,10 @@ class FusedEngine:
         first layer (sampler settings, generator); ``key``: the current KL key, if the
         caller has it."""
         mu = model.mu
-        # A network the native loops run whole takes them under auto at any size.
-        native = native_network(model, model.layers())
-        if _fused_path(mu.numel()) or native:
+        # A network the native loops run whole takes them under auto at any size (checked
+        # only where the size alone does not already choose the compiled kernels).
+        compiled = use_compiled(mu.numel()) or native_network(model, model.layers())
+        if _fused_path(mu.numel()) or compiled:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
             gen = first.generator
@@ -495,7 +496,7 @@ class FusedEngine:
             noise,
             float(first.temperature),
             0.5 * math.log(first.prior_variance),
-            use_compiled(mu.numel()) or native,
+            compiled,
         )
         return flat, kl
 
