@@ -318,9 +318,9 @@ def gather_usable(src: Tensor, rows: Tensor, out: Tensor) -> bool:
 
 def gather_rows(src: Tensor, rows: Tensor, out: Tensor) -> Tensor:
     """``out[i] = src[rows[i]]`` (``index_select`` along dimension 0, the same bytes), the
-    next rows prefetched while one is copied: 0.8-0.9 of ``index_select``'s time for a
-    Simulation II minibatch of 15 replicates (``docs/performance.md``). The rows must be in
-    range (the caller draws them); nothing is checked here."""
+    next rows prefetched while one is copied: 1.71 against 2.25 ms for a Simulation II
+    minibatch of 30 replicates in the benchmark (``docs/results/bench``). The rows must be
+    in range (the caller draws them); nothing is checked here."""
     assert _library is not None
     row_bytes = src.element_size() * (src.numel() // max(src.shape[0], 1))
     _library.svbnn_gather_rows(
