@@ -147,3 +147,49 @@ def test_replicate_breakdown_times_torch_and_native_pieces_side_by_side() -> Non
     for piece in ("minibatch gather", "first layer"):
         assert sorted(n.rsplit(", ", 1)[1] for n in names if n.startswith(piece)) == sorted(sides)
     assert all(timing.median > 0 for timing in t.values())
+
+
+@pytest.mark.skipif(not _native.available(), reason="no C++ compiler for the native loops")
+def test_draw_ablation_swaps_the_forward_loop_and_times_it(tmp_path: Path) -> None:
+    # benchmarks.draw_ablation times variants of the native forward loop inside a training
+    # step. The variants must be built from the library's source, and the swap must reach
+    # the step: the unchanged build draws the library's weights bit for bit, one without
+    # the normal noise other weights, and every variant's forward is timed in the step.
+    from benchmarks import draw_ablation as ab
+    from benchmarks.networks import NetSpec
+    from svbnn import kernel_backend
+    from svbnn.nn import SpikeSlabMLP
+
+    missing = ab.Variant("broken", "a replacement that no longer applies", (("no such", "x"),))
+    with pytest.raises(ValueError, match="no longer has"):
+        ab.variant_source(_native._SOURCES[0].read_text(), missing)
+
+    library, no_noise = ab.VARIANTS[0], ab.VARIANTS[2]
+    model = SpikeSlabMLP(64, (200,), 10, generator=torch.Generator().manual_seed(0))
+
+    def weights() -> torch.Tensor:
+        first = model.layers()[0]
+        first.generator = torch.Generator().manual_seed(1)  # the same seed words each time
+        with kernel_backend("compiled"):
+            return model._fused.draw_with_kl(model, first)[0].detach()
+
+    real = _native._library
+    assert real is not None
+    drawn = {}
+    for variant in (library, no_noise):
+        _native._library = ab._Swapped(ab.build(variant, tmp_path), real)  # type: ignore[assignment]
+        try:
+            drawn[variant.name] = weights()
+        finally:
+            _native._library = real
+    reference = weights()
+    assert torch.equal(drawn[library.name], reference)
+    assert not torch.equal(drawn[no_noise.name], reference)
+
+    # 64-200-10: 15,010 parameters, over auto's one-graph limit, so the native loop runs.
+    net = NetSpec("tiny", "tiny MLP", "mlp", 64, (200,), 10, "classification", 32, 1000, 1e-3)
+    res = ab.measure(net, rounds=1, steps=1, variants=(library, no_noise))
+    assert [r["variant"] for r in res["rows"]] == [library.name, no_noise.name]
+    assert all(r["forward_ms"]["median"] > 0 for r in res["rows"])
+    assert res["rows"][0]["step_over_library"]["median"] == 1.0
+    assert "| no normal noise |" in ab.markdown(res)
