@@ -16,9 +16,10 @@ import svbnn.nn._fused_paths as fused_paths
 from svbnn import _native
 from svbnn._network_graph import layer_views
 from svbnn.nn import SpikeSlabMLP
+from svbnn.nn._native_step import NativeNegativeElbo, native_step_ok
 from svbnn.objectives import GaussianLikelihood
 from svbnn.prediction import sample_outputs
-from svbnn.training import train
+from svbnn.training import negative_elbo, train
 
 
 @pytest.fixture
@@ -396,3 +397,98 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
             assert not fused_paths.native_network(net, net.layers())
     with K.backend_scope("eager"):
         assert not fused_paths.native_network(model, model.layers())
+
+
+def _native_step_run(
+    monkeypatch: pytest.MonkeyPatch, native: bool, seed: int = 6
+) -> tuple[SpikeSlabMLP, object]:
+    # 3 replicates of 20-7-7-1 on 300 rows in minibatches of 64: the last one has 44 rows.
+    if not native:
+        monkeypatch.setattr(fused, "native_step_ok", lambda *args: False)
+    g = torch.Generator().manual_seed(seed)
+    X, y = torch.randn(3, 300, 20, generator=g), torch.randn(3, 300, generator=g)
+    model = SpikeSlabMLP(20, (7, 7), 1, n_replicates=3, generator=torch.Generator().manual_seed(1))
+    with K.backend_scope("auto"):
+        history = train(
+            model,
+            X,
+            y,
+            GaussianLikelihood(0.8),
+            epochs=3,
+            batch_size=64,
+            lr=5e-3,
+            generator=torch.Generator().manual_seed(2),
+        )
+    monkeypatch.undo()
+    return model, history
+
+
+def test_the_native_step_trains_bit_for_bit_as_its_autograd_graph(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NativeNegativeElbo computes the step's gradient in its forward with the operations
+    # autograd runs, in its order: the same parameters and history, bit for bit.
+    steps = []
+    real = NativeNegativeElbo.apply
+
+    def spy(*args: object) -> object:
+        steps.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
+    native, h_native = _native_step_run(monkeypatch, True)
+    assert len(steps) == 15  # 3 epochs of 5 steps
+    steps.clear()
+    graph, h_graph = _native_step_run(monkeypatch, False)
+    assert not steps
+    for name in ("mu", "rho", "alpha"):
+        assert torch.equal(getattr(native, name), getattr(graph, name)), name
+    for name in ("loss", "nll", "kl"):
+        assert getattr(h_native, name) == getattr(h_graph, name), name
+
+
+def test_the_native_step_scales_its_gradient_by_the_incoming_one(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Replicates' losses weighted by powers of two (exact in float32) and backpropagated
+    # twice through a kept graph: the gradients of the autograd graph, bit for bit.
+    g = torch.Generator().manual_seed(7)
+    x, y = torch.randn(3, 40, 20, generator=g), torch.randn(3, 40, generator=g)
+    weights = torch.tensor([0.5, 2.0, 4.0])
+    grads = []
+    for native in (True, False):
+        if not native:
+            monkeypatch.setattr(fused, "native_step_ok", lambda *args: False)
+        model = SpikeSlabMLP(
+            20, (7, 7), 1, n_replicates=3, generator=torch.Generator().manual_seed(1)
+        )
+        with K.backend_scope("auto"):
+            loss, _, _ = negative_elbo(model, GaussianLikelihood(1.0), x, y, 500)
+            (loss * weights).sum().backward(retain_graph=True)
+            (loss * weights).sum().backward()
+        grads.append([p.grad for p in (model.mu, model.rho, model.alpha)])
+        monkeypatch.undo()
+    for a, b in zip(*grads, strict=True):
+        assert a is not None and b is not None and torch.equal(a, b)
+
+
+def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None) -> None:
+    g = torch.Generator().manual_seed(8)
+    x, y = torch.randn(3, 16, 20, generator=g), torch.randn(3, 16, generator=g)
+    model = SpikeSlabMLP(20, (7, 7), 1, n_replicates=3, generator=g)
+    layers = model.layers()
+    gaussian = GaussianLikelihood(1.0).fused_spec(1)
+    learned = GaussianLikelihood(1.0, learn_noise=True).fused_spec(1)
+
+    def ok(spec: object = gaussian, xx: torch.Tensor = x, yy: torch.Tensor = y) -> bool:
+        return native_step_ok(model, layers, spec, xx, yy)  # type: ignore[arg-type]
+
+    with K.backend_scope("auto"):
+        assert ok()
+        assert not ok(learned) and not ok(("categorical", 1.0))
+        assert not ok(xx=x.clone().requires_grad_()) and not ok(yy=y.double())
+        assert not ok(xx=x.transpose(1, 2).contiguous().transpose(1, 2))
+        with torch.no_grad():
+            assert not ok()
+    with K.backend_scope("eager"):
+        assert not ok()

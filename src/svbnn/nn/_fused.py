@@ -29,6 +29,8 @@ from torch import Tensor, nn
 
 from .. import _native
 from .._kernels import (
+    Backend,
+    backend,
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
@@ -52,6 +54,7 @@ from ._fused_paths import (
     native_network,
     whole_network_ok,
 )
+from ._native_step import native_negative_elbo, native_step_ok
 from .base import VariationalLayer
 
 if TYPE_CHECKING:
@@ -448,7 +451,10 @@ class FusedEngine:
         does not apply (see :meth:`SpikeSlabMLP.fused_negative_elbo`).
         """
         mu = model._parameters.get("mu")
-        if mu is None or not _fused_paths.use_whole_network(mu.numel()):
+        if mu is None or not (
+            _fused_paths.use_whole_network(mu.numel())
+            or (mu.dim() == 2 and backend() is Backend.AUTO)
+        ):
             return None  # every step off the auto backend or of a large net: decide first
         fused_spec = getattr(likelihood, "fused_spec", None)
         spec = fused_spec(model.out_features) if fused_spec is not None else None
@@ -456,11 +462,18 @@ class FusedEngine:
             return None
         kind, var = spec
         layers = model.layers()
-        if not (
-            y.shape == x.shape[:-1]
-            and draw_ok(model, layers)
-            and whole_network_ok(model, x, layers)
-        ):
+        if not (y.shape == x.shape[:-1] and draw_ok(model, layers)):
+            return None
+        if native_step_ok(model, layers, spec, x, y):
+            # A network the native loops run whole: the step without its autograd graph.
+            self.kl_cache = None
+            first = layers[0]
+            log_lams = self._log_lams(model, _kl_key(model))
+            seed = _counter_seed(model, first)
+            return native_negative_elbo(
+                model, first, likelihood, var, x, y, n_train, seed, log_lams
+            )
+        if not whole_network_ok(model, x, layers):
             return None
         self.kl_cache = None
         tensors, static = self._whole_network_inputs(model, layers, _kl_key(model))

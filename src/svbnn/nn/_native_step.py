@@ -1,0 +1,166 @@
+"""The whole training step of a network that svbnn's native loops run whole, without the
+autograd graph of its pieces. Private.
+
+Under the ``auto`` backend a replicated float32 network of narrow layers (Table 2's
+200-7-7-7-1, :func:`~svbnn.nn._fused_paths.native_network`) already runs its draw + KL
+and its layers in :mod:`svbnn._native`. Through autograd, the step still builds a graph of
+about a dozen nodes (the draw, the network, the Gaussian log-likelihood's operations, the
+ELBO's sum) and calls two Python backward functions, which cost about a fifth of the step
+of 15 replicates (measured: 2.73 against 2.23 ms a step without them, docs/performance.md).
+:class:`NativeNegativeElbo` computes the negative ELBO and, in the same call, its gradient,
+which its backward hands over scaled by the incoming gradient: one autograd node.
+
+Every operation is the one the autograd path runs, in the same order (the draw, the
+layers, the likelihood's own ``log_prob``, the gradient of the mean, ``addcmul`` and the
+difference as autograd computes them), so a run gives the same parameters bit for bit
+either way (tests/test_native.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .. import _native
+from ._fused_paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_network
+
+if TYPE_CHECKING:
+    from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
+
+__all__ = ["NativeNegativeElbo", "native_step_ok"]
+
+
+def native_step_ok(
+    model: SpikeSlabMLP,
+    layers: list[SpikeSlabLinear],
+    spec: tuple[str, float] | None,
+    x: Tensor,
+    y: Tensor,
+) -> bool:
+    """Whether :class:`NativeNegativeElbo` runs this training step: a network the native
+    loops run whole (see :func:`~svbnn.nn._fused_paths.native_network`), a training draw
+    (Gumbel, gradients on), a Gaussian likelihood with a float noise level (``spec``, from
+    its ``fused_spec``) and one output, and float32 CPU data ``x`` ``(R, m, p)``
+    (contiguous), ``y`` ``(R, m)``, neither needing a gradient."""
+    return (
+        spec is not None
+        and spec[0] == "gaussian"
+        and x.dtype == torch.float32
+        and y.dtype == torch.float32
+        and x.device.type == "cpu"
+        and y.device.type == "cpu"
+        and x.is_contiguous()
+        and x.numel() > 0
+        and not (x.requires_grad or y.requires_grad)
+        and y.shape == x.shape[:-1]
+        and native_network(model, layers)
+        and fused_kl_ok(layers)
+        and flat_mlp_ok(model, x, layers)
+    )
+
+
+class NativeNegativeElbo(torch.autograd.Function):
+    """Per-replicate negative ELBO ``(loss, nll, kl / n)`` of one minibatch, each ``(R,)``,
+    with the gradient of ``loss`` computed in the forward by the native loops.
+
+    The forward draws the weights and the KL (:func:`svbnn._native.fused_forward`), runs
+    the layers (:func:`svbnn._native.narrow_mlp_forward`), the likelihood, and then the
+    backward of each replicate's loss (:func:`svbnn._native.narrow_mlp_backward`, then
+    :func:`svbnn._native.fused_backward`). The backward scales those gradients by each
+    replicate's incoming gradient (1 when the losses are summed: the same bits). ``nll``
+    and ``kl / n`` are not differentiable, as :func:`svbnn.training.negative_elbo` returns
+    them detached.
+
+    Notes
+    -----
+    Shapes: ``mu``, ``rho``, ``alpha`` ``(R, T)``; ``x`` ``(R, m, p)``; ``y`` ``(R, m)``.
+    ``consts``: ``(log_sigma0, 1 / sigma_0^2, 1 / tau)`` as :class:`FusedGumbelKL` passes
+    them to the kernel; ``n_train``: the KL's divisor.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        mu: Tensor,
+        rho: Tensor,
+        alpha: Tensor,
+        x: Tensor,
+        y: Tensor,
+        seed: Tensor,
+        log_lam: Tensor,
+        log_1mlam: Tensor,
+        likelihood: Any,
+        var: float,
+        shapes: tuple[tuple[int, int], ...],
+        activation: str,
+        consts: tuple[float, float, float],
+        n_train: float,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        theta, kl, *factors = _native.fused_forward(
+            mu, rho, alpha, seed, log_lam, log_1mlam, *consts
+        )
+        hs, out = _native.narrow_mlp_forward(theta, x, shapes, activation)
+        # As the autograd path: the likelihood on the (R, m, 1) output, its mean negated,
+        # the KL added with weight 1 / n.
+        nll = likelihood.log_prob(out.transpose(1, 2), y).mean(dim=-1).neg()
+        loss = torch.add(nll, kl, alpha=1.0 / n_train)
+        # d loss / d output, as autograd forms it from the log-likelihood
+        # const + v (y - out)^2 (addcmul's two factors, then the difference's sign).
+        g_lp = y.new_full((), -1.0) / y.shape[-1]  # the mean's backward of -1
+        half = g_lp * ((y - out[:, 0, :]) * (-0.5 / var))
+        g_out = (half + half).neg().unsqueeze(1)  # (R, 1, m), feature-major
+        grad = torch.empty_like(theta)
+        _native.narrow_mlp_backward(theta, hs, g_out, shapes, activation, grad)
+        g_kl = kl.new_ones((kl.shape[0], 1)) * (1.0 / n_train)
+        ctx.save_for_backward(*_native.fused_backward(grad, g_kl, theta, *factors))
+        kl_n = kl / n_train
+        ctx.mark_non_differentiable(nll, kl_n)
+        return loss, nll, kl_n
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, g_loss: Tensor | None, g_nll: Tensor | None, g_kl: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        grads: tuple[Tensor | None, ...] = (None, None, None)
+        if g_loss is not None:
+            grads = ctx.saved_tensors
+            if not bool(torch.all(g_loss == 1.0)):  # else the summed losses' gradient
+                grads = tuple(g * g_loss.unsqueeze(-1) for g in ctx.saved_tensors)
+        return (*grads, *([None] * 11))
+
+
+def native_negative_elbo(
+    model: SpikeSlabMLP,
+    first: SpikeSlabLinear,
+    likelihood: Any,
+    var: float,
+    x: Tensor,
+    y: Tensor,
+    n_train: float,
+    seed: Tensor,
+    log_lams: tuple[Tensor, Tensor],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:class:`NativeNegativeElbo` of ``model`` (where :func:`native_step_ok` says so)."""
+    log_sigma0 = 0.5 * math.log(first.prior_variance)
+    consts = (log_sigma0, math.exp(-2.0 * log_sigma0), 1.0 / float(first.temperature))
+    out: tuple[Tensor, Tensor, Tensor] = NativeNegativeElbo.apply(
+        model.mu,
+        model.rho,
+        model.alpha,
+        x,
+        y,
+        seed,
+        *log_lams,
+        likelihood,
+        var,
+        layer_shapes(model.layers()),
+        model.activation,
+        consts,
+        n_train,
+    )
+    return out
