@@ -94,6 +94,12 @@ _SIGNATURES: dict[str, list[type]] = {
     "svbnn_narrow_mlp_forward": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P],
     # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, g, grad, grad_stride
     "svbnn_narrow_mlp_backward": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P, _P, _I],
+    # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, out, y, v, g_mean, g_out,
+    # grad, grad_stride
+    "svbnn_narrow_mlp_gaussian_step": [
+        *[_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P, _P],
+        *[ctypes.c_float, ctypes.c_float, _P, _P, _I],
+    ],
 }
 
 _lock = threading.Lock()
@@ -414,6 +420,41 @@ def narrow_mlp_forward(
         *_network_args(x, theta, shapes, activation), _pointers(hs), out.data_ptr()
     )
     return [x.transpose(1, 2), *hs], out
+
+
+def narrow_mlp_gaussian_step(
+    theta: Tensor,
+    x: Tensor,
+    y: Tensor,
+    shapes: tuple[tuple[int, int], ...],
+    activation: str,
+    v: float,
+    g_mean: float,
+    grad: Tensor,
+) -> Tensor:
+    """:func:`narrow_mlp_forward` and :func:`narrow_mlp_backward` of a network of one output,
+    replicate by replicate, with the output's gradient between them formed from the targets
+    ``y`` ``(R, m)`` as autograd forms it from a Gaussian log-likelihood ``c + v (y - out)^2``
+    averaged over the ``m`` rows and negated (``g_mean = -1 / m`` as a float32). Returns the
+    output ``(R, 1, m)``; the weight gradient goes into ``grad`` as there. Where
+    :func:`narrow_mlp_usable` says so, with ``y`` contiguous float32."""
+    assert _library is not None
+    R, m, _ = x.shape
+    hs = [x.new_empty((R, o, m)) for o, _ in shapes[:-1]]
+    out = x.new_empty((R, 1, m))
+    g_out = x.new_empty((R, 1, m))
+    _library.svbnn_narrow_mlp_gaussian_step(
+        *_network_args(x, theta, shapes, activation),
+        _pointers(hs),
+        out.data_ptr(),
+        y.data_ptr(),
+        v,
+        g_mean,
+        g_out.data_ptr(),
+        grad.data_ptr(),
+        grad.stride(0),
+    )
+    return out
 
 
 def narrow_mlp_backward(

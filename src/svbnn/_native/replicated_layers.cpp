@@ -257,6 +257,70 @@ float* aligned(std::vector<float>& store) {
     return p + (16 - (reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 16) % 16;
 }
 
+// One replicate's layers forward (see svbnn_narrow_mlp_forward); W: scratch for the first
+// layer's weight rows.
+void forward_one(int64_t r, const float* x, int64_t m, int64_t p, const float* theta,
+                 int64_t theta_stride, int64_t n_layers, const int64_t* outs, bool relu_on,
+                 float* const* hs, float* out, float* W) {
+    const float* layer = theta + r * theta_stride;
+    const float* h_in = nullptr;
+    int64_t in = p;
+    for (int64_t i = 0; i < n_layers; ++i) {
+        const int64_t o = outs[i];
+        float* h = (i + 1 < n_layers ? hs[i] : out) + r * o * m;
+        if (i == 0)
+            first_layer(x + r * m * p, m, p, layer, o, h, W);
+        else
+            hidden_layer(h_in, m, in, layer, o, h);
+        if (relu_on && i + 1 < n_layers) relu(h, o * m);
+        layer += o * (in + 1);
+        h_in = h;
+        in = o;
+    }
+}
+
+// Scratch and layer offsets of the backward.
+struct Backward {
+    std::vector<int64_t> ins, offsets;
+    std::vector<float> g_a, g_b, acc;
+
+    Backward(int64_t p, int64_t n_layers, const int64_t* outs, int64_t m)
+        : ins(n_layers), offsets(n_layers) {
+        int64_t widest = 0;
+        for (int64_t i = 0, off = 0, in = p; i < n_layers; ++i) {
+            ins[i] = in;
+            offsets[i] = off;
+            off += outs[i] * (in + 1);
+            in = outs[i];
+            widest = outs[i] > widest ? outs[i] : widest;
+        }
+        g_a.resize(static_cast<size_t>(widest * m));
+        g_b.resize(g_a.size());
+        acc.resize(static_cast<size_t>(outs[0] * p));
+    }
+
+    // One replicate's weight and bias gradient from its output's gradient g (outs[-1], m).
+    void one(int64_t r, const float* x, int64_t m, int64_t p, const float* theta,
+             int64_t theta_stride, int64_t n_layers, const int64_t* outs, bool relu_on,
+             const float* const* hs, const float* g, float* grad, int64_t grad_stride) {
+        const float* layers = theta + r * theta_stride;
+        float* grads = grad + r * grad_stride;
+        float* spare = g_a.data();
+        for (int64_t i = n_layers - 1; i >= 0; --i) {
+            const int64_t o = outs[i], in = ins[i];
+            if (i == 0) {
+                first_layer_grad(x + r * m * p, g, m, p, o, grads, acc.data());
+                break;
+            }
+            const float* h = hs[i - 1] + r * in * m;  // this layer's input
+            hidden_layer_grad(h, g, m, in, o, grads + offsets[i]);
+            input_grad(layers + offsets[i], g, h, m, in, o, relu_on, spare);
+            g = spare;
+            spare = spare == g_a.data() ? g_b.data() : g_a.data();
+        }
+    }
+};
+
 }  // namespace
 
 // A replicated MLP of narrow layers, feature-major, as svbnn._network_graph.mlp_layers runs
@@ -271,23 +335,8 @@ extern "C" void svbnn_narrow_mlp_forward(const float* x, int64_t R, int64_t m, i
     const int64_t ws = (p + 15) & ~int64_t(15);
     std::vector<float> store(static_cast<size_t>(8 * ws + 16));
     float* W = aligned(store);
-    for (int64_t r = 0; r < R; ++r) {
-        const float* layer = theta + r * theta_stride;
-        const float* h_in = nullptr;
-        int64_t in = p;
-        for (int64_t i = 0; i < n_layers; ++i) {
-            const int64_t o = outs[i];
-            float* h = (i + 1 < n_layers ? hs[i] : out) + r * o * m;
-            if (i == 0)
-                first_layer(x + r * m * p, m, p, layer, o, h, W);
-            else
-                hidden_layer(h_in, m, in, layer, o, h);
-            if (relu_on && i + 1 < n_layers) relu(h, o * m);
-            layer += o * (in + 1);
-            h_in = h;
-            in = o;
-        }
-    }
+    for (int64_t r = 0; r < R; ++r)
+        forward_one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs, out, W);
 }
 
 // The weight and bias gradient of svbnn_narrow_mlp_forward's network from g (R, outs[-1],
@@ -299,33 +348,39 @@ extern "C" void svbnn_narrow_mlp_backward(const float* x, int64_t R, int64_t m, 
                                           int32_t relu_on, const float* const* hs,
                                           const float* g_out, float* grad,
                                           int64_t grad_stride) {
-    int64_t widest = 0;
-    std::vector<int64_t> ins(n_layers), offsets(n_layers);
-    for (int64_t i = 0, off = 0, in = p; i < n_layers; ++i) {
-        ins[i] = in;
-        offsets[i] = off;
-        off += outs[i] * (in + 1);
-        in = outs[i];
-        widest = outs[i] > widest ? outs[i] : widest;
-    }
-    std::vector<float> g_a(static_cast<size_t>(widest * m)), g_b(g_a.size());
-    std::vector<float> acc(static_cast<size_t>(outs[0] * p));
+    Backward back(p, n_layers, outs, m);
+    for (int64_t r = 0; r < R; ++r)
+        back.one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs,
+                 g_out + r * outs[n_layers - 1] * m, grad, grad_stride);
+}
+
+// Both for a network of one output under a Gaussian likelihood, replicate by replicate (its
+// minibatch and activations still in the cache for the backward): the forward, then the
+// output's gradient from the targets y (R, m) as autograd forms it from the log-likelihood
+// c + v (y - out)^2 averaged and negated (half = g_mean ((y - out) v), g = -(half + half),
+// each operation rounded; g_mean = -1 / m), written into g_out (R, 1, m), then the
+// backward into grad.
+extern "C" void svbnn_narrow_mlp_gaussian_step(const float* x, int64_t R, int64_t m, int64_t p,
+                                               const float* theta, int64_t theta_stride,
+                                               int64_t n_layers, const int64_t* outs,
+                                               int32_t relu_on, float* const* hs, float* out,
+                                               const float* y, float v, float g_mean,
+                                               float* g_out, float* grad, int64_t grad_stride) {
+    const int64_t ws = (p + 15) & ~int64_t(15);
+    std::vector<float> store(static_cast<size_t>(8 * ws + 16));
+    float* W = aligned(store);
+    Backward back(p, n_layers, outs, m);
     for (int64_t r = 0; r < R; ++r) {
-        const float* layers = theta + r * theta_stride;
-        float* grads = grad + r * grad_stride;
-        const float* g = g_out + r * outs[n_layers - 1] * m;
-        float* spare = g_a.data();
-        for (int64_t i = n_layers - 1; i >= 0; --i) {
-            const int64_t o = outs[i], in = ins[i];
-            if (i == 0) {
-                first_layer_grad(x + r * m * p, g, m, p, o, grads, acc.data());
-                break;
-            }
-            const float* h = hs[i - 1] + r * in * m;  // this layer's input
-            hidden_layer_grad(h, g, m, in, o, grads + offsets[i]);
-            input_grad(layers + offsets[i], g, h, m, in, o, relu_on != 0, spare);
-            g = spare;
-            spare = spare == g_a.data() ? g_b.data() : g_a.data();
+        forward_one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs, out, W);
+        const float* o = out + r * m;
+        const float* t = y + r * m;
+        float* g = g_out + r * m;
+#pragma omp simd
+        for (int64_t b = 0; b < m; ++b) {
+            const float half = g_mean * ((t[b] - o[b]) * v);
+            g[b] = -(half + half);
         }
+        back.one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs, g, grad,
+                 grad_stride);
     }
 }

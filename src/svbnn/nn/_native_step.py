@@ -45,7 +45,7 @@ def native_step_ok(
     loops run whole (see :func:`~svbnn.nn._fused_paths.native_network`), a training draw
     (Gumbel, gradients on), a Gaussian likelihood with a float noise level (``spec``, from
     its ``fused_spec``) and one output, and float32 CPU data ``x`` ``(R, m, p)``
-    (contiguous), ``y`` ``(R, m)``, neither needing a gradient."""
+    and ``y`` ``(R, m)``, both contiguous, neither needing a gradient."""
     return (
         spec is not None
         and spec[0] == "gaussian"
@@ -54,6 +54,7 @@ def native_step_ok(
         and x.device.type == "cpu"
         and y.device.type == "cpu"
         and x.is_contiguous()
+        and y.is_contiguous()
         and x.numel() > 0
         and not (x.requires_grad or y.requires_grad)
         and y.shape == x.shape[:-1]
@@ -103,18 +104,19 @@ class NativeNegativeElbo(torch.autograd.Function):
         theta, kl, *factors = _native.fused_forward(
             mu, rho, alpha, seed, log_lam, log_1mlam, *consts
         )
-        hs, out = _native.narrow_mlp_forward(theta, x, shapes, activation)
+        # The layers forward and back, replicate by replicate; between them, d loss / d out
+        # as autograd forms it from the log-likelihood const + v (y - out)^2: the mean's
+        # backward of -1 (a float32 -1 / m), addcmul's two factors added, the difference's
+        # sign.
+        g_mean = float(y.new_full((), -1.0) / y.shape[-1])
+        grad = torch.empty_like(theta)
+        out = _native.narrow_mlp_gaussian_step(
+            theta, x, y, shapes, activation, -0.5 / var, g_mean, grad
+        )
         # As the autograd path: the likelihood on the (R, m, 1) output, its mean negated,
         # the KL added with weight 1 / n.
         nll = likelihood.log_prob(out.transpose(1, 2), y).mean(dim=-1).neg()
         loss = torch.add(nll, kl, alpha=1.0 / n_train)
-        # d loss / d output, as autograd forms it from the log-likelihood
-        # const + v (y - out)^2 (addcmul's two factors, then the difference's sign).
-        g_lp = y.new_full((), -1.0) / y.shape[-1]  # the mean's backward of -1
-        half = g_lp * ((y - out[:, 0, :]) * (-0.5 / var))
-        g_out = (half + half).neg().unsqueeze(1)  # (R, 1, m), feature-major
-        grad = torch.empty_like(theta)
-        _native.narrow_mlp_backward(theta, hs, g_out, shapes, activation, grad)
         g_kl = kl.new_ones((kl.shape[0], 1)) * (1.0 / n_train)
         ctx.save_for_backward(*_native.fused_backward(grad, g_kl, theta, *factors))
         kl_n = kl / n_train
