@@ -13,7 +13,8 @@
   ``replicated_layers.cpp``: a minibatch's gather with prefetching, and a replicated
   network of narrow layers (Simulation II's 200-7-7-7-1), where MKL's packing of the
   minibatch costs more than the first layer's products and the small layers are a dozen
-  torch operations each.
+  torch operations each; :func:`narrow_mlp_gaussian_step` runs both, replicate by
+  replicate, for the training step under a Gaussian likelihood.
 
 The library is compiled on first use with ``$CXX`` (default ``c++``) into
 ``$SVBNN_CACHE_DIR`` (default ``~/.cache/svbnn``), named by a hash of the sources, the
@@ -46,6 +47,7 @@ __all__ = [
     "gather_usable",
     "narrow_mlp_backward",
     "narrow_mlp_forward",
+    "narrow_mlp_gaussian_step",
     "narrow_mlp_usable",
     "narrow_network",
     "usable",
@@ -94,11 +96,11 @@ _SIGNATURES: dict[str, list[type]] = {
     "svbnn_narrow_mlp_forward": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P],
     # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, g, grad, grad_stride
     "svbnn_narrow_mlp_backward": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P, _P, _I],
-    # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, out, y, v, g_mean, g_out,
-    # grad, grad_stride
+    # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, out, y, v, g_mean, grad,
+    # grad_stride
     "svbnn_narrow_mlp_gaussian_step": [
         *[_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P, _P],
-        *[ctypes.c_float, ctypes.c_float, _P, _P, _I],
+        *[ctypes.c_float, ctypes.c_float, _P, _I],
     ],
 }
 
@@ -442,7 +444,6 @@ def narrow_mlp_gaussian_step(
     R, m, _ = x.shape
     hs = [x.new_empty((R, o, m)) for o, _ in shapes[:-1]]
     out = x.new_empty((R, 1, m))
-    g_out = x.new_empty((R, 1, m))
     _library.svbnn_narrow_mlp_gaussian_step(
         *_network_args(x, theta, shapes, activation),
         _pointers(hs),
@@ -450,7 +451,6 @@ def narrow_mlp_gaussian_step(
         y.data_ptr(),
         v,
         g_mean,
-        g_out.data_ptr(),
         grad.data_ptr(),
         grad.stride(0),
     )

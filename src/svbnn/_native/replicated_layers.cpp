@@ -358,23 +358,22 @@ extern "C" void svbnn_narrow_mlp_backward(const float* x, int64_t R, int64_t m, 
 // minibatch and activations still in the cache for the backward): the forward, then the
 // output's gradient from the targets y (R, m) as autograd forms it from the log-likelihood
 // c + v (y - out)^2 averaged and negated (half = g_mean ((y - out) v), g = -(half + half),
-// each operation rounded; g_mean = -1 / m), written into g_out (R, 1, m), then the
-// backward into grad.
+// each operation rounded; g_mean = -1 / m), then the backward into grad.
 extern "C" void svbnn_narrow_mlp_gaussian_step(const float* x, int64_t R, int64_t m, int64_t p,
                                                const float* theta, int64_t theta_stride,
                                                int64_t n_layers, const int64_t* outs,
                                                int32_t relu_on, float* const* hs, float* out,
                                                const float* y, float v, float g_mean,
-                                               float* g_out, float* grad, int64_t grad_stride) {
+                                               float* grad, int64_t grad_stride) {
     const int64_t ws = (p + 15) & ~int64_t(15);
-    std::vector<float> store(static_cast<size_t>(8 * ws + 16));
+    std::vector<float> store(static_cast<size_t>(8 * ws + 16)), g_out(static_cast<size_t>(m));
     float* W = aligned(store);
     Backward back(p, n_layers, outs, m);
     for (int64_t r = 0; r < R; ++r) {
         forward_one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs, out, W);
         const float* o = out + r * m;
         const float* t = y + r * m;
-        float* g = g_out + r * m;
+        float* g = g_out.data();
 #pragma omp simd
         for (int64_t b = 0; b < m; ++b) {
             const float half = g_mean * ((t[b] - o[b]) * v);

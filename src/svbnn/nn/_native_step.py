@@ -31,7 +31,7 @@ from ._fused_paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_network
 if TYPE_CHECKING:
     from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
-__all__ = ["NativeNegativeElbo", "native_step_ok"]
+__all__ = ["NativeNegativeElbo", "native_negative_elbo", "native_step_ok"]
 
 
 def native_step_ok(
@@ -69,9 +69,9 @@ class NativeNegativeElbo(torch.autograd.Function):
     with the gradient of ``loss`` computed in the forward by the native loops.
 
     The forward draws the weights and the KL (:func:`svbnn._native.fused_forward`), runs
-    the layers (:func:`svbnn._native.narrow_mlp_forward`), the likelihood, and then the
-    backward of each replicate's loss (:func:`svbnn._native.narrow_mlp_backward`, then
-    :func:`svbnn._native.fused_backward`). The backward scales those gradients by each
+    each replicate's layers forward and back (:func:`svbnn._native.narrow_mlp_gaussian_step`,
+    the output's gradient formed between the two), the likelihood, and the draw's backward
+    (:func:`svbnn._native.fused_backward`). The backward scales those gradients by each
     replicate's incoming gradient (1 when the losses are summed: the same bits). ``nll``
     and ``kl / n`` are not differentiable, as :func:`svbnn.training.negative_elbo` returns
     them detached.
