@@ -17,6 +17,7 @@ import torch
 
 from svbnn import KernelBackend, _native, get_kernel_backend
 from svbnn.data import dense_teacher
+from svbnn.nn._native_step import NativeNegativeElbo
 from svbnn_experiments import ARTIFACTS, artifact_names, estimate, get_artifact, resolve_config
 from svbnn_experiments import methods as methods_mod
 from svbnn_experiments.cli import main
@@ -251,10 +252,23 @@ def test_table2_runs_with_its_own_kernels_unless_told_otherwise(
         ]
         return backend
 
+    # Under auto its training step is NativeNegativeElbo's (the model reaches negative_elbo
+    # unwrapped, so the model's own fused path applies); not under eager.
+    steps: list[int] = []
+    real_step = NativeNegativeElbo.apply
+
+    def spy(*args: Any) -> Any:
+        steps.append(1)
+        return real_step(*args)
+
+    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
     assert main([*argv, str(tmp_path / "default")]) == 0
     assert kernels(tmp_path / "default") == "auto"
+    assert (len(steps) > 0) == _native.available()
+    steps.clear()
     assert main([*argv, str(tmp_path / "option"), "--kernels", "eager"]) == 0
     assert kernels(tmp_path / "option") == "eager"
+    assert not steps
     monkeypatch.setenv("SVBNN_KERNELS", "eager")
     assert main([*argv, str(tmp_path / "environment")]) == 0
     assert kernels(tmp_path / "environment") == "eager"
