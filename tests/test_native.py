@@ -493,3 +493,43 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
             assert not ok()
     with K.backend_scope("eager"):
         assert not ok()
+
+
+def test_one_network_takes_the_native_step_as_one_replicate_bit_for_bit(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A network without replicates runs the native step as one replicate: the same
+    # parameters and losses, bit for bit, as a one-replicate network through autograd.
+    steps = []
+    real = NativeNegativeElbo.apply
+
+    def spy(*args: object) -> object:
+        steps.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
+    g = torch.Generator().manual_seed(6)
+    X, y = torch.randn(300, 20, generator=g), torch.randn(300, generator=g)
+    runs = []
+    for replicated in (False, True):
+        if replicated:
+            monkeypatch.setattr(fused, "native_step_ok", lambda *args: False)
+        extra = {"n_replicates": 1} if replicated else {}
+        model = SpikeSlabMLP(20, (7, 7), 1, generator=torch.Generator().manual_seed(1), **extra)
+        data = (X[None], y[None]) if replicated else (X, y)
+        with K.backend_scope("auto"):
+            history = train(
+                model,
+                *data,
+                GaussianLikelihood(0.8),
+                epochs=3,
+                batch_size=64,
+                lr=5e-3,
+                generator=torch.Generator().manual_seed(2),
+            )
+        runs.append((model, history))
+        assert len(steps) == 15  # the one network's 3 epochs of 5 steps, none for R = 1
+    (single, h_single), (one, h_one) = runs
+    for name in ("mu", "rho", "alpha"):
+        assert torch.equal(getattr(single, name), getattr(one, name).view(-1)), name
+    assert [[v] for v in h_single.loss] == h_one.loss

@@ -444,23 +444,29 @@ class FusedEngine:
     def negative_elbo(
         self, model: SpikeSlabMLP, likelihood: object, x: Tensor, y: Tensor, n_train: float
     ) -> tuple[Tensor, Tensor, Tensor] | None:
-        """One-draw :func:`svbnn.training.negative_elbo` as one compiled graph with the
-        likelihood, where the ``auto`` backend runs this network's training forward as one
-        graph: ``(loss, nll, kl / n)``, scalars, or ``(R,)`` for R replicates. ``x``
-        ``(m, p)`` and ``y`` ``(m,)``, or ``(R, m, p)`` and ``(R, m)``. ``None`` where that
-        does not apply (see :meth:`SpikeSlabMLP.fused_negative_elbo`).
+        """One-draw :func:`svbnn.training.negative_elbo` in one piece under the ``auto``
+        backend: on svbnn's native loops as one autograd node where they run the network
+        whole under a Gaussian likelihood (:mod:`svbnn.nn._native_step`), else as one
+        compiled graph with the likelihood where ``auto`` runs this network's training
+        forward as one graph: ``(loss, nll, kl / n)``, scalars, or ``(R,)`` for R
+        replicates. ``x`` ``(m, p)`` and ``y`` ``(m,)``, or ``(R, m, p)`` and ``(R, m)``.
+        ``None`` where neither applies (see :meth:`SpikeSlabMLP.fused_negative_elbo`).
         """
         mu = model._parameters.get("mu")
-        if mu is None or not (
-            _fused_paths.use_whole_network(mu.numel())
-            or (mu.dim() == 2 and backend() is Backend.AUTO)
-        ):
-            return None  # every step off the auto backend or of a large net: decide first
+        if mu is None:
+            return None
+        # The one-graph step (auto, a small network) or the native one (auto, a Gaussian
+        # likelihood): every step off the auto backend decides here.
+        whole = _fused_paths.use_whole_network(mu.numel())
+        if not (whole or backend() is Backend.AUTO):
+            return None
         fused_spec = getattr(likelihood, "fused_spec", None)
         spec = fused_spec(model.out_features) if fused_spec is not None else None
         if spec is None:
             return None
         kind, var = spec
+        if not (whole or kind == "gaussian"):
+            return None  # a large network's step under a likelihood the native step lacks
         layers = model.layers()
         if not (y.shape == x.shape[:-1] and draw_ok(model, layers)):
             return None

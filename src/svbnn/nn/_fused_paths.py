@@ -22,6 +22,7 @@ __all__ = [
     "flat_mlp_ok",
     "fused_kl_ok",
     "layer_shapes",
+    "native_loops",
     "native_network",
     "whole_network_ok",
 ]
@@ -103,7 +104,15 @@ def native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
     minute and was slower for it (measured, Simulation II's network, 10 interleaved rounds:
     0.94 of the graph's step time for 2 replicates, 0.74 for 7; ``docs/performance.md``)."""
     mu = model._parameters.get("mu")
-    if backend() is not Backend.AUTO or mu is None or mu.dim() != 2:
+    return mu is not None and mu.dim() == 2 and native_loops(model, layers)
+
+
+def native_loops(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
+    """Under ``auto``: whether the native loops can run this network's draw + KL and its
+    layers: one network or replicates, float32 on the CPU, narrow layers, ReLU or none, one
+    prior, one torch thread (:func:`native_network` without asking for replicates)."""
+    mu = model._parameters.get("mu")
+    if backend() is not Backend.AUTO or mu is None:
         return False
     return _native.narrow_network(layer_shapes(layers), model.activation) and _native.usable(
         mu, model.rho, model.alpha, model.log_prior_inclusion, 1.0 / float(layers[0].temperature)

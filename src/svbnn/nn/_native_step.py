@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .. import _native
-from ._fused_paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_network
+from ._fused_paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_loops
 
 if TYPE_CHECKING:
     from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
@@ -42,10 +42,11 @@ def native_step_ok(
     y: Tensor,
 ) -> bool:
     """Whether :class:`NativeNegativeElbo` runs this training step: a network the native
-    loops run whole (see :func:`~svbnn.nn._fused_paths.native_network`), a training draw
+    loops run whole (see :func:`~svbnn.nn._fused_paths.native_loops`), a training draw
     (Gumbel, gradients on), a Gaussian likelihood with a float noise level (``spec``, from
-    its ``fused_spec``) and one output, and float32 CPU data ``x`` ``(R, m, p)``
-    and ``y`` ``(R, m)``, both contiguous, neither needing a gradient."""
+    its ``fused_spec``) and one output, and float32 CPU data ``x`` ``(R, m, p)`` and ``y``
+    ``(R, m)`` (one network: ``(m, p)`` and ``(m,)``), both contiguous, neither needing a
+    gradient."""
     return (
         spec is not None
         and spec[0] == "gaussian"
@@ -58,7 +59,7 @@ def native_step_ok(
         and x.numel() > 0
         and not (x.requires_grad or y.requires_grad)
         and y.shape == x.shape[:-1]
-        and native_network(model, layers)
+        and native_loops(model, layers)
         and fused_kl_ok(layers)
         and flat_mlp_ok(model, x, layers)
     )
@@ -78,7 +79,8 @@ class NativeNegativeElbo(torch.autograd.Function):
 
     Notes
     -----
-    Shapes: ``mu``, ``rho``, ``alpha`` ``(R, T)``; ``x`` ``(R, m, p)``; ``y`` ``(R, m)``.
+    Shapes: ``mu``, ``rho``, ``alpha`` ``(R, T)``; ``x`` ``(R, m, p)``; ``y`` ``(R, m)``;
+    one network: ``(T,)``, ``(m, p)``, ``(m,)`` and scalar losses (run as one replicate).
     ``consts``: ``(log_sigma0, 1 / sigma_0^2, 1 / tau)`` as :class:`FusedGumbelKL` passes
     them to the kernel; ``n_train``: the KL's divisor.
     """
@@ -109,16 +111,20 @@ class NativeNegativeElbo(torch.autograd.Function):
         # backward of -1 (a float32 -1 / m), addcmul's two factors added, the difference's
         # sign.
         g_mean = float(y.new_full((), -1.0) / y.shape[-1])
-        grad = torch.empty_like(theta)
+        rows = theta.view(-1, theta.shape[-1])  # one network: one replicate
+        x, y = x.view(-1, *x.shape[-2:]), y.view(-1, y.shape[-1])
+        grad = torch.empty_like(rows)
         out = _native.narrow_mlp_gaussian_step(
-            theta, x, y, shapes, activation, -0.5 / var, g_mean, grad
+            rows, x, y, shapes, activation, -0.5 / var, g_mean, grad
         )
         # As the autograd path: the likelihood on the (R, m, 1) output, its mean negated,
         # the KL added with weight 1 / n.
-        nll = likelihood.log_prob(out.transpose(1, 2), y).mean(dim=-1).neg()
+        nll = likelihood.log_prob(out.transpose(1, 2), y).mean(dim=-1).neg().view(kl.shape)
         loss = torch.add(nll, kl, alpha=1.0 / n_train)
-        g_kl = kl.new_ones((kl.shape[0], 1)) * (1.0 / n_train)
-        ctx.save_for_backward(*_native.fused_backward(grad, g_kl, theta, *factors))
+        g_kl = kl.new_ones((*kl.shape, 1)) * (1.0 / n_train)
+        ctx.save_for_backward(
+            *_native.fused_backward(grad.view(theta.shape), g_kl, theta, *factors)
+        )
         kl_n = kl / n_train
         ctx.mark_non_differentiable(nll, kl_n)
         return loss, nll, kl_n

@@ -571,13 +571,14 @@ class SpikeSlabMLP(VariationalContainer):
     def fused_negative_elbo(
         self, likelihood: object, x: Tensor, y: Tensor, n_train: float
     ) -> tuple[Tensor, Tensor, Tensor] | None:
-        """The whole one-draw negative ELBO as one compiled graph, where the ``auto``
-        kernel backend (:func:`svbnn.kernel_backend`) runs this network's training step
-        as one graph: a small network, sampling with the Gumbel sampler, gradients on,
+        """The whole one-draw negative ELBO in one piece, under the ``auto`` kernel backend
+        (:func:`svbnn.kernel_backend`), sampling with the Gumbel sampler, gradients on,
         ``x`` ``(m, p)`` and ``y`` ``(m,)`` (replicated: ``(R, m, p)`` and ``(R, m)``),
-        and a likelihood whose ``fused_spec`` knows it (Gaussian with a float noise and one
-        output, or categorical). ``None`` otherwise. See
-        :meth:`VariationalContainer.fused_negative_elbo`.
+        and a likelihood whose ``fused_spec`` knows it: on svbnn's native loops as one
+        autograd node where they run the network whole (narrow layers, float32 on the CPU,
+        one thread) under a Gaussian likelihood with a float noise, else as one compiled
+        graph for a small network (Gaussian with a float noise and one output, or
+        categorical). ``None`` otherwise. See :meth:`VariationalContainer.fused_negative_elbo`.
         """
         return self._fused.negative_elbo(self, likelihood, x, y, n_train)
 
