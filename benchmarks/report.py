@@ -285,10 +285,13 @@ def _breakdown_section(report: Report, nets: list[NetSpec]) -> list[str]:
     )
     md.append("")
     md.append(
-        f"With `--kernels auto` the step of a network under {AUTO_MIN_NUMEL:,} parameters "
-        "runs its draw, KL, layers and likelihood as one compiled graph "
-        "(`svbnn._network_graph.mlp_negative_elbo`); for those networks the pieces above are "
-        "the eager kernels of the other path. Larger networks (MNIST) run the pieces as "
+        "With `--kernels auto` a network of narrow layers (at most 16 outputs, ReLU: "
+        "Simulation II's) under a Gaussian likelihood runs its step on svbnn's native loops "
+        "as one autograd node (`svbnn.nn._native_step`); another network under "
+        f"{AUTO_MIN_NUMEL:,} parameters (UCI's) runs its draw, KL, layers and likelihood as "
+        "one compiled graph (`svbnn._network_graph.mlp_negative_elbo`). For those networks "
+        "the pieces above are the eager kernels of the other path. Larger networks (MNIST) "
+        "run the pieces as "
         "timed: the draw + KL function compiled. The memory floor row is what any draw + "
         "KL function must move (read the 3 parameter arrays and write the weights; read "
         "them and the weights' gradient and write 3 gradients), in compiled loops that do "
