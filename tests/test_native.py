@@ -400,16 +400,27 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
         assert not fused_paths.native_network(model, model.layers())
 
 
-def _native_step_run(
-    monkeypatch: pytest.MonkeyPatch, native: bool, seed: int = 6
-) -> tuple[SpikeSlabMLP, object]:
+def _spy_native_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one at every NativeNegativeElbo step from now on."""
+    steps: list[int] = []
+    real = NativeNegativeElbo.apply
+
+    def spy(*args: object) -> object:
+        steps.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
+    return steps
+
+
+def _native_step_run(native: bool, seed: int = 6) -> tuple[SpikeSlabMLP, object]:
     # 3 replicates of 20-7-7-1 on 300 rows in minibatches of 64: the last one has 44 rows.
-    if not native:
-        monkeypatch.setattr(fused, "native_step_ok", lambda *args: False)
     g = torch.Generator().manual_seed(seed)
     X, y = torch.randn(3, 300, 20, generator=g), torch.randn(3, 300, generator=g)
     model = SpikeSlabMLP(20, (7, 7), 1, n_replicates=3, generator=torch.Generator().manual_seed(1))
-    with K.backend_scope("auto"):
+    with pytest.MonkeyPatch.context() as mp, K.backend_scope("auto"):
+        if not native:
+            mp.setattr(fused, "native_step_ok", lambda *args: False)
         history = train(
             model,
             X,
@@ -420,7 +431,6 @@ def _native_step_run(
             lr=5e-3,
             generator=torch.Generator().manual_seed(2),
         )
-    monkeypatch.undo()
     return model, history
 
 
@@ -429,19 +439,11 @@ def test_the_native_step_trains_bit_for_bit_as_its_autograd_graph(
 ) -> None:
     # NativeNegativeElbo computes the step's gradient in its forward with the operations
     # autograd runs, in its order: the same parameters and history, bit for bit.
-    steps = []
-    real = NativeNegativeElbo.apply
-
-    def spy(*args: object) -> object:
-        steps.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
-    native, h_native = _native_step_run(monkeypatch, True)
+    steps = _spy_native_steps(monkeypatch)
+    native, h_native = _native_step_run(True)
     assert len(steps) == 15  # 3 epochs of 5 steps
-    steps.clear()
-    graph, h_graph = _native_step_run(monkeypatch, False)
-    assert not steps
+    graph, h_graph = _native_step_run(False)
+    assert len(steps) == 15
     for name in ("mu", "rho", "alpha"):
         assert torch.equal(getattr(native, name), getattr(graph, name)), name
     for name in ("loss", "nll", "kl"):
@@ -500,14 +502,7 @@ def test_one_network_takes_the_native_step_as_one_replicate_bit_for_bit(
 ) -> None:
     # A network without replicates runs the native step as one replicate: the same
     # parameters and losses, bit for bit, as a one-replicate network through autograd.
-    steps = []
-    real = NativeNegativeElbo.apply
-
-    def spy(*args: object) -> object:
-        steps.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
+    steps = _spy_native_steps(monkeypatch)
     g = torch.Generator().manual_seed(6)
     X, y = torch.randn(300, 20, generator=g), torch.randn(300, generator=g)
     runs = []
