@@ -19,7 +19,7 @@ from svbnn.nn import SpikeSlabMLP
 from svbnn.nn._native_step import NativeNegativeElbo, native_step_ok
 from svbnn.objectives import GaussianLikelihood
 from svbnn.prediction import sample_outputs
-from svbnn.training import negative_elbo, train
+from svbnn.training import History, negative_elbo, train
 
 
 @pytest.fixture
@@ -413,11 +413,14 @@ def _spy_native_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return steps
 
 
-def _native_step_run(native: bool, seed: int = 6) -> tuple[SpikeSlabMLP, object]:
-    # 3 replicates of 20-7-7-1 on 300 rows in minibatches of 64: the last one has 44 rows.
-    g = torch.Generator().manual_seed(seed)
-    X, y = torch.randn(3, 300, 20, generator=g), torch.randn(3, 300, generator=g)
-    model = SpikeSlabMLP(20, (7, 7), 1, n_replicates=3, generator=torch.Generator().manual_seed(1))
+def _native_step_run(
+    native: bool, X: torch.Tensor, y: torch.Tensor, n_replicates: int | None
+) -> tuple[SpikeSlabMLP, History]:
+    # A 20-7-7-1 network for 3 epochs in minibatches of 64 (of 300 rows: the last has 44),
+    # with the native step or (native False) through autograd.
+    model = SpikeSlabMLP(
+        20, (7, 7), 1, n_replicates=n_replicates, generator=torch.Generator().manual_seed(1)
+    )
     with pytest.MonkeyPatch.context() as mp, K.backend_scope("auto"):
         if not native:
             mp.setattr(fused, "native_step_ok", lambda *args: False)
@@ -440,9 +443,11 @@ def test_the_native_step_trains_bit_for_bit_as_its_autograd_graph(
     # NativeNegativeElbo computes the step's gradient in its forward with the operations
     # autograd runs, in its order: the same parameters and history, bit for bit.
     steps = _spy_native_steps(monkeypatch)
-    native, h_native = _native_step_run(True)
+    g = torch.Generator().manual_seed(6)
+    X, y = torch.randn(3, 300, 20, generator=g), torch.randn(3, 300, generator=g)
+    native, h_native = _native_step_run(True, X, y, 3)
     assert len(steps) == 15  # 3 epochs of 5 steps
-    graph, h_graph = _native_step_run(False)
+    graph, h_graph = _native_step_run(False, X, y, 3)
     assert len(steps) == 15
     for name in ("mu", "rho", "alpha"):
         assert torch.equal(getattr(native, name), getattr(graph, name)), name
@@ -505,26 +510,10 @@ def test_one_network_takes_the_native_step_as_one_replicate_bit_for_bit(
     steps = _spy_native_steps(monkeypatch)
     g = torch.Generator().manual_seed(6)
     X, y = torch.randn(300, 20, generator=g), torch.randn(300, generator=g)
-    runs = []
-    for replicated in (False, True):
-        if replicated:
-            monkeypatch.setattr(fused, "native_step_ok", lambda *args: False)
-        extra = {"n_replicates": 1} if replicated else {}
-        model = SpikeSlabMLP(20, (7, 7), 1, generator=torch.Generator().manual_seed(1), **extra)
-        data = (X[None], y[None]) if replicated else (X, y)
-        with K.backend_scope("auto"):
-            history = train(
-                model,
-                *data,
-                GaussianLikelihood(0.8),
-                epochs=3,
-                batch_size=64,
-                lr=5e-3,
-                generator=torch.Generator().manual_seed(2),
-            )
-        runs.append((model, history))
-        assert len(steps) == 15  # the one network's 3 epochs of 5 steps, none for R = 1
-    (single, h_single), (one, h_one) = runs
+    single, h_single = _native_step_run(True, X, y, None)
+    assert len(steps) == 15  # the one network's 3 epochs of 5 steps
+    one, h_one = _native_step_run(False, X[None], y[None], 1)
+    assert len(steps) == 15  # none for R = 1 through autograd
     for name in ("mu", "rho", "alpha"):
         assert torch.equal(getattr(single, name), getattr(one, name).view(-1)), name
     assert [[v] for v in h_single.loss] == h_one.loss
