@@ -1,14 +1,15 @@
 """The whole training step of a network that svbnn's native loops run whole, without the
 autograd graph of its pieces. Private.
 
-Under the ``auto`` backend a replicated float32 network of narrow layers (Table 2's
-200-7-7-7-1, :func:`~svbnn.nn._fused_paths.native_network`) already runs its draw + KL
-and its layers in :mod:`svbnn._native`. Through autograd, the step still builds a graph of
-about a dozen nodes (the draw, the network, the Gaussian log-likelihood's operations, the
-ELBO's sum) and calls two Python backward functions, which cost about a fifth of the step
-of 15 replicates (measured: 2.73 against 2.23 ms a step without them, docs/performance.md).
+Under the ``auto`` backend a float32 network of narrow layers (Table 2's 200-7-7-7-1,
+replicated or not, :func:`~svbnn.nn._fused_paths.native_loops`) can run its draw + KL and
+its layers in :mod:`svbnn._native`. Through autograd, the step still builds a graph of about
+a dozen nodes (the draw, the network, the Gaussian log-likelihood's operations, the ELBO's
+sum) and calls two Python backward functions, which cost about a fifth of the step of 15
+replicates (measured: 2.73 against 2.23 ms a step without them, docs/performance.md).
 :class:`NativeNegativeElbo` computes the negative ELBO and, in the same call, its gradient,
-which its backward hands over scaled by the incoming gradient: one autograd node.
+which its backward hands over scaled by the incoming gradient: one autograd node. A network
+without replicates runs as one replicate.
 
 Every operation is the one the autograd path runs, in the same order (the draw, the
 layers, the likelihood's own ``log_prob``, the gradient of the mean, ``addcmul`` and the
