@@ -20,6 +20,23 @@ _NATIVE_CACHE = tempfile.mkdtemp(prefix="svbnn-native-")
 os.environ.setdefault("SVBNN_CACHE_DIR", _NATIVE_CACHE)
 
 
+@pytest.fixture
+def native_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one at every step of svbnn's native training step
+    (``NativeNegativeElbo``) from now on."""
+    from svbnn.nn._native_step import NativeNegativeElbo
+
+    steps: list[int] = []
+    real = NativeNegativeElbo.apply
+
+    def spy(*args: object) -> object:
+        steps.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
+    return steps
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_NATIVE_CACHE, ignore_errors=True)
 

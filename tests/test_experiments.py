@@ -17,7 +17,6 @@ import torch
 
 from svbnn import KernelBackend, _native, get_kernel_backend
 from svbnn.data import dense_teacher
-from svbnn.nn._native_step import NativeNegativeElbo
 from svbnn_experiments import ARTIFACTS, artifact_names, estimate, get_artifact, resolve_config
 from svbnn_experiments import methods as methods_mod
 from svbnn_experiments.cli import main
@@ -238,7 +237,7 @@ def test_kernels_option_applies_to_the_run_only(tmp_path: Path) -> None:
 
 
 def test_table2_runs_with_its_own_kernels_unless_told_otherwise(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_steps: list[int]
 ) -> None:
     # table2's default is auto (its replicated narrow network runs on the native loops,
     # nothing compiled); --kernels and SVBNN_KERNELS override it; other artifacts keep the
@@ -254,14 +253,7 @@ def test_table2_runs_with_its_own_kernels_unless_told_otherwise(
 
     # Under auto its training step is NativeNegativeElbo's (the model reaches negative_elbo
     # unwrapped, so the model's own fused path applies); not under eager.
-    steps: list[int] = []
-    real_step = NativeNegativeElbo.apply
-
-    def spy(*args: Any) -> Any:
-        steps.append(1)
-        return real_step(*args)
-
-    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
+    steps = native_steps
     assert main([*argv, str(tmp_path / "default")]) == 0
     assert kernels(tmp_path / "default") == "auto"
     assert (len(steps) > 0) == _native.available()

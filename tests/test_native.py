@@ -16,7 +16,7 @@ import svbnn.nn._fused_paths as fused_paths
 from svbnn import _native
 from svbnn._network_graph import layer_views
 from svbnn.nn import SpikeSlabMLP
-from svbnn.nn._native_step import NativeNegativeElbo, native_step_ok
+from svbnn.nn._native_step import native_step_ok
 from svbnn.objectives import GaussianLikelihood
 from svbnn.prediction import sample_outputs
 from svbnn.training import History, negative_elbo, train
@@ -400,19 +400,6 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
         assert not fused_paths.native_network(model, model.layers())
 
 
-def _spy_native_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by one at every NativeNegativeElbo step from now on."""
-    steps: list[int] = []
-    real = NativeNegativeElbo.apply
-
-    def spy(*args: object) -> object:
-        steps.append(1)
-        return real(*args)
-
-    monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
-    return steps
-
-
 def _native_step_run(
     native: bool, X: torch.Tensor, y: torch.Tensor, n_replicates: int | None
 ) -> tuple[SpikeSlabMLP, History]:
@@ -438,11 +425,11 @@ def _native_step_run(
 
 
 def test_the_native_step_trains_bit_for_bit_as_its_autograd_graph(
-    one_thread: None, monkeypatch: pytest.MonkeyPatch
+    one_thread: None, native_steps: list[int]
 ) -> None:
     # NativeNegativeElbo computes the step's gradient in its forward with the operations
     # autograd runs, in its order: the same parameters and history, bit for bit.
-    steps = _spy_native_steps(monkeypatch)
+    steps = native_steps
     g = torch.Generator().manual_seed(6)
     X, y = torch.randn(3, 300, 20, generator=g), torch.randn(3, 300, generator=g)
     native, h_native = _native_step_run(True, X, y, 3)
@@ -503,11 +490,11 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
 
 
 def test_one_network_takes_the_native_step_as_one_replicate_bit_for_bit(
-    one_thread: None, monkeypatch: pytest.MonkeyPatch
+    one_thread: None, native_steps: list[int]
 ) -> None:
     # A network without replicates runs the native step as one replicate: the same
     # parameters and losses, bit for bit, as a one-replicate network through autograd.
-    steps = _spy_native_steps(monkeypatch)
+    steps = native_steps
     g = torch.Generator().manual_seed(6)
     X, y = torch.randn(300, 20, generator=g), torch.randn(300, generator=g)
     single, h_single = _native_step_run(True, X, y, None)

@@ -473,11 +473,10 @@ class FusedEngine:
         if native_step_ok(model, layers, spec, x, y):
             # A network the native loops run whole: the step without its autograd graph.
             self.kl_cache = None
-            first = layers[0]
             log_lams = self._log_lams(model, _kl_key(model))
-            seed = _counter_seed(model, first)
+            seed = _counter_seed(model, layers[0])
             return native_negative_elbo(
-                model, first, likelihood, var, x, y, n_train, seed, log_lams
+                model, layers, likelihood, var, x, y, n_train, seed, log_lams
             )
         if not whole_network_ok(model, x, layers):
             return None

@@ -148,7 +148,7 @@ class NativeNegativeElbo(torch.autograd.Function):
 
 def native_negative_elbo(
     model: SpikeSlabMLP,
-    first: SpikeSlabLinear,
+    layers: list[SpikeSlabLinear],
     likelihood: Any,
     var: float,
     x: Tensor,
@@ -157,7 +157,9 @@ def native_negative_elbo(
     seed: Tensor,
     log_lams: tuple[Tensor, Tensor],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """:class:`NativeNegativeElbo` of ``model`` (where :func:`native_step_ok` says so)."""
+    """:class:`NativeNegativeElbo` of ``model`` (where :func:`native_step_ok` says so);
+    ``layers``: its layers, input to output."""
+    first = layers[0]
     log_sigma0 = 0.5 * math.log(first.prior_variance)
     consts = (log_sigma0, math.exp(-2.0 * log_sigma0), 1.0 / float(first.temperature))
     out: tuple[Tensor, Tensor, Tensor] = NativeNegativeElbo.apply(
@@ -170,7 +172,7 @@ def native_negative_elbo(
         *log_lams,
         likelihood,
         var,
-        layer_shapes(model.layers()),
+        layer_shapes(layers),
         model.activation,
         consts,
         n_train,
