@@ -8,7 +8,10 @@ instead of timing the wrong thing), compiled with the library's flags, and swapp
 the library's forward loop one after another, in interleaved rounds in one process, while
 the training step of ``benchmarks.networks.build_step`` runs beside the dense step. The
 variants that drop a piece compute wrong draws: they are for timing only, and say what
-the piece costs (an upper bound on what a cheaper version of it could save).
+the piece costs (an upper bound on what a cheaper version of it could save). The two
+``exp parametrisation`` variants compute what a loop with ``sigma = exp(rho)`` computes (the
+operations issue 17 allows if the simulation tables stay within their error bars); fed the
+library's ``rho`` they draw other weights, so they too are for timing only.
 
 Run: ``python -m benchmarks.draw_ablation [--rounds 15] [--steps 10]`` (the MNIST network);
 prints a Markdown table (medians over rounds, [interquartile range], ratios as medians of
@@ -44,6 +47,21 @@ _HASH_BASE = """uint32_t base =
                 hash32(hash32(static_cast<uint32_t>(index0 + i) ^ static_cast<uint32_t>(seed0)) +
                        static_cast<uint32_t>(seed1));"""
 _HASH_2 = "uint32_t h2 = hash32(base + 0x5BD1E995u);"
+_SOFTPLUS_RHO = """float sigma, unused, d_sigma, unused2;
+            softplus_parts(rho[i], sigma, unused, d_sigma, unused2);"""
+_KL_RHO_TAIL = "phi * (tiny ? 1.0f - 0.5f * d_sigma : d_sigma / sigma_or_1);"
+# sigma = exp(rho) (log sigma as the free parameter): one exp for softplus' exp, log1p and
+# division, log sigma = rho, d sigma / d rho = sigma, and kl_rho = phi (prec0 sigma^2 - 1).
+# The library's exp of a non-positive argument serves up to float32's overflow at 88.
+_EXP_PARAMETRISATION = [
+    (
+        _SOFTPLUS_RHO,
+        "float sigma = exp_nonpositive(rho[i] > 88.0f ? 88.0f : rho[i]);\n"
+        "            float d_sigma = sigma;",
+    ),
+    (_LOG_SIGMA, "float log_sigma = rho[i];"),
+    (_KL_RHO_TAIL, "phi;"),
+]
 _CHEAP = {
     "noise": [(_NOISE, "float eps = v1 - v2;")],
     "log sigma": [(_LOG_SIGMA, "float log_sigma = tiny ? rho[i] : sigma_or_1;")],
@@ -83,6 +101,17 @@ VARIANTS = (
         "bound",
         "all three dropped and contracted",
         tuple(r for v in _CHEAP.values() for r in v),
+        contract=True,
+    ),
+    Variant(
+        "exp parametrisation",
+        "sigma = exp(rho): log sigma = rho, no softplus, no log",
+        tuple(_EXP_PARAMETRISATION),
+    ),
+    Variant(
+        "exp parametrisation, contracted",
+        "the same, multiply-adds contracted",
+        tuple(_EXP_PARAMETRISATION),
         contract=True,
     ),
 )

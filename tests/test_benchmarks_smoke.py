@@ -186,6 +186,19 @@ def test_draw_ablation_swaps_the_forward_loop_and_times_it(tmp_path: Path) -> No
     assert torch.equal(drawn[library.name], reference)
     assert not torch.equal(drawn[no_noise.name], reference)
 
+    # The exp parametrisation's loop, given rho' = log(softplus(rho)) (the same sigmas),
+    # draws the library's weights: the same gates, the slab to float32 rounding of sigma.
+    exp_variant = next(v for v in ab.VARIANTS if v.name == "exp parametrisation")
+    with torch.no_grad():
+        model.rho.copy_(torch.nn.functional.softplus(model.rho.double()).log().float())
+    _native._library = ab._Swapped(ab.build(exp_variant, tmp_path), real)  # type: ignore[assignment]
+    try:
+        exp_drawn = weights()
+    finally:
+        _native._library = real
+    assert torch.equal(exp_drawn == 0, reference == 0)
+    torch.testing.assert_close(exp_drawn, reference, rtol=1e-5, atol=1e-6)
+
     # 64-200-10: 15,010 parameters, over auto's one-graph limit, so the native loop runs.
     net = NetSpec("tiny", "tiny MLP", "mlp", 64, (200,), 10, "classification", 32, 1000, 1e-3)
     res = ab.measure(net, rounds=1, steps=1, variants=(library, no_noise))
