@@ -206,3 +206,13 @@ def test_draw_ablation_swaps_the_forward_loop_and_times_it(tmp_path: Path) -> No
     assert all(r["forward_ms"]["median"] > 0 for r in res["rows"])
     assert res["rows"][0]["step_over_library"]["median"] == 1.0
     assert "| no normal noise |" in ab.markdown(res)
+
+
+def test_small_fits_times_both_backends_and_the_dense_loop_side_by_side() -> None:
+    from benchmarks import small_fits
+
+    rows = small_fits.main(["--repeats", "1", "--epochs", "1"])
+    assert [r["data"] for r in rows] == ["diabetes", "breast cancer", "Friedman #1"]
+    for r in rows:
+        assert all(len(t) == 1 and t[0] > 0 for t in r["times"].values())
+        assert set(r["scores"]) == {"eager", "native"}

@@ -12,7 +12,7 @@ import pytest
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from svbnn import SVBNNClassifier, SVBNNRegressor
+from svbnn import SVBNNClassifier, SVBNNRegressor, _native
 from svbnn.estimators import CollapseWarning
 
 # Small budgets keep the file fast; everything else is the default.
@@ -187,3 +187,40 @@ def test_compile_failure_falls_back_to_eager_with_one_message(monkeypatch, caplo
     assert seen == ["compiled", "eager", "eager"]
     assert sum("could not be built" in r.getMessage() for r in caplog.records) == 1
     assert get_kernel_backend() == before  # the process-wide setting is untouched
+
+
+@pytest.mark.skipif(not _native.available(), reason="no C++ compiler for the native loops")
+def test_small_networks_fit_on_the_native_loops_without_compiling(
+    native_steps: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # auto fits a small network with the native backend: a regressor's whole step (its
+    # noise learned) and a classifier's draw + KL on svbnn's loops, at any thread count,
+    # and never torch.compile (30 s to minutes, more than such a fit).
+    def no_compile(*args: object, **kwargs: object) -> None:
+        raise AssertionError("torch.compile was called")
+
+    monkeypatch.setattr(torch, "compile", no_compile)
+    draws: list[int] = []
+    real_forward = _native.fused_forward
+
+    def spy(*args: object) -> object:
+        draws.append(1)
+        return real_forward(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_native, "fused_forward", spy)
+    X, y, _ = _sparse_problem(300, 3)  # 10-50-1: 611 parameters
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        reg = SVBNNRegressor(max_iter=3, tol=None, random_state=0)
+        assert reg._backend_for(611) == "native"
+        assert SVBNNRegressor(dtype="float64")._backend_for(611) == "eager"
+        reg.fit(X, y)
+        assert len(native_steps) == 3 * 3  # 3 epochs of 3 minibatches of 128
+        draws.clear()
+        SVBNNClassifier(max_iter=3, tol=None, random_state=0).fit(X, y > np.median(y))
+        assert len(native_steps) == 9  # no native step for a categorical likelihood
+        assert len(draws) == 9  # but the native draw + KL at every step
+    finally:
+        torch.set_num_threads(threads)
+    assert reg.history_.loss[-1] < reg.history_.loss[0]

@@ -4,6 +4,7 @@ kernel's outputs bit for bit, so training is the same with it or without it."""
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +17,9 @@ import svbnn.nn._fused_paths as fused_paths
 from svbnn import _native
 from svbnn._network_graph import layer_views
 from svbnn.nn import SpikeSlabMLP
-from svbnn.nn._native_step import native_step_ok
-from svbnn.objectives import GaussianLikelihood
+from svbnn.nn._native_step import native_step_ok, step_noise
+from svbnn.nn.base import set_generator
+from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.prediction import sample_outputs
 from svbnn.training import History, negative_elbo, train
 
@@ -256,6 +258,9 @@ def _narrow_net(
         (31, (9, 16, 3), "relu"),
         (10, (37, 1), "identity"),
         (7, (16, 9, 12, 2), "identity"),
+        # Wider than the replicated path takes them: one small network's native step.
+        (128, (10, 50, 1), "relu"),
+        (33, (30, 40, 20, 1), "relu"),
     ],
 )
 def test_narrow_mlp_forward_and_weight_gradient_within_float32_error_bounds(
@@ -266,7 +271,8 @@ def test_narrow_mlp_forward_and_weight_gradient_within_float32_error_bounds(
     # (ReLU does not enlarge an error), so the tolerance is derived, not chosen.
     R = 3
     theta, x, shapes = _narrow_net(R, m, widths, seed=m + len(widths))
-    assert _native.narrow_mlp_usable(theta, x, shapes, activation)
+    narrow = max(widths[1:]) <= _native.NARROW_MAX_OUT
+    assert _native.narrow_mlp_usable(theta, x, shapes, activation) == narrow
     hs, out = _native.narrow_mlp_forward(theta, x, shapes, activation)
     assert out.shape == (R, shapes[-1][0], m)
     assert [tuple(h.shape) for h in hs] == [(R, widths[0], m)] + [(R, w, m) for w in widths[1:-1]]
@@ -467,26 +473,96 @@ def test_the_native_step_scales_its_gradient_by_the_incoming_one(
         assert a is not None and b is not None and torch.equal(a, b)
 
 
+def _one_step_grads(
+    model: SpikeSlabMLP, likelihood: GaussianLikelihood, x: torch.Tensor, y: torch.Tensor
+) -> tuple[list[torch.Tensor], float]:
+    # The gradients of one step (the noise level's last, if learned) and its nll.
+    model.zero_grad(set_to_none=True)
+    likelihood.zero_grad(set_to_none=True)
+    set_generator(model, torch.Generator().manual_seed(3))  # the same draw every call
+    loss, nll, _ = negative_elbo(model, likelihood, x, y, 500)
+    loss.sum().backward()
+    params = [model.mu, model.rho, model.alpha, *likelihood.parameters()]
+    return [p.grad.clone() for p in params if p.grad is not None], float(nll.sum())
+
+
+@pytest.mark.parametrize("mode", ["auto", "native"])
+def test_a_learned_noise_level_takes_the_native_step(
+    one_thread: None, native_steps: list[int], monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # A learned noise level's step: the network's gradients are those of the known noise
+    # level at the current variance, bit for bit (that step is autograd's, bit for bit: the
+    # tests above); the level's own gradient, 1 - mean((y - out)^2) / var in closed form, is
+    # autograd's to float32 rounding. One replicate through the narrow loops either way, so
+    # both see the same outputs: each computes mean(r^2) / var in float32, a sum of m terms
+    # and a few roundings, so they differ by at most 2 (m + 8) u (1 + mean(r^2) / var).
+    g = torch.Generator().manual_seed(9)
+    m = 64
+    x, y = torch.randn(1, m, 20, generator=g), torch.randn(1, m, generator=g) * 3
+    model = SpikeSlabMLP(20, (7, 7), 1, n_replicates=1, generator=torch.Generator().manual_seed(1))
+    learned = GaussianLikelihood(0.7, learn_noise=True)
+    with K.backend_scope(mode):
+        native, nll_native = _one_step_grads(model, learned, x, y)
+        assert len(native_steps) == 1 and len(native) == 4
+        known = GaussianLikelihood(float(learned.noise_std.detach()))
+        assert known.fused_spec(1) == ("gaussian", float(learned.noise_std.detach()) ** 2)
+        at_var, _ = _one_step_grads(model, known, x, y)
+        assert len(native_steps) == 2
+        monkeypatch.setattr(fused, "native_step_ok", lambda *args: False)
+        graph, nll_graph = _one_step_grads(model, learned, x, y)
+        assert len(native_steps) == 2
+    for a, b in zip(native[:3], at_var, strict=True):
+        assert torch.equal(a, b)
+    g_native, g_graph = float(native[3]), float(graph[3])
+    q = abs(1 - g_graph)  # mean(r^2) / var
+    assert g_native != 0.0
+    assert abs(g_native - g_graph) <= 2 * (m + 8) * U * (1 + q)
+    # nll = log(2 pi var) / 2 + q / 2, the same sums and a few more roundings.
+    half_log = abs(0.5 * math.log(2 * math.pi * float(learned.noise_std.detach()) ** 2))
+    assert abs(nll_native - nll_graph) <= 2 * (m + 8) * U * (half_log + q)
+
+
 def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None) -> None:
     g = torch.Generator().manual_seed(8)
     x, y = torch.randn(3, 16, 20, generator=g), torch.randn(3, 16, generator=g)
     model = SpikeSlabMLP(20, (7, 7), 1, n_replicates=3, generator=g)
     layers = model.layers()
-    gaussian = GaussianLikelihood(1.0).fused_spec(1)
-    learned = GaussianLikelihood(1.0, learn_noise=True).fused_spec(1)
+    known = step_noise(GaussianLikelihood(1.0), 1)
+    learned = step_noise(GaussianLikelihood(1.0, learn_noise=True), 1)
+    assert known == 1.0 and isinstance(learned, torch.Tensor)
+    # Noise the step does not know: one learned level per replicate, several outputs,
+    # another likelihood, a subclass with its own log_prob.
 
-    def ok(spec: object = gaussian, xx: torch.Tensor = x, yy: torch.Tensor = y) -> bool:
-        return native_step_ok(model, layers, spec, xx, yy)  # type: ignore[arg-type]
+    class Heavier(GaussianLikelihood):
+        def log_prob(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return super().log_prob(output, target) * 2
 
-    with K.backend_scope("auto"):
-        assert ok()
-        assert not ok(learned) and not ok(("categorical", 1.0))
-        assert not ok(xx=x.clone().requires_grad_()) and not ok(yy=y.double())
-        assert not ok(xx=x.transpose(1, 2).contiguous().transpose(1, 2))
-        with torch.no_grad():
-            assert not ok()
+    assert step_noise(GaussianLikelihood(torch.ones(3, 1), learn_noise=True), 1) is None
+    assert step_noise(GaussianLikelihood(1.0, learn_noise=True), 2) is None
+    assert step_noise(CategoricalLikelihood(), 1) is None
+    assert step_noise(Heavier(1.0), 1) is None and step_noise(Heavier(1.0, True), 1) is None
+
+    def ok(noise: object = known, xx: torch.Tensor = x, yy: torch.Tensor = y) -> bool:
+        return native_step_ok(model, layers, noise, xx, yy)  # type: ignore[arg-type]
+
+    for mode in ("auto", "native"):
+        with K.backend_scope(mode):
+            assert ok() and ok(learned)
+            assert not ok(None) and not ok(learned.detach().double())  # type: ignore[union-attr]
+            assert not ok(xx=x.clone().requires_grad_()) and not ok(yy=y.double())
+            assert not ok(xx=x.transpose(1, 2).contiguous().transpose(1, 2))
+            with torch.no_grad():
+                assert not ok()
     with K.backend_scope("eager"):
         assert not ok()
+    # Wider layers: one network under the native loops' size limit, not replicates.
+    wide = SpikeSlabMLP(20, (40,), 1, generator=g)
+    wide_r = SpikeSlabMLP(20, (40,), 1, n_replicates=3, generator=g)
+    big = SpikeSlabMLP(20, (600,), 1, generator=g)  # 13,201 parameters
+    with K.backend_scope("native"):
+        assert native_step_ok(wide, wide.layers(), 1.0, x[0], y[0])
+        assert not native_step_ok(wide_r, wide_r.layers(), 1.0, x, y)
+        assert not native_step_ok(big, big.layers(), 1.0, x[0], y[0])
 
 
 def test_one_network_takes_the_native_step_as_one_replicate_bit_for_bit(

@@ -28,6 +28,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import Tensor, nn
 
+from . import _native
 from ._device import check_device
 from ._estimator_checks import (
     _DTYPES,
@@ -87,12 +88,16 @@ dtype : {"float32", "float64"}, default "float32"
     Training dtype. Predictions run in float64 on a copy of the network whatever this
     is, so a row's prediction depends on the other rows of ``X`` and their order only
     through rounding (about 1e-16 relative).
-kernel_backend : {"auto", "compiled", "eager"}, default "auto"
-    The spike-and-slab elementwise kernels inside ``fit`` (the process-wide setting is
-    restored after it; the baselines' networks do not use them): ``"auto"`` compiles
-    them with ``torch.compile`` for networks of at least ``AUTO_MIN_NUMEL`` parameters
-    and runs smaller ones eagerly. Where compiling fails (no C++ compiler), the fit runs
-    eagerly and one message is logged.
+kernel_backend : {"auto", "compiled", "eager", "native"}, default "auto"
+    The spike-and-slab kernels inside ``fit`` (the process-wide setting is restored
+    after it; the baselines' networks do not use them; see
+    :class:`svbnn.KernelBackend`): ``"auto"`` compiles them with ``torch.compile`` for
+    networks of at least ``AUTO_MIN_NUMEL`` parameters and fits smaller ones with
+    ``"native"``: svbnn's C++ loops (built once per machine, never a compile), which
+    run a regressor's whole training step and a classifier's draw + KL, at any thread
+    count. Where no C++ compiler is found, small networks run eagerly, and where
+    compiling fails the fit runs eagerly; one message is logged. A seed reproduces a fit
+    on one machine and backend.
 random_state : int, RandomState, Generator or None
     Source of the torch seeds for training and prediction (an int in ``[0, 2**32)``
     seeds a RandomState, as in scikit-learn).
@@ -263,12 +268,18 @@ class _VariationalEstimator(BaseEstimator, ABC):
         small one the compiled whole-network step saves about 0.3 ms, while compiling it
         costs 30 s to minutes on first use (measured on the 2-core development machine,
         1 thread: 4.5 minutes under load for a 16-50-1 network), which a fit of a
-        few thousand steps never earns back.
+        few thousand steps never earns back. A small network is fitted by the native
+        loops instead where they compile (seconds, once per machine; the training step
+        of a 10-50-1 regressor in 0.5-0.6 of the eager kernels' time,
+        ``docs/performance.md``), else eagerly.
         """
         choice = self.kernel_backend
-        if _compile_failed or choice == "eager":
-            return "eager"
         if choice == "auto" and n_params < AUTO_MIN_NUMEL:
+            # The loops serve float32 on the CPU; elsewhere native is eager, so the library
+            # need not compile.
+            cpu32 = torch.device(self.device).type == "cpu" and self.dtype == "float32"
+            return "native" if cpu32 and _native.available() else "eager"
+        if _compile_failed and choice in ("auto", "compiled"):
             return "eager"
         return str(choice)
 

@@ -22,7 +22,7 @@ from .selection import (
 from .training import History
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-_KERNEL_BACKENDS = ["auto", "compiled", "eager"]
+_KERNEL_BACKENDS = ["auto", "compiled", "eager", "native"]
 _NOISE_INIT = 0.1  # initial learned noise sd, in units of the training sd of y
 _UNRESOLVED_EXPORT = 0.01  # export_sparse warns above this fraction of unresolved gates
 

@@ -67,11 +67,22 @@ class Backend(str, Enum):
     for the whole network (measured, UCI network 8-50-1, batch 128: training step 0.45 ms,
     against 0.60 with the forward alone as a graph and 0.76 with the eager kernels; 20
     replicates of it, 10,020 parameters, batch 128: 0.81-0.83 times the eager kernels' step).
+
+    ``NATIVE`` never calls ``torch.compile``: svbnn's own C++ loops (:mod:`svbnn._native`,
+    built once per machine by the C++ compiler and cached) run where they serve, at any
+    thread count, and the eager kernels elsewhere. They serve the draw + KL of float32 CPU
+    parameters, and the whole training step of an MLP of ReLU (or no) activations under a
+    Gaussian likelihood, known or learned noise, where the network is small (fewer than
+    :data:`AUTO_MIN_NUMEL` parameters) or its layers narrow (:mod:`svbnn.nn._native_step`).
+    Without a C++ compiler it is the eager backend. The estimators' ``auto`` fits small
+    networks with it: compiling a graph for them costs more than such a fit (30 s to
+    minutes).
     """
 
     EAGER = "eager"
     COMPILED = "compiled"
     AUTO = "auto"
+    NATIVE = "native"
 
 
 COMPILE_OPTIONS: dict[str, Any] = {"size_asserts": False}
@@ -418,9 +429,10 @@ _backend = _parse_backend(os.environ.get("SVBNN_KERNELS", Backend.EAGER.value), 
 
 def set_backend(name: Backend | str) -> Backend:
     """Run the spike-and-slab kernels eagerly (default), compiled with ``torch.compile``,
-    or ``"auto"`` (compiled for large tensors, see :class:`Backend`), from now on, in this
-    process. Returns the backend that was in use. The initial one is ``SVBNN_KERNELS``'s
-    (read at import, so worker processes inherit it) or ``eager``.
+    ``"auto"`` (compiled for large tensors, see :class:`Backend`) or ``"native"`` (svbnn's
+    C++ loops, never a compile), from now on, in this process. Returns the backend that
+    was in use. The initial one is ``SVBNN_KERNELS``'s (read at import, so worker
+    processes inherit it) or ``eager``.
 
     Compiling needs a C/C++ compiler (CPU) or Triton (CUDA); the first call of each kernel
     compiles it (seconds to a minute), later calls reuse it. A seed reproduces a run
@@ -465,9 +477,12 @@ def kernels(compiled: bool | None = None) -> dict[str, Callable[..., Any]]:
     """The kernel functions: compiled or eager (``None``: as the backend says, ``auto``
     counting as compiled)."""
     if compiled is None:
-        compiled = _backend is not Backend.EAGER
+        compiled = _backend in (Backend.COMPILED, Backend.AUTO)
     if not compiled:
         return _EAGER
+    if _backend is Backend.NATIVE:
+        # Callers ask for these only where the native loops serve the draw.
+        return _NATIVE_KERNELS
     if not _COMPILED:
         logger.info("compiling spike-and-slab kernels with torch.compile")
         # One symbolic-shape graph per kernel serves every layer and network size.
@@ -478,7 +493,9 @@ def kernels(compiled: bool | None = None) -> dict[str, Callable[..., Any]]:
     return _COMPILED
 
 
-def _with_native(inductor_kernel: Callable[..., Any]) -> Callable[..., Any]:
+def _with_native(
+    inductor_kernel: Callable[..., Any], any_threads: bool = False
+) -> Callable[..., Any]:
     """The compiled :func:`fused_forward`: the C++ compiler's build of the same loop
     (:mod:`svbnn._native`) where it serves the call (one network's or R replicates' float32
     parameters on the CPU, one thread), with the same outputs bit for bit, else inductor's.
@@ -491,14 +508,16 @@ def _with_native(inductor_kernel: Callable[..., Any]) -> Callable[..., Any]:
     def fused_forward_compiled(*args: Any) -> tuple[Tensor, ...]:
         # fused_forward's arguments: mu, rho, alpha, seed, log_lam, ..., inv_tau
         mu, rho, alpha, _, log_lam = args[:5]
-        if _native.usable(mu, rho, alpha, log_lam, args[-1]):
+        if _native.usable(mu, rho, alpha, log_lam, args[-1], any_threads):
             return _native.fused_forward(*args)
         return tuple(inductor_kernel(*args))
 
     return fused_forward_compiled
 
 
-def _with_native_backward(inductor_kernel: Callable[..., Any]) -> Callable[..., Any]:
+def _with_native_backward(
+    inductor_kernel: Callable[..., Any], any_threads: bool = False
+) -> Callable[..., Any]:
     """The compiled :func:`fused_backward`: with ``into_factors``, the C++ compiler's build
     of the same loop where it serves the call (as :func:`_with_native`), else inductor's.
     Measured on 669,706 parameters, arrays from memory, 1 thread: 0.79 of inductor's time
@@ -507,8 +526,21 @@ def _with_native_backward(inductor_kernel: Callable[..., Any]) -> Callable[..., 
     def fused_backward_compiled(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
         # fused_backward's arguments: g_theta, g_kl, the six saved arrays, into_factors
         g_theta, g_kl, *saved = args[:8]
-        if args[8:] and args[8] and _native.backward_usable(g_theta, g_kl, tuple(saved)):
+        if (
+            args[8:]
+            and args[8]
+            and _native.backward_usable(g_theta, g_kl, tuple(saved), any_threads)
+        ):
             return _native.fused_backward(*args[:8])
         return inductor_kernel(*args)
 
     return fused_backward_compiled
+
+
+# The native backend's kernels: the native loops where they serve (any thread count; nothing
+# compares them with inductor's there), else the eager kernels, never a compile.
+_NATIVE_KERNELS: dict[str, Callable[..., Any]] = {
+    **_EAGER,
+    "fused_forward": _with_native(_EAGER["fused_forward"], any_threads=True),
+    "fused_backward": _with_native_backward(_EAGER["fused_backward"], any_threads=True),
+}

@@ -196,14 +196,15 @@ def _cpu_float32(*tensors: Tensor) -> bool:
     )
 
 
-def _parameter_rows(*tensors: Tensor) -> bool:
+def _parameter_rows(*tensors: Tensor, any_threads: bool = False) -> bool:
     """One network's flat float32 CPU arrays ``(T,)``, or R replicates' ``(R, T)``, alike and
-    contiguous, fewer than 2^31 elements, with one torch thread."""
+    contiguous, fewer than 2^31 elements, with one torch thread unless ``any_threads``."""
     first = tensors[0]
     return (
         _enabled()
         # The inductor kernel splits its loop among threads; with one it and this loop agree.
-        and torch.get_num_threads() == 1
+        # A caller that never runs inductor's kernel (the native backend) needs no agreement.
+        and (any_threads or torch.get_num_threads() == 1)
         and first.dim() in (1, 2)
         and 0 < first.numel() < 2**31
         and _cpu_float32(*tensors)
@@ -211,21 +212,31 @@ def _parameter_rows(*tensors: Tensor) -> bool:
     )
 
 
-def usable(mu: Tensor, rho: Tensor, alpha: Tensor, log_lam: Tensor, inv_tau: float) -> bool:
+def usable(
+    mu: Tensor,
+    rho: Tensor,
+    alpha: Tensor,
+    log_lam: Tensor,
+    inv_tau: float,
+    any_threads: bool = False,
+) -> bool:
     """Whether :func:`fused_forward` serves this call: one network's flat float32 CPU
     parameters ``(T,)`` or R replicates' ``(R, T)`` (contiguous, fewer than 2^31), a scalar
     prior, ``1 / tau`` of 1 or 2, one torch thread (the inductor kernel splits its loop among
-    several), outside a caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library
-    compiled. Otherwise the inductor kernel runs, with the same results."""
+    several; ``any_threads`` for a caller that never runs that kernel), outside a caller's
+    ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled. Otherwise the
+    inductor kernel runs, with the same results."""
     return (
         inv_tau in _FUNCTIONS
         and log_lam.dim() == 0
-        and _parameter_rows(mu, rho, alpha)
+        and _parameter_rows(mu, rho, alpha, any_threads=any_threads)
         and available()
     )
 
 
-def backward_usable(g_theta: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...]) -> bool:
+def backward_usable(
+    g_theta: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...], any_threads: bool = False
+) -> bool:
     """Whether :func:`fused_backward` serves this call: as :func:`usable`, for the incoming
     gradient ``g_theta`` and the six saved arrays, with one float32 ``g_kl`` per row."""
     rows = g_theta.shape[0] if g_theta.dim() == 2 else 1
@@ -233,7 +244,7 @@ def backward_usable(g_theta: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...]) ->
         g_kl.numel() == rows
         and g_kl.dtype == torch.float32
         and g_kl.device.type == "cpu"
-        and _parameter_rows(g_theta, *saved)
+        and _parameter_rows(g_theta, *saved, any_threads=any_threads)
         and available()
     )
 
@@ -343,16 +354,20 @@ NARROW_MAX_OUT = 16
 _NARROW_ACTIVATIONS = {"relu": 1, "identity": 0}
 
 
-def narrow_network(shapes: tuple[tuple[int, int], ...], activation: str) -> bool:
+def narrow_network(
+    shapes: tuple[tuple[int, int], ...], activation: str, max_out: int | None = None
+) -> bool:
     """Whether the narrow-network loops know this architecture: chained layers
-    (``shapes``: ``(out, in)``) of 1 to :data:`NARROW_MAX_OUT` outputs, ReLU or no hidden
-    activation."""
+    (``shapes``: ``(out, in)``) of 1 to ``max_out`` outputs (default
+    :data:`NARROW_MAX_OUT`), ReLU or no hidden activation. The loops run any width; the
+    limit says where MKL's products stop paying more than they win."""
+    widest = NARROW_MAX_OUT if max_out is None else max_out
     chained = all(n_in == prev for (_, n_in), (prev, _) in zip(shapes[1:], shapes, strict=False))
     return (
         bool(shapes)
         and chained
         and activation in _NARROW_ACTIVATIONS
-        and all(0 < n_out <= NARROW_MAX_OUT for n_out, _ in shapes)
+        and all(0 < n_out <= widest for n_out, _ in shapes)
     )
 
 

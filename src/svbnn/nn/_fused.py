@@ -54,7 +54,7 @@ from ._fused_paths import (
     native_network,
     whole_network_ok,
 )
-from ._native_step import native_negative_elbo, native_step_ok
+from ._native_step import native_negative_elbo, native_step_ok, step_noise
 from .base import VariationalLayer
 
 if TYPE_CHECKING:
@@ -455,31 +455,30 @@ class FusedEngine:
         mu = model._parameters.get("mu")
         if mu is None:
             return None
-        # The one-graph step (auto, a small network) or the native one (auto, a Gaussian
-        # likelihood): every step off the auto backend decides here.
+        # The one-graph step (auto, a small network) or the native one (auto or native, a
+        # Gaussian likelihood): every step off those backends decides here.
         whole = _fused_paths.use_whole_network(mu.numel())
-        if not (whole or backend() is Backend.AUTO):
+        if not (whole or backend() in (Backend.AUTO, Backend.NATIVE)):
             return None
-        fused_spec = getattr(likelihood, "fused_spec", None)
-        spec = fused_spec(model.out_features) if fused_spec is not None else None
-        if spec is None:
-            return None
-        kind, var = spec
-        if not (whole or kind == "gaussian"):
+        noise = step_noise(likelihood, model.out_features)
+        if not (whole or noise is not None):
             return None  # a large network's step under a likelihood the native step lacks
         layers = model.layers()
         if not (y.shape == x.shape[:-1] and draw_ok(model, layers)):
             return None
-        if native_step_ok(model, layers, spec, x, y):
+        if noise is not None and native_step_ok(model, layers, noise, x, y):
             # A network the native loops run whole: the step without its autograd graph.
             self.kl_cache = None
             log_lams = self._log_lams(model, _kl_key(model))
             seed = _counter_seed(model, layers[0])
             return native_negative_elbo(
-                model, layers, likelihood, var, x, y, n_train, seed, log_lams
+                model, layers, likelihood, noise, x, y, n_train, seed, log_lams
             )
-        if not whole_network_ok(model, x, layers):
+        fused_spec = getattr(likelihood, "fused_spec", None)
+        spec = fused_spec(model.out_features) if fused_spec is not None else None
+        if spec is None or not whole_network_ok(model, x, layers):
             return None
+        kind, var = spec
         self.kl_cache = None
         tensors, static = self._whole_network_inputs(model, layers, _kl_key(model))
         shapes, activation, *prior = static
@@ -496,8 +495,23 @@ class FusedEngine:
         caller has it."""
         mu = model.mu
         # A network the native loops run whole takes them under auto at any size (checked
-        # only where the size alone does not already choose the compiled kernels).
-        compiled = use_compiled(mu.numel()) or native_network(model, model.layers())
+        # only where the size alone does not already choose the compiled kernels); under
+        # the native backend they draw wherever they serve (kernels() then gives them).
+        compiled = (
+            use_compiled(mu.numel())
+            or native_network(model, model.layers())
+            or (
+                backend() is Backend.NATIVE
+                and _native.usable(
+                    mu,
+                    model.rho,
+                    model.alpha,
+                    model.log_prior_inclusion,
+                    1.0 / float(first.temperature),
+                    any_threads=True,
+                )
+            )
+        )
         if _fused_path(mu.numel()) or compiled:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)

@@ -107,13 +107,25 @@ def native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
     return mu is not None and mu.dim() == 2 and native_loops(model, layers)
 
 
-def native_loops(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
-    """Under ``auto``: whether the native loops can run this network's draw + KL and its
-    layers: one network or replicates, float32 on the CPU, narrow layers, ReLU or none, one
-    prior, one torch thread (:func:`native_network` without asking for replicates)."""
+def native_loops(
+    model: SpikeSlabMLP, layers: list[SpikeSlabLinear], max_out: int | None = None
+) -> bool:
+    """Under ``auto`` or ``native``: whether the native loops can run this network's draw +
+    KL and its layers: one network or replicates, float32 on the CPU, layers of at most
+    ``max_out`` outputs (default ``_native.NARROW_MAX_OUT``), ReLU or none, one prior, and
+    under ``auto`` one torch thread (:func:`native_network` without asking for
+    replicates)."""
     mu = model._parameters.get("mu")
-    if backend() is not Backend.AUTO or mu is None:
+    mode = backend()
+    if mode not in (Backend.AUTO, Backend.NATIVE) or mu is None:
         return False
-    return _native.narrow_network(layer_shapes(layers), model.activation) and _native.usable(
-        mu, model.rho, model.alpha, model.log_prior_inclusion, 1.0 / float(layers[0].temperature)
+    return _native.narrow_network(
+        layer_shapes(layers), model.activation, max_out
+    ) and _native.usable(
+        mu,
+        model.rho,
+        model.alpha,
+        model.log_prior_inclusion,
+        1.0 / float(layers[0].temperature),
+        any_threads=mode is Backend.NATIVE,
     )
