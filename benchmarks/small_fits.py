@@ -3,7 +3,8 @@ chooses for a network of fewer than ``AUTO_MIN_NUMEL`` parameters) against the `
 kernels (its choice before), side by side, with a dense PyTorch loop of the same steps for
 scale.
 
-Run ``python -m benchmarks.small_fits [--repeats 3] [--epochs 300] [--threads N]``. Data
+Run ``python -m benchmarks.small_fits [--repeats 3] [--epochs 300] [--threads N]
+[--steps ROUNDS]``. Data
 sets shipped with scikit-learn (no download): diabetes (442 x 10, regression), breast
 cancer (569 x 30, two classes), and Friedman #1 (2,000 x 10, regression, generated), each
 split 75/25 with a fixed seed. Every fit runs the estimator's defaults except ``max_iter``
@@ -12,6 +13,8 @@ dense, eager, ...) so machine noise hits all alike, after one warm-up round (it 
 native library, once per machine). Printed: median fit times, the median of the per-round
 ratios, and each backend's held-out score (R^2 or accuracy) of the last round (a seed
 reproduces a fit within one backend; the two backends draw different noise).
+``--steps ROUNDS`` first times UCI's training step: the native step against ``auto``'s
+one-graph step (:func:`time_steps`).
 """
 
 from __future__ import annotations
@@ -114,14 +117,82 @@ def time_fits(data: Data, clf: bool, epochs: int, repeats: int) -> dict[str, Any
     return {"times": times, "scores": scores, "steps": epochs * -(-len(data[2]) // 128)}
 
 
+def time_steps(rounds: int, steps: int = 200) -> str:
+    """The training step of UCI's network (8-50-1, batch 128, known noise): the native step
+    (the ``native`` backend) against ``auto``'s one-graph step, beside the eager kernels
+    and a dense step; interleaved rounds of ``steps`` steps in one process, after one
+    warm-up (the graph compiles then). A Markdown table of medians and of the median
+    per-round ratios."""
+    from svbnn import kernel_backend
+    from svbnn.nn import SpikeSlabMLP
+    from svbnn.objectives import GaussianLikelihood
+    from svbnn.training import make_optimizer, negative_elbo
+
+    g = torch.Generator().manual_seed(0)
+    X, y = torch.randn(128, 8, generator=g), torch.randn(128, generator=g)
+
+    def svbnn_step(backend: str) -> Callable[[], None]:
+        model = SpikeSlabMLP(8, (50,), 1, generator=torch.Generator().manual_seed(1))
+        lik = GaussianLikelihood(1.0)
+        opt = make_optimizer(model.parameters(), "adam", 1e-3)
+
+        def step() -> None:
+            with kernel_backend(backend):
+                opt.zero_grad(set_to_none=True)
+                loss, _, _ = negative_elbo(model, lik, X, y, 8192)
+                loss.backward()
+                opt.step()
+
+        return step
+
+    dense = nn.Sequential(nn.Linear(8, 50), nn.ReLU(), nn.Linear(50, 1))
+    dense_opt = torch.optim.Adam(dense.parameters(), lr=1e-3, fused=True)
+
+    def dense_step() -> None:
+        dense_opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(dense(X).squeeze(-1), y).backward()
+        dense_opt.step()
+
+    runs = {
+        "native step": svbnn_step("native"),
+        "auto, one graph": svbnn_step("auto"),
+        "eager": svbnn_step("eager"),
+        "dense": dense_step,
+    }
+    us: dict[str, list[float]] = {k: [] for k in runs}
+    for r in range(rounds + 1):
+        for key, step in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(steps if r else 1):
+                step()
+            if r:
+                us[key].append((time.perf_counter() - t0) / steps * 1e6)
+    lines = [
+        f"UCI's network (8-50-1), batch 128, known noise, {torch.get_num_threads()} "
+        f"thread(s), {rounds} interleaved rounds of {steps} steps",
+        "",
+        "| step | us | / native step | / dense |",
+        "|---|---|---|---|",
+    ]
+    for key in runs:
+        lines.append(
+            f"| {key} | {statistics.median(us[key]):.0f} | "
+            f"{_ratio(us, key, 'native step')} | {_ratio(us, key, 'dense')} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=300)
     ap.add_argument("--threads", type=int, default=None, help="default: torch's")
+    ap.add_argument("--steps", type=int, default=0, metavar="ROUNDS", help="also time UCI's step")
     args = ap.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.steps:
+        print(time_steps(args.steps), end="\n\n")
     rows = []
     lines = [
         f"{args.epochs} epochs a fit, batch 128, {torch.get_num_threads()} thread(s), "

@@ -555,7 +555,7 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
                 assert not ok()
     with K.backend_scope("eager"):
         assert not ok()
-    # Wider layers: one network under the native loops' size limit, not replicates.
+    # Wider layers: under native, one network under the size limit, not replicates.
     wide = SpikeSlabMLP(20, (40,), 1, generator=g)
     wide_r = SpikeSlabMLP(20, (40,), 1, n_replicates=3, generator=g)
     big = SpikeSlabMLP(20, (600,), 1, generator=g)  # 13,201 parameters
@@ -563,6 +563,8 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
         assert native_step_ok(wide, wide.layers(), 1.0, x[0], y[0])
         assert not native_step_ok(wide_r, wide_r.layers(), 1.0, x, y)
         assert not native_step_ok(big, big.layers(), 1.0, x[0], y[0])
+    with K.backend_scope("auto"):  # auto's one-graph step instead
+        assert not native_step_ok(wide, wide.layers(), 1.0, x[0], y[0])
 
 
 def test_one_network_takes_the_native_step_as_one_replicate_bit_for_bit(

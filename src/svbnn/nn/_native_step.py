@@ -2,15 +2,16 @@
 autograd graph of its pieces. Private.
 
 Under the ``auto`` and ``native`` backends a float32 network of narrow layers (Table 2's
-200-7-7-7-1, replicated or not, :func:`~svbnn.nn._fused_paths.native_loops`), or one small
-network of any widths (fewer than ``AUTO_MIN_NUMEL`` parameters: an estimator's 10-50-1),
-can run its draw + KL and its layers in :mod:`svbnn._native`. Through autograd, the step
-still builds a graph of about a dozen nodes (the draw, the network, the Gaussian
-log-likelihood's operations, the ELBO's sum) and calls two Python backward functions,
-which cost about a fifth of the step of 15 replicates (measured: 2.73 against 2.23 ms a
-step without them, docs/performance.md). :class:`NativeNegativeElbo` computes the negative
-ELBO and, in the same call, its gradient, which its backward hands over scaled by the
-incoming gradient: one autograd node. A network without replicates runs as one replicate.
+200-7-7-7-1, replicated or not, :func:`~svbnn.nn._fused_paths.native_loops`), and under
+``native`` also one network of any widths with fewer than ``AUTO_MIN_NUMEL`` parameters (an
+estimator's 10-50-1), can run its draw + KL and its layers in :mod:`svbnn._native`.
+Through autograd, the step still builds a graph of about a dozen nodes (the draw, the
+network, the Gaussian log-likelihood's operations, the ELBO's sum) and calls two Python
+backward functions, which cost about a fifth of the step of 15 replicates (measured: 2.73
+against 2.23 ms a step without them, docs/performance.md). :class:`NativeNegativeElbo`
+computes the negative ELBO and, in the same call, its gradient, which its backward hands
+over scaled by the incoming gradient: one autograd node. A network without replicates runs
+as one replicate.
 
 With a known noise level every operation is the one the autograd path runs, in the same
 order (the draw, the layers, the likelihood's own ``log_prob``, the gradient of the mean,
@@ -31,7 +32,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .. import _native
-from .._kernels import AUTO_MIN_NUMEL
+from .._kernels import AUTO_MIN_NUMEL, Backend, backend
 from ..objectives import GaussianLikelihood
 from ._fused_paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_loops
 
@@ -71,8 +72,9 @@ def native_step_ok(
     y: Tensor,
 ) -> bool:
     """Whether :class:`NativeNegativeElbo` runs this training step: a network the native
-    loops run whole (see :func:`~svbnn.nn._fused_paths.native_loops`; narrow layers, or one
-    network of fewer than ``AUTO_MIN_NUMEL`` parameters), a training draw (Gumbel,
+    loops run whole (see :func:`~svbnn.nn._fused_paths.native_loops`; narrow layers, or
+    under the native backend one network of fewer than ``AUTO_MIN_NUMEL`` parameters), a
+    training draw (Gumbel,
     gradients on), a Gaussian likelihood of one output (``noise``, from
     :func:`step_noise`; a learned one float32 on the CPU), and float32 CPU data ``x``
     ``(R, m, p)`` and ``y`` ``(R, m)`` (one network: ``(m, p)`` and ``(m,)``), both
@@ -81,8 +83,10 @@ def native_step_ok(
         return False
     mu = model.mu
     # First the cheap tests that turn most other networks away (a step of 0.45 ms on UCI's
-    # 8-50-1, where the full test costs about 14 us).
-    small = mu.dim() == 1 and mu.numel() < AUTO_MIN_NUMEL
+    # 8-50-1, where the full test costs about 14 us). Wider layers take the step under the
+    # native backend only: auto's one-graph step of UCI's network is a few percent faster
+    # (benchmarks.small_fits --steps), only it has to compile first.
+    small = mu.dim() == 1 and mu.numel() < AUTO_MIN_NUMEL and backend() is Backend.NATIVE
     if not (small or max(model.hidden_sizes, default=0) <= _native.NARROW_MAX_OUT):
         return False
     if isinstance(noise, Tensor) and not (
