@@ -17,7 +17,7 @@ import svbnn.nn._fused_paths as fused_paths
 from svbnn import _native
 from svbnn._network_graph import layer_views
 from svbnn.nn import SpikeSlabMLP
-from svbnn.nn._native_step import native_step_ok, step_noise
+from svbnn.nn._native_step import native_step_ok, step_likelihood
 from svbnn.nn.base import set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.prediction import sample_outputs
@@ -407,13 +407,23 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
 
 
 def _native_step_run(
-    native: bool, X: torch.Tensor, y: torch.Tensor, n_replicates: int | None
+    native: bool,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    n_replicates: int | None,
+    n_classes: int | None = None,
 ) -> tuple[SpikeSlabMLP, History]:
-    # A 20-7-7-1 network for 3 epochs in minibatches of 64 (of 300 rows: the last has 44),
-    # with the native step or (native False) through autograd.
+    # A 20-7-7-1 network (20-7-7-C under a categorical likelihood of C classes) for 3
+    # epochs in minibatches of 64 (of 300 rows: the last has 44), with the native step or
+    # (native False) through autograd.
     model = SpikeSlabMLP(
-        20, (7, 7), 1, n_replicates=n_replicates, generator=torch.Generator().manual_seed(1)
+        20,
+        (7, 7),
+        n_classes or 1,
+        n_replicates=n_replicates,
+        generator=torch.Generator().manual_seed(1),
     )
+    likelihood = GaussianLikelihood(0.8) if n_classes is None else CategoricalLikelihood()
     with pytest.MonkeyPatch.context() as mp, K.backend_scope("auto"):
         if not native:
             mp.setattr(fused, "native_step_ok", lambda *args: False)
@@ -421,7 +431,7 @@ def _native_step_run(
             model,
             X,
             y,
-            GaussianLikelihood(0.8),
+            likelihood,
             epochs=3,
             batch_size=64,
             lr=5e-3,
@@ -430,17 +440,23 @@ def _native_step_run(
     return model, history
 
 
+@pytest.mark.parametrize("n_classes", [None, 3])
 def test_the_native_step_trains_bit_for_bit_as_its_autograd_graph(
-    one_thread: None, native_steps: list[int]
+    one_thread: None, native_steps: list[int], n_classes: int | None
 ) -> None:
     # NativeNegativeElbo computes the step's gradient in its forward with the operations
-    # autograd runs, in its order: the same parameters and history, bit for bit.
+    # autograd runs, in its order: the same parameters and history, bit for bit, under a
+    # Gaussian (None) and a categorical likelihood.
     steps = native_steps
     g = torch.Generator().manual_seed(6)
-    X, y = torch.randn(3, 300, 20, generator=g), torch.randn(3, 300, generator=g)
-    native, h_native = _native_step_run(True, X, y, 3)
+    X = torch.randn(3, 300, 20, generator=g)
+    if n_classes is None:
+        y = torch.randn(3, 300, generator=g)
+    else:
+        y = torch.randint(0, n_classes, (3, 300), generator=g)
+    native, h_native = _native_step_run(True, X, y, 3, n_classes)
     assert len(steps) == 15  # 3 epochs of 5 steps
-    graph, h_graph = _native_step_run(False, X, y, 3)
+    graph, h_graph = _native_step_run(False, X, y, 3, n_classes)
     assert len(steps) == 15
     for name in ("mu", "rho", "alpha"):
         assert torch.equal(getattr(native, name), getattr(graph, name)), name
@@ -527,28 +543,38 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
     x, y = torch.randn(3, 16, 20, generator=g), torch.randn(3, 16, generator=g)
     model = SpikeSlabMLP(20, (7, 7), 1, n_replicates=3, generator=g)
     layers = model.layers()
-    known = step_noise(GaussianLikelihood(1.0), 1)
-    learned = step_noise(GaussianLikelihood(1.0, learn_noise=True), 1)
-    assert known == 1.0 and isinstance(learned, torch.Tensor)
-    # Noise the step does not know: one learned level per replicate, several outputs,
-    # another likelihood, a subclass with its own log_prob.
+    known = step_likelihood(GaussianLikelihood(1.0), 1)
+    learned = step_likelihood(GaussianLikelihood(1.0, learn_noise=True), 1)
+    assert known == ("gaussian", 1.0) and learned is not None
+    assert isinstance(learned[1], torch.Tensor)
+    assert step_likelihood(CategoricalLikelihood(), 3) == ("categorical", None)
+    # Likelihoods the step does not know: one learned level per replicate, several
+    # outputs, subclasses with their own log_prob.
 
     class Heavier(GaussianLikelihood):
         def log_prob(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             return super().log_prob(output, target) * 2
 
-    assert step_noise(GaussianLikelihood(torch.ones(3, 1), learn_noise=True), 1) is None
-    assert step_noise(GaussianLikelihood(1.0, learn_noise=True), 2) is None
-    assert step_noise(CategoricalLikelihood(), 1) is None
-    assert step_noise(Heavier(1.0), 1) is None and step_noise(Heavier(1.0, True), 1) is None
+    class Tempered(CategoricalLikelihood):
+        def log_prob(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return super().log_prob(output / 2, target)
 
-    def ok(noise: object = known, xx: torch.Tensor = x, yy: torch.Tensor = y) -> bool:
-        return native_step_ok(model, layers, noise, xx, yy)  # type: ignore[arg-type]
+    assert step_likelihood(GaussianLikelihood(torch.ones(3, 1), learn_noise=True), 1) is None
+    assert step_likelihood(GaussianLikelihood(1.0, learn_noise=True), 2) is None
+    assert (
+        step_likelihood(Heavier(1.0), 1) is None and step_likelihood(Heavier(1.0, True), 1) is None
+    )
+    assert step_likelihood(Tempered(), 3) is None
+    double = ("gaussian", learned[1].detach().double())
+
+    def ok(spec: object = known, xx: torch.Tensor = x, yy: torch.Tensor = y) -> bool:
+        return native_step_ok(model, layers, spec, xx, yy)  # type: ignore[arg-type]
 
     for mode in ("auto", "native"):
         with K.backend_scope(mode):
-            assert ok() and ok(learned)
-            assert not ok(None) and not ok(learned.detach().double())  # type: ignore[union-attr]
+            assert ok() and ok(learned) and not ok(double)
+            # a categorical likelihood takes class indices (int64)
+            assert not ok(("categorical", None)) and ok(("categorical", None), yy=y.long())
             assert not ok(xx=x.clone().requires_grad_()) and not ok(yy=y.double())
             assert not ok(xx=x.transpose(1, 2).contiguous().transpose(1, 2))
             with torch.no_grad():
@@ -560,11 +586,11 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
     wide_r = SpikeSlabMLP(20, (40,), 1, n_replicates=3, generator=g)
     big = SpikeSlabMLP(20, (600,), 1, generator=g)  # 13,201 parameters
     with K.backend_scope("native"):
-        assert native_step_ok(wide, wide.layers(), 1.0, x[0], y[0])
-        assert not native_step_ok(wide_r, wide_r.layers(), 1.0, x, y)
-        assert not native_step_ok(big, big.layers(), 1.0, x[0], y[0])
+        assert native_step_ok(wide, wide.layers(), known, x[0], y[0])
+        assert not native_step_ok(wide_r, wide_r.layers(), known, x, y)
+        assert not native_step_ok(big, big.layers(), known, x[0], y[0])
     with K.backend_scope("auto"):  # auto's one-graph step instead
-        assert not native_step_ok(wide, wide.layers(), 1.0, x[0], y[0])
+        assert not native_step_ok(wide, wide.layers(), known, x[0], y[0])
 
 
 def test_one_network_takes_the_native_step_as_one_replicate_bit_for_bit(

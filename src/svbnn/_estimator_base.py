@@ -94,10 +94,9 @@ kernel_backend : {"auto", "compiled", "eager", "native"}, default "auto"
     :class:`svbnn.KernelBackend`): ``"auto"`` compiles them with ``torch.compile`` for
     networks of at least ``AUTO_MIN_NUMEL`` parameters and fits smaller ones with
     ``"native"``: svbnn's C++ loops (built once per machine, never a compile), which
-    run a regressor's whole training step and a classifier's draw + KL, at any thread
-    count. Where no C++ compiler is found, small networks run eagerly, and where
-    compiling fails the fit runs eagerly; one message is logged. A seed reproduces a fit
-    on one machine and backend.
+    run the whole training step, at any thread count. Where no C++ compiler is found,
+    small networks run eagerly, and where compiling fails the fit runs eagerly; one
+    message is logged. A seed reproduces a fit on one machine and backend.
 random_state : int, RandomState, Generator or None
     Source of the torch seeds for training and prediction (an int in ``[0, 2**32)``
     seeds a RandomState, as in scikit-learn).

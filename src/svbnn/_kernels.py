@@ -72,8 +72,8 @@ class Backend(str, Enum):
     built once per machine by the C++ compiler and cached) run where they serve, at any
     thread count, and the eager kernels elsewhere. They serve the draw + KL of float32 CPU
     parameters, and the whole training step of an MLP of ReLU (or no) activations under a
-    Gaussian likelihood, known or learned noise, where the network is small (one network
-    of fewer than :data:`AUTO_MIN_NUMEL` parameters) or its layers narrow
+    Gaussian (known or learned noise) or categorical likelihood, where the network is small
+    (one network of fewer than :data:`AUTO_MIN_NUMEL` parameters) or its layers narrow
     (:mod:`svbnn.nn._native_step`; ``auto`` takes that step for narrow layers only).
     Without a C++ compiler it is the eager backend. The estimators' ``auto`` fits small
     networks with it: compiling a graph for them costs more than such a fit (30 s to

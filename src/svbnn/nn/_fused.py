@@ -54,7 +54,7 @@ from ._fused_paths import (
     native_network,
     whole_network_ok,
 )
-from ._native_step import native_negative_elbo, native_step_ok, step_noise
+from ._native_step import may_step, native_negative_elbo, native_step_ok, step_likelihood
 from .base import VariationalLayer
 
 if TYPE_CHECKING:
@@ -460,19 +460,19 @@ class FusedEngine:
         whole = _fused_paths.use_whole_network(mu.numel())
         if not (whole or backend() in (Backend.AUTO, Backend.NATIVE)):
             return None
-        noise = step_noise(likelihood, model.out_features)
-        if not (whole or noise is not None):
-            return None  # a large network's step under a likelihood the native step lacks
+        step = step_likelihood(likelihood, model.out_features) if may_step(model) else None
+        if not (whole or step is not None):
+            return None  # a large network's step, or a likelihood the native step lacks
         layers = model.layers()
         if not (y.shape == x.shape[:-1] and draw_ok(model, layers)):
             return None
-        if noise is not None and native_step_ok(model, layers, noise, x, y):
+        if step is not None and native_step_ok(model, layers, step, x, y):
             # A network the native loops run whole: the step without its autograd graph.
             self.kl_cache = None
             log_lams = self._log_lams(model, _kl_key(model))
             seed = _counter_seed(model, layers[0])
             return native_negative_elbo(
-                model, layers, likelihood, noise, x, y, n_train, seed, log_lams
+                model, layers, likelihood, step, x, y, n_train, seed, log_lams
             )
         fused_spec = getattr(likelihood, "fused_spec", None)
         spec = fused_spec(model.out_features) if fused_spec is not None else None

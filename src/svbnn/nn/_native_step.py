@@ -19,7 +19,9 @@ order (the draw, the layers, the likelihood's own ``log_prob``, the gradient of 
 parameters bit for bit either way (tests/test_native.py). A learned noise level
 (``GaussianLikelihood(learn_noise=True)``, one for the network) takes the same output
 gradient at the current variance, and its own gradient ``1 - mean((y - out)^2) / var`` in
-closed form: the same gradients to float32 rounding, not bit for bit.
+closed form: the same gradients to float32 rounding, not bit for bit. Under a categorical
+likelihood the output's gradient is torch's own (the mean's, then log_softmax's backward),
+between the loops' forward and backward: bit for bit again.
 """
 
 from __future__ import annotations
@@ -39,19 +41,32 @@ from ._fused_paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_loops
 if TYPE_CHECKING:
     from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
-__all__ = ["NativeNegativeElbo", "native_negative_elbo", "native_step_ok", "step_noise"]
+__all__ = [
+    "NativeNegativeElbo",
+    "StepLoss",
+    "may_step",
+    "native_negative_elbo",
+    "native_step_ok",
+    "step_likelihood",
+]
 
 
-def step_noise(likelihood: Any, out_features: int) -> float | Tensor | None:
-    """The noise of a Gaussian likelihood of one output as :class:`NativeNegativeElbo`
-    takes it: the variance of a known noise level (a float), or the learned
-    ``log_noise_std`` (one scalar parameter); ``None`` for any other likelihood (another
-    class, a subclass with its own ``log_prob``, several outputs, a noise level per
-    replicate)."""
+StepLoss = tuple[str, "float | Tensor | None"]
+"""What :class:`NativeNegativeElbo` needs of the likelihood (:func:`step_likelihood`):
+``("gaussian", var)`` for a known noise level, ``("gaussian", log_noise_std)`` for a learned
+one, ``("categorical", None)``."""
+
+
+def step_likelihood(likelihood: Any, out_features: int) -> StepLoss | None:
+    """The likelihood as :class:`NativeNegativeElbo` takes it (see :data:`StepLoss`): a
+    Gaussian of one output with a known noise level (its variance, a float) or one learned
+    level (``log_noise_std``, a scalar parameter), or a categorical one; ``None`` for any
+    other (another class, a subclass with its own ``log_prob``, a Gaussian of several
+    outputs or with a noise level per replicate)."""
     fused_spec = getattr(likelihood, "fused_spec", None)
     spec = fused_spec(out_features) if fused_spec is not None else None
     if spec is not None:
-        return spec[1] if spec[0] == "gaussian" else None
+        return ("gaussian", spec[1]) if spec[0] == "gaussian" else ("categorical", None)
     if (
         isinstance(likelihood, GaussianLikelihood)
         and type(likelihood).log_prob is GaussianLikelihood.log_prob
@@ -59,43 +74,47 @@ def step_noise(likelihood: Any, out_features: int) -> float | Tensor | None:
         and out_features == 1
         and likelihood.log_noise_std.dim() == 0
     ):
-        log_std: Tensor = likelihood.log_noise_std
-        return log_std
+        return ("gaussian", likelihood.log_noise_std)
     return None
+
+
+def may_step(model: SpikeSlabMLP) -> bool:
+    """The cheap first test of :func:`native_step_ok`, which turns most other networks
+    away (a step of 0.45 ms on UCI's 8-50-1, where the full test costs about 14 us): narrow
+    layers, or under the native backend one network of fewer than ``AUTO_MIN_NUMEL``
+    parameters. Wider layers take the step under the native backend only: ``auto``'s
+    one-graph step of UCI's network is a few percent faster (``benchmarks.small_fits
+    --steps``), only it has to compile first."""
+    mu = model.mu
+    small = mu.dim() == 1 and mu.numel() < AUTO_MIN_NUMEL and backend() is Backend.NATIVE
+    return small or max(model.hidden_sizes, default=0) <= _native.NARROW_MAX_OUT
 
 
 def native_step_ok(
     model: SpikeSlabMLP,
     layers: list[SpikeSlabLinear],
-    noise: float | Tensor | None,
+    spec: StepLoss,
     x: Tensor,
     y: Tensor,
 ) -> bool:
     """Whether :class:`NativeNegativeElbo` runs this training step: a network the native
-    loops run whole (see :func:`~svbnn.nn._fused_paths.native_loops`; narrow layers, or
-    under the native backend one network of fewer than ``AUTO_MIN_NUMEL`` parameters), a
-    training draw (Gumbel,
-    gradients on), a Gaussian likelihood of one output (``noise``, from
-    :func:`step_noise`; a learned one float32 on the CPU), and float32 CPU data ``x``
-    ``(R, m, p)`` and ``y`` ``(R, m)`` (one network: ``(m, p)`` and ``(m,)``), both
-    contiguous, neither needing a gradient."""
-    if noise is None:
-        return False
-    mu = model.mu
-    # First the cheap tests that turn most other networks away (a step of 0.45 ms on UCI's
-    # 8-50-1, where the full test costs about 14 us). Wider layers take the step under the
-    # native backend only: auto's one-graph step of UCI's network is a few percent faster
-    # (benchmarks.small_fits --steps), only it has to compile first.
-    small = mu.dim() == 1 and mu.numel() < AUTO_MIN_NUMEL and backend() is Backend.NATIVE
-    if not (small or max(model.hidden_sizes, default=0) <= _native.NARROW_MAX_OUT):
+    loops run whole (see :func:`may_step` and
+    :func:`~svbnn.nn._fused_paths.native_loops`), a training draw (Gumbel, gradients on),
+    a likelihood it knows (``spec``, from :func:`step_likelihood`; a learned noise level
+    float32 on the CPU), and CPU data ``x`` ``(R, m, p)`` float32 and ``y`` ``(R, m)``
+    (float32 for a Gaussian, int64 class indices for a categorical likelihood; one
+    network: ``(m, p)`` and ``(m,)``), both contiguous, neither needing a gradient."""
+    kind, noise = spec
+    if not may_step(model):
         return False
     if isinstance(noise, Tensor) and not (
         noise.dtype == torch.float32 and noise.device.type == "cpu"
     ):
         return False
+    small = model.mu.dim() == 1 and backend() is Backend.NATIVE
     return (
         x.dtype == torch.float32
-        and y.dtype == torch.float32
+        and y.dtype == (torch.float32 if kind == "gaussian" else torch.int64)
         and x.device.type == "cpu"
         and y.device.type == "cpu"
         and x.is_contiguous()
@@ -103,7 +122,7 @@ def native_step_ok(
         and x.numel() > 0
         and not (x.requires_grad or y.requires_grad)
         and y.shape == x.shape[:-1]
-        and native_loops(model, layers, max_out=mu.numel() if small else None)
+        and native_loops(model, layers, max_out=model.mu.numel() if small else None)
         and fused_kl_ok(layers)
         and flat_mlp_ok(model, x, layers)
     )
@@ -114,20 +133,21 @@ class NativeNegativeElbo(torch.autograd.Function):
     with the gradient of ``loss`` computed in the forward by the native loops.
 
     The forward draws the weights and the KL (:func:`svbnn._native.fused_forward`), runs
-    each replicate's layers forward and back (:func:`svbnn._native.narrow_mlp_gaussian_step`,
-    the output's gradient formed between the two), the likelihood, and the draw's backward
-    (:func:`svbnn._native.fused_backward`). The backward scales those gradients by each
-    replicate's incoming gradient (1 when the losses are summed: the same bits). ``nll``
-    and ``kl / n`` are not differentiable, as :func:`svbnn.training.negative_elbo` returns
-    them detached.
+    the layers forward and back (under a Gaussian likelihood replicate by replicate,
+    :func:`svbnn._native.narrow_mlp_gaussian_step`; under a categorical one all replicates
+    forward, the output's gradient by torch's operations, then all back), the likelihood,
+    and the draw's backward (:func:`svbnn._native.fused_backward`). The backward scales
+    those gradients by each replicate's incoming gradient (1 when the losses are summed:
+    the same bits). ``nll`` and ``kl / n`` are not differentiable, as
+    :func:`svbnn.training.negative_elbo` returns them detached.
 
     Notes
     -----
     Shapes: ``mu``, ``rho``, ``alpha`` ``(R, T)``; ``x`` ``(R, m, p)``; ``y`` ``(R, m)``;
     one network: ``(T,)``, ``(m, p)``, ``(m,)`` and scalar losses (run as one replicate).
     ``consts``: ``(log_sigma0, 1 / sigma_0^2, 1 / tau)`` as :class:`FusedGumbelKL` passes
-    them to the kernel; ``n_train``: the KL's divisor; ``noise``: a known variance or the
-    learned ``log_noise_std`` (:func:`step_noise`), which then gets its gradient.
+    them to the kernel; ``n_train``: the KL's divisor; ``kind, noise``: the likelihood's
+    :data:`StepLoss` (a learned ``log_noise_std`` gets its gradient).
     """
 
     @staticmethod
@@ -142,7 +162,8 @@ class NativeNegativeElbo(torch.autograd.Function):
         log_lam: Tensor,
         log_1mlam: Tensor,
         likelihood: Any,
-        noise: float | Tensor,
+        kind: str,
+        noise: float | Tensor | None,
         shapes: tuple[tuple[int, int], ...],
         activation: str,
         consts: tuple[float, float, float],
@@ -151,33 +172,44 @@ class NativeNegativeElbo(torch.autograd.Function):
         theta, kl, *factors = _native.fused_forward(
             mu, rho, alpha, seed, log_lam, log_1mlam, *consts
         )
-        # A learned noise level: its current variance, as the likelihood computes it.
-        var = noise.detach().exp() ** 2 if isinstance(noise, Tensor) else None
-        v = float(-0.5 / var) if var is not None else -0.5 / float(noise)
-        # The layers forward and back, replicate by replicate; between them, d loss / d out
-        # as autograd forms it from the log-likelihood const + v (y - out)^2: the mean's
-        # backward of -1 (a float32 -1 / m), addcmul's two factors added, the difference's
-        # sign.
-        g_mean = float(y.new_full((), -1.0) / y.shape[-1])
+        # The gradient of the mean over the m rows, as autograd forms it: a float32 -1 / m.
+        g_mean = float(y.new_full((), -1.0, dtype=torch.float32) / y.shape[-1])
         rows = theta.view(-1, theta.shape[-1])  # one network: one replicate
         x, y = x.view(-1, *x.shape[-2:]), y.view(-1, y.shape[-1])
         grad = torch.empty_like(rows)
-        out = _native.narrow_mlp_gaussian_step(rows, x, y, shapes, activation, v, g_mean, grad)
+        learned = None
+        if kind == "categorical":
+            nll = _categorical_step(rows, x, y, shapes, activation, g_mean, grad)
+        else:
+            # A learned noise level: its current variance, as the likelihood computes it.
+            learned = noise.detach().exp() ** 2 if isinstance(noise, Tensor) else None
+            if learned is not None:
+                v = float(-0.5 / learned)
+            else:
+                assert isinstance(noise, float)  # a known variance
+                v = -0.5 / noise
+            # The layers forward and back, replicate by replicate; between them, d loss /
+            # d out as autograd forms it from the log-likelihood const + v (y - out)^2: the
+            # mean's gradient, addcmul's two factors added, the difference's sign.
+            out = _native.narrow_mlp_gaussian_step(rows, x, y, shapes, activation, v, g_mean, grad)
+            if learned is None:
+                # As the autograd path: the likelihood on the (R, m, 1) output, its mean
+                # negated.
+                nll = likelihood.log_prob(out.transpose(1, 2), y).mean(dim=-1).neg()
+            else:
+                # nll = log(2 pi var) / 2 + q / 2 with q = mean((y - out)^2) / var, and its
+                # derivative in log(noise sd) (var = exp(2 log sd)) 1 - q: per replicate.
+                r = y - out.view(y.shape)
+                q = (r * r).mean(dim=-1) / learned
+                nll = torch.log(2 * math.pi * learned) * 0.5 + q * 0.5
+        nll = nll.view(kl.shape)
         g_kl = kl.new_ones((*kl.shape, 1)) * (1.0 / n_train)
         saved: tuple[Tensor, ...] = _native.fused_backward(
             grad.view(theta.shape), g_kl, theta, *factors
         )
-        ctx.learned = var is not None
-        if var is None:
-            # As the autograd path: the likelihood on the (R, m, 1) output, its mean negated.
-            nll = likelihood.log_prob(out.transpose(1, 2), y).mean(dim=-1).neg().view(kl.shape)
-        else:
-            # nll = log(2 pi var) / 2 + q / 2 with q = mean((y - out)^2) / var, and its
-            # derivative in log(noise sd) (var = exp(2 log sd)) 1 - q: per replicate.
-            r = y - out.view(y.shape)
-            q = ((r * r).mean(dim=-1) / var).view(kl.shape)
-            nll = torch.log(2 * math.pi * var) * 0.5 + q * 0.5
-            saved = (*saved, 1.0 - q)
+        ctx.learned = learned is not None
+        if learned is not None:
+            saved = (*saved, 1.0 - q.view(kl.shape))
         loss = torch.add(nll, kl, alpha=1.0 / n_train)  # the KL added with weight 1 / n
         ctx.save_for_backward(*saved)
         kl_n = kl / n_train
@@ -198,14 +230,39 @@ class NativeNegativeElbo(torch.autograd.Function):
                 grads = tuple(g * g_loss.unsqueeze(-1) for g in saved[:3])
             if ctx.learned:  # one noise level shared by every replicate's loss
                 g_noise = (saved[3] * g_loss).sum()
-        return (*grads, *([None] * 6), g_noise, *([None] * 4))
+        return (*grads, *([None] * 7), g_noise, *([None] * 4))
+
+
+def _categorical_step(
+    rows: Tensor,
+    x: Tensor,
+    y: Tensor,
+    shapes: tuple[tuple[int, int], ...],
+    activation: str,
+    g_mean: float,
+    grad: Tensor,
+) -> Tensor:
+    """The layers forward and back under a categorical likelihood: the weight gradient of
+    the mean negative log-likelihood into ``grad``; returns that nll per replicate ``(R,)``.
+    The output's gradient is formed as autograd forms it: the mean's ``g_mean`` at each
+    row's class, then log_softmax's backward."""
+    hs, out = _native.narrow_mlp_forward(rows, x, shapes, activation)
+    log_p = torch.log_softmax(out.transpose(1, 2), dim=-1)  # (R, m, C)
+    target = y.unsqueeze(-1)
+    # As CategoricalLikelihood.log_prob, its mean negated.
+    nll = log_p.gather(-1, target).squeeze(-1).mean(dim=-1).neg()
+    g = torch.zeros_like(log_p).scatter_(-1, target, g_mean)
+    # log_softmax's backward as autograd runs it (its exp is not torch.exp's, bit for bit)
+    g = torch.ops.aten._log_softmax_backward_data(g, log_p, -1, log_p.dtype)
+    _native.narrow_mlp_backward(rows, hs, g.transpose(1, 2), shapes, activation, grad)
+    return nll
 
 
 def native_negative_elbo(
     model: SpikeSlabMLP,
     layers: list[SpikeSlabLinear],
     likelihood: Any,
-    noise: float | Tensor,
+    spec: StepLoss,
     x: Tensor,
     y: Tensor,
     n_train: float,
@@ -213,7 +270,7 @@ def native_negative_elbo(
     log_lams: tuple[Tensor, Tensor],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:class:`NativeNegativeElbo` of ``model`` (where :func:`native_step_ok` says so);
-    ``layers``: its layers, input to output; ``noise``: from :func:`step_noise`."""
+    ``layers``: its layers, input to output; ``spec``: from :func:`step_likelihood`."""
     first = layers[0]
     log_sigma0 = 0.5 * math.log(first.prior_variance)
     consts = (log_sigma0, math.exp(-2.0 * log_sigma0), 1.0 / float(first.temperature))
@@ -226,7 +283,7 @@ def native_negative_elbo(
         seed,
         *log_lams,
         likelihood,
-        noise,
+        *spec,
         layer_shapes(layers),
         model.activation,
         consts,
