@@ -275,7 +275,7 @@ def test_mlp_mean_forward_and_kl_match_the_cpu(fused: bool) -> None:
     _close(kl_divergence(cpu).detach(), kl_divergence(dev).detach())
 
 
-@pytest.mark.parametrize("backend", ["eager", "compiled", "auto"])
+@pytest.mark.parametrize("backend", ["eager", "compiled", "auto", "native"])
 def test_mlp_trains_on_the_device_under_every_backend(backend: str) -> None:
     g = _gen(0)
     X = torch.randn(256, 10, generator=g).to(DEVICE)

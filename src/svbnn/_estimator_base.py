@@ -268,9 +268,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         costs 30 s to minutes on first use (measured on the 2-core development machine,
         1 thread: 4.5 minutes under load for a 16-50-1 network), which a fit of a
         few thousand steps never earns back. A small network is fitted by the native
-        loops instead where they compile (seconds, once per machine; the training step
-        of a 10-50-1 regressor in 0.5-0.6 of the eager kernels' time,
-        ``docs/performance.md``), else eagerly.
+        loops instead where they compile (seconds, once per machine; a fit in 0.64-0.79 of
+        the eager kernels' time, ``benchmarks.small_fits``), else eagerly.
         """
         choice = self.kernel_backend
         if choice == "auto" and n_params < AUTO_MIN_NUMEL:

@@ -97,9 +97,10 @@ def whole_network_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinea
 
 
 def native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
-    """Under ``auto``: whether svbnn's native loops run this network's whole training step
-    (a replicated float32 network on the CPU of narrow layers, ReLU or none, one prior, one
-    torch thread: the draw + KL and the layers, :mod:`svbnn._native`). Such a network takes
+    """Under ``auto`` (or ``native``): whether svbnn's native loops run this network's whole
+    training step (a replicated float32 network on the CPU of narrow layers, ReLU or none,
+    one prior, under ``auto`` one torch thread: the draw + KL and the layers,
+    :mod:`svbnn._native`). Such a network takes
     the per-parameter kernels instead of the one-graph step, which compiles for about a
     minute and was slower for it (measured, Simulation II's network, 10 interleaved rounds:
     0.94 of the graph's step time for 2 replicates, 0.74 for 7; ``docs/performance.md``)."""
