@@ -63,19 +63,20 @@ def step_likelihood(likelihood: Any, out_features: int) -> StepLoss | None:
     level (``log_noise_std``, a scalar parameter), or a categorical one; ``None`` for any
     other (another class, a subclass with its own ``log_prob``, a Gaussian of several
     outputs or with a noise level per replicate)."""
+    if isinstance(likelihood, GaussianLikelihood) and likelihood.learn_noise:
+        # (first: its fused_spec would compute the noise level only to say None)
+        if (
+            type(likelihood).log_prob is GaussianLikelihood.log_prob
+            and out_features == 1
+            and likelihood.log_noise_std.dim() == 0
+        ):
+            return ("gaussian", likelihood.log_noise_std)
+        return None
     fused_spec = getattr(likelihood, "fused_spec", None)
     spec = fused_spec(out_features) if fused_spec is not None else None
-    if spec is not None:
-        return ("gaussian", spec[1]) if spec[0] == "gaussian" else ("categorical", None)
-    if (
-        isinstance(likelihood, GaussianLikelihood)
-        and type(likelihood).log_prob is GaussianLikelihood.log_prob
-        and likelihood.learn_noise
-        and out_features == 1
-        and likelihood.log_noise_std.dim() == 0
-    ):
-        return ("gaussian", likelihood.log_noise_std)
-    return None
+    if spec is None:
+        return None
+    return ("gaussian", spec[1]) if spec[0] == "gaussian" else ("categorical", None)
 
 
 def may_step(model: SpikeSlabMLP) -> bool:
