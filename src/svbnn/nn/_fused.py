@@ -51,6 +51,7 @@ from ._fused_paths import (
     flat_mlp_ok,
     fused_kl_ok,
     layer_shapes,
+    native_draw,
     native_network,
     whole_network_ok,
 )
@@ -500,17 +501,7 @@ class FusedEngine:
         compiled = (
             use_compiled(mu.numel())
             or native_network(model, model.layers())
-            or (
-                backend() is Backend.NATIVE
-                and _native.usable(
-                    mu,
-                    model.rho,
-                    model.alpha,
-                    model.log_prior_inclusion,
-                    1.0 / float(first.temperature),
-                    any_threads=True,
-                )
-            )
+            or (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True))
         )
         if _fused_path(mu.numel()) or compiled:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)

@@ -22,6 +22,7 @@ __all__ = [
     "flat_mlp_ok",
     "fused_kl_ok",
     "layer_shapes",
+    "native_draw",
     "native_loops",
     "native_network",
     "whole_network_ok",
@@ -116,17 +117,22 @@ def native_loops(
     ``max_out`` outputs (default ``_native.NARROW_MAX_OUT``), ReLU or none, one prior, and
     under ``auto`` one torch thread (:func:`native_network` without asking for
     replicates)."""
-    mu = model._parameters.get("mu")
     mode = backend()
-    if mode not in (Backend.AUTO, Backend.NATIVE) or mu is None:
+    if mode not in (Backend.AUTO, Backend.NATIVE) or "mu" not in model._parameters:
         return False
-    return _native.narrow_network(
-        layer_shapes(layers), model.activation, max_out
-    ) and _native.usable(
-        mu,
+    return _native.narrow_network(layer_shapes(layers), model.activation, max_out) and (
+        native_draw(model, layers[0], any_threads=mode is Backend.NATIVE)
+    )
+
+
+def native_draw(model: SpikeSlabMLP, first: SpikeSlabLinear, any_threads: bool) -> bool:
+    """Whether the native loops serve this network's draw + KL (``_native.usable`` of its
+    flat parameters, prior and temperature; ``first``: its first layer)."""
+    return _native.usable(
+        model.mu,
         model.rho,
         model.alpha,
         model.log_prior_inclusion,
-        1.0 / float(layers[0].temperature),
-        any_threads=mode is Backend.NATIVE,
+        1.0 / float(first.temperature),
+        any_threads=any_threads,
     )
