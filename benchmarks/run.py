@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from svbnn import _native
+from svbnn import KernelBackend, _native
 from svbnn._kernels import backend, set_backend
 
 from .breakdown import phase_breakdown, profile_misses, replicate_breakdown
@@ -131,11 +131,12 @@ def _add_measurement_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kernels",
-        choices=["eager", "compiled", "auto"],
+        choices=[b.value for b in KernelBackend],
         default=None,
         help="svbnn's elementwise kernel backend (default: the library's, i.e. SVBNN_KERNELS "
         "or eager); 'compiled' uses torch.compile (needs a C++ compiler), 'auto' compiles "
-        "for large parameter tensors only",
+        "for large parameter tensors only, 'native' runs svbnn's C++ loops where they serve "
+        "and never compiles",
     )
     p.add_argument("--memory-child", help=argparse.SUPPRESS)
 
