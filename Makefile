@@ -10,6 +10,9 @@ ifneq ($(wildcard $(SHARED_DATA)/SHA256SUMS),)
 export SVBNN_DATA ?= $(SHARED_DATA)
 endif
 THREADS ?= 2
+# pytest's worker processes (pytest-xdist): one per core, at most 4 (each holds a torch and
+# compiles its own kernels). The suite runs one torch thread a process (tests/conftest.py).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
 
 .PHONY: install demo docs test lint typecheck pytest test-slow test-gpu bench clean
 
@@ -38,7 +41,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy src
 
 pytest: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test: lint typecheck docs pytest
 

@@ -1,5 +1,6 @@
-"""Shared test settings: one torch thread (the suite's timing budget assumes it), a cache
-directory of the session's own for the native kernels, and the guard that fails a GPU run
+"""Shared test settings: one torch thread (``make test`` runs one pytest-xdist worker
+process per core, and the suite's timing budget assumes both), a cache directory of each
+process's own for the native kernels, and the guard that fails a GPU run
 (``-m gpu``) on a machine without CUDA instead of skipping."""
 
 import os
@@ -14,8 +15,8 @@ from tests.gpu_guard import current_reason, gpu_guard_message
 torch.set_num_threads(1)
 
 # svbnn._native builds its library here (and subprocesses of the tests inherit it), not in
-# the user's ~/.cache/svbnn: each session compiles it once (a few seconds) from the source
-# under test.
+# the user's ~/.cache/svbnn: each session (each xdist worker) compiles it once (a few
+# seconds) from the source under test.
 _NATIVE_CACHE = tempfile.mkdtemp(prefix="svbnn-native-")
 os.environ.setdefault("SVBNN_CACHE_DIR", _NATIVE_CACHE)
 
