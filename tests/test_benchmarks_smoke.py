@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -216,3 +217,23 @@ def test_small_fits_times_both_backends_and_the_dense_loop_side_by_side() -> Non
     for r in rows:
         assert all(len(t) == 1 and t[0] > 0 for t in r["times"].values())
         assert set(r["scores"]) == {"eager", "native"}
+
+
+def test_small_data_fits_every_setting_and_climbs(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import small_data
+
+    rows = small_data.main(
+        ["--seeds", "0", "--data", "wine", "diabetes", "--max-iter", "2", "--climb", "8"]
+    )
+    assert [(r["data"], r["setting"]) for r in rows] == [
+        (name, setting)
+        for name in ("wine", "diabetes")
+        for setting in ("defaults", "kl_weight=0.2", "prior_inclusion='eb'", "linear")
+    ]
+    for r in rows:
+        assert np.isfinite(r["score"]) and r["seconds"] > 0
+        assert (r["selected"] == "-") == (r["setting"] == "linear")
+    out = capsys.readouterr().out
+    # the defaults' fit, the tempered fit, four quarters on the exact objective
+    climb = [line for line in out.splitlines() if line.startswith(("| defaults'", "| kl_", "| +"))]
+    assert len(climb) == 6 and all(np.isfinite(float(c.split("|")[2])) for c in climb)

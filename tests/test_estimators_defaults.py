@@ -41,12 +41,17 @@ def test_fit_with_signal_is_not_constant() -> None:
 def test_forced_collapse_warns() -> None:
     X, y, _ = _sparse_problem(200, 1)
     # A prior inclusion of exp(-5000) prunes everything: the fit is a constant.
-    with pytest.warns(CollapseWarning, match="constant|no input"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            SVBNNRegressor(
-                log_prior_inclusion=-5000.0, learning_rate_init=0.05, max_iter=200, random_state=0
-            ).fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        SVBNNRegressor(
+            log_prior_inclusion=-5000.0, learning_rate_init=0.05, max_iter=200, random_state=0
+        ).fit(X, y)
+    collapse = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
+    # One warning with every reason, and the remedies that fitted where defaults collapsed.
+    assert len(collapse) == 1, collapse
+    for part in ("no input selected", "no path", "kl_weight=0.2", "'eb'"):
+        assert part in collapse[0], (part, collapse[0])
 
 
 def test_exhausted_budget_warns_with_unresolved_fraction() -> None:
