@@ -393,8 +393,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         # The baselines have no prior inclusion: name lambda only where there is one.
         if lam is not None and math.isfinite(lam):
             # Measured (docs/guide/estimators.md, "Small data sets"): on small data the
-            # exact ELBO's fit prunes every path even where the data carry a strong signal,
-            # at any learning rate tried; a tempered posterior or a larger lambda fits.
+            # exact ELBO's fit pruned every path of wine's although the data carry a strong
+            # signal; a tempered posterior or "eb" fitted.
             cause = (
                 f"The prior (lambda = {lam:.3g}) pruned what the data support (on small "
                 "data sets this happens even with a strong signal), or the data carry no "

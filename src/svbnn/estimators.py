@@ -102,9 +102,10 @@ _SPIKE_SLAB_WARNS = """\
 sklearn.exceptions.ConvergenceWarning
     The budget ran out before convergence (says what fraction of gates is unresolved).
 CollapseWarning
-    No input selected, or a fit that predicts a constant (a regressor's predictions on
-    the training rows; a classifier's training log-loss equal to that of predicting the
-    class frequencies)."""
+    No input selected, no path from an input to the output in the median model, or a fit
+    that predicts a constant (a regressor's predictions on the training rows; a
+    classifier's training log-loss equal to that of predicting the class frequencies);
+    one warning lists every reason."""
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
