@@ -397,9 +397,10 @@ class _VariationalEstimator(BaseEstimator, ABC):
             # signal; a tempered posterior or "eb" fitted.
             cause = (
                 f"The prior (lambda = {lam:.3g}) pruned what the data support (on small "
-                "data sets this happens even with a strong signal), or the data carry no "
-                "signal; try kl_weight=0.2 (a tempered posterior) or prior_inclusion='eb' "
-                "(both keep more inputs), more data, or check X and y."
+                "data sets this happens even with a strong signal), learning_rate_init (now "
+                f"{self.learning_rate_init!r}) is too high, or the data carry no signal; try "
+                "kl_weight=0.2 (a tempered posterior) or prior_inclusion='eb' (both keep "
+                "more inputs), a lower learning_rate_init, more data, or check X and y."
             )
         else:
             cause = (
