@@ -86,9 +86,14 @@ def may_step(model: SpikeSlabMLP) -> bool:
     parameters. Wider layers take the step under the native backend only: ``auto``'s
     one-graph step of UCI's network is a few percent faster (``benchmarks.small_fits
     --steps``), only it has to compile first."""
+    return _small_native(model) or max(model.hidden_sizes, default=0) <= _native.NARROW_MAX_OUT
+
+
+def _small_native(model: SpikeSlabMLP) -> bool:
+    """Under the native backend, one network of fewer than ``AUTO_MIN_NUMEL`` parameters:
+    the native step takes it whatever its widths."""
     mu = model.mu
-    small = mu.dim() == 1 and mu.numel() < AUTO_MIN_NUMEL and backend() is Backend.NATIVE
-    return small or max(model.hidden_sizes, default=0) <= _native.NARROW_MAX_OUT
+    return mu.dim() == 1 and mu.numel() < AUTO_MIN_NUMEL and backend() is Backend.NATIVE
 
 
 def native_step_ok(
@@ -112,7 +117,6 @@ def native_step_ok(
         noise.dtype == torch.float32 and noise.device.type == "cpu"
     ):
         return False
-    small = model.mu.dim() == 1 and backend() is Backend.NATIVE
     return (
         x.dtype == torch.float32
         and y.dtype == (torch.float32 if kind == "gaussian" else torch.int64)
@@ -123,7 +127,7 @@ def native_step_ok(
         and x.numel() > 0
         and not (x.requires_grad or y.requires_grad)
         and y.shape == x.shape[:-1]
-        and native_loops(model, layers, max_out=model.mu.numel() if small else None)
+        and native_loops(model, layers, max_out=model.mu.numel() if _small_native(model) else None)
         and fused_kl_ok(layers)
         and flat_mlp_ok(model, x, layers)
     )
