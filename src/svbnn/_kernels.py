@@ -44,6 +44,7 @@ __all__ = [
     "backend_scope",
     "kernels",
     "log_softplus",
+    "softplus",
     "set_backend",
     "use_compiled",
     "use_whole_network",
@@ -102,6 +103,15 @@ eager kernels): 5,151 parameters 0.72 / 0.90 / -; 7,921: 0.91 / 1.02 / -; 12,181
 1.12 / -; 15,201: 1.29 / 1.22 / 1.44; 20,301: 1.58 / 1.36 / 1.66; 80,601: 4.61 / 2.81 / -."""
 
 
+def softplus(rho: Tensor) -> Tensor:
+    """``sigma = log(1 + exp(rho))``, exact to rounding in float32 and float64.
+
+    Torch's own returns ``rho`` itself above 20, which is exact in float32 only (the missing
+    ``exp(-rho)`` is below half an ulp there, but 7.6e-10 at ``rho = 21`` is 1e-11 relative
+    in float64); above 40 it is below half an ulp in both."""
+    return F.softplus(rho, threshold=40.0)
+
+
 def log_softplus(rho: Tensor, sigma: Tensor | None = None) -> Tensor:
     """``log(softplus(rho))``, accurate also where ``softplus(rho)`` underflows.
 
@@ -119,7 +129,7 @@ def log_softplus(rho: Tensor, sigma: Tensor | None = None) -> Tensor:
         ``softplus(rho) = exp(rho)(1 + O(exp(rho)))``.
     """
     if sigma is None:
-        sigma = F.softplus(rho)
+        sigma = softplus(rho)
     # The unused branch's log stays finite (sigma underflows to 0 far below -20), so that
     # autograd through this where does not multiply a zero by an infinity.
     tiny = rho < -20.0
@@ -128,7 +138,7 @@ def log_softplus(rho: Tensor, sigma: Tensor | None = None) -> Tensor:
 
 def gumbel_forward(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor, eps: Tensor) -> Tensor:
     """``1[alpha + logit(u) > 0] * (mu + softplus(rho) eps)``."""
-    slab = mu + F.softplus(rho) * eps
+    slab = mu + softplus(rho) * eps
     return torch.where(alpha + (torch.log(u) - torch.log1p(-u)) > 0, slab, torch.zeros_like(slab))
 
 
@@ -137,7 +147,7 @@ def gumbel_forward_saving(
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
     """Eager forward that also returns what :func:`gumbel_backward_saved` needs
     (``inv_tau = 1 / tau``)."""
-    slab = torch.addcmul(mu, F.softplus(rho), eps)
+    slab = torch.addcmul(mu, softplus(rho), eps)
     eta = alpha + torch.logit(u)
     hard = eta > 0
     soft = torch.sigmoid(eta * inv_tau)
@@ -159,11 +169,83 @@ def gumbel_backward(
     eta = alpha + (torch.log(u) - torch.log1p(-u))
     hard = (eta > 0).to(grad.dtype)
     soft = torch.sigmoid(eta * inv_tau)
-    slab = mu + F.softplus(rho) * eps
+    slab = mu + softplus(rho) * eps
     g_mu = grad * hard
     g_rho = g_mu * eps * torch.sigmoid(rho)
     g_alpha = grad * slab * soft * (1.0 - soft) * inv_tau
     return g_mu, g_rho, g_alpha
+
+
+def sigma_ratio(rho: Tensor, sigma: Tensor, d_sigma: Tensor) -> Tensor:
+    """``sigmoid(rho) / softplus(rho)`` (``d log sigma / d rho``), finite for every ``rho``.
+
+    Below ``rho = -20`` the series ``1 - exp(rho) / 2`` (error < 1e-17; ``exp(rho)`` is
+    ``d_sigma`` there to 2e-9 relative): where ``sigma`` underflows (float32 below -87,
+    float64 below -745) the quotient would be ``0 / 0`` or ``0 * inf``.
+
+    Parameters
+    ----------
+    rho, sigma, d_sigma : Tensor
+        One shape ``S``; ``sigma = softplus(rho)``, ``d_sigma = sigmoid(rho)``.
+    """
+    tiny = rho < -20.0
+    return torch.where(tiny, 1.0 - 0.5 * d_sigma, d_sigma / torch.where(tiny, 1.0, sigma))
+
+
+def kl_terms(
+    mu: Tensor,
+    rho: Tensor,
+    alpha: Tensor,
+    log_lam: Tensor,
+    log_1mlam: Tensor,
+    log_sigma0: float,
+    prec0: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The elementwise spike-and-slab KL (DESIGN section 1) and its three derivatives: the
+    one definition that the eager and compiled kernels evaluate.
+
+    ``KL = phi log(phi/lambda) + (1-phi) log((1-phi)/(1-lambda)) + phi s``, with the slab
+    term ``s = log(sigma_0/sigma) + (sigma^2 + mu^2) / (2 sigma_0^2) - 1/2``, computed from
+    ``log phi = logsigmoid(alpha)``, ``log(1-phi) = logsigmoid(-alpha)``, ``log lambda``,
+    ``log(1-lambda)`` and :func:`log_softplus`, so that it is finite for every ``alpha``,
+    every ``rho`` and ``log lambda`` down to -1000 (and below). Derivatives:
+    ``d/dmu = phi mu / sigma_0^2``, ``d/drho = phi (sigma / sigma_0^2 - 1 / sigma)
+    sigmoid(rho)`` (through :func:`sigma_ratio`), ``d/dalpha = phi (1 - phi) (alpha -
+    logit(lambda) + s)``. ``tests/test_engine_reference.py`` checks these and every other
+    path against autograd of the value in float64 over the whole legal domain.
+
+    ``prec0`` is the slab prior's precision ``1 / sigma_0^2`` (a product per element rather
+    than a division; ``1 / tau`` likewise in the draw kernels).
+
+    Parameters
+    ----------
+    mu, rho, alpha : Tensor
+        Variational parameters, one shape ``S``.
+    log_lam, log_1mlam : Tensor
+        ``log lambda`` and ``log(1 - lambda)``, broadcastable to ``S``.
+    log_sigma0, prec0 : float
+        ``log sigma_0`` and ``1 / sigma_0^2``.
+
+    Returns
+    -------
+    kl, d_mu, d_rho, d_alpha : Tensor
+        Shape ``S``.
+    """
+    sigma = softplus(rho)
+    d_sigma = torch.sigmoid(rho)
+    phi = torch.sigmoid(alpha)
+    # 1 - phi as sigmoid(-alpha): accurate where phi rounds to 1
+    one_m_phi = torch.sigmoid(-alpha)
+    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, prec0)
+    kl = (
+        phi * (F.logsigmoid(alpha) - log_lam)
+        + one_m_phi * (F.logsigmoid(-alpha) - log_1mlam)
+        + phi * slab
+    )
+    d_mu = phi * mu * prec0
+    d_rho = phi * (sigma * d_sigma * prec0 - sigma_ratio(rho, sigma, d_sigma))
+    d_alpha = phi * one_m_phi * (alpha - log_lam + log_1mlam + slab)
+    return kl, d_mu, d_rho, d_alpha
 
 
 def kl_forward(
@@ -175,21 +257,9 @@ def kl_forward(
     log_sigma0: float,
     prec0: float,
 ) -> Tensor:
-    """Elementwise spike-and-slab KL (DESIGN section 1), in log space.
-
-    ``prec0`` is the slab prior's precision ``1 / sigma_0^2``; every kernel here takes it,
-    and ``1 / tau`` for the temperature, rather than the variance and ``tau``. Compiled,
-    one symbolic-shape graph serves every size, so the constants are runtime scalars and
-    ``x / sigma_0^2`` a vector division per element where ``x * prec0`` is a product
-    (measured, the compiled :func:`kl_backward` on 2,122,122 parameters, 1 thread, 41
-    interleaved rounds: 0.93 [0.89-1.04] of the time; outputs the same bit for bit at
-    ``sigma_0^2 = 2``, ``tau = 0.5``, whose reciprocals are exact)."""
-    sigma = F.softplus(rho)
-    phi = torch.sigmoid(alpha)
-    log_phi = F.logsigmoid(alpha)
-    log_1mphi = F.logsigmoid(-alpha)
-    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, prec0)
-    return phi * (log_phi - log_lam) + (1.0 - phi) * (log_1mphi - log_1mlam) + phi * slab
+    """Elementwise spike-and-slab KL: the value of :func:`kl_terms`, differentiable by
+    autograd (the reference the closed-form derivatives are tested against)."""
+    return kl_terms(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0)[0]
 
 
 def kl_sum_forward(
@@ -215,19 +285,8 @@ def kl_forward_saving(
     prec0: float,
 ) -> tuple[Tensor, tuple[Tensor, ...]]:
     """Eager KL summed over the last dimension, plus what :func:`kl_backward_saved` needs."""
-    sigma = F.softplus(rho)
-    phi = torch.sigmoid(alpha)
-    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, prec0)
-    kl = (
-        phi * (F.logsigmoid(alpha) - log_lam)
-        + (1.0 - phi) * (F.logsigmoid(-alpha) - log_1mlam)
-        + phi * slab
-    )
-    # d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab]
-    d_alpha = phi * (1.0 - phi) * (alpha + (slab - log_lam + log_1mlam))
-    d_mu = phi * mu * prec0
-    d_rho = phi * (sigma * prec0 - 1.0 / sigma) * torch.sigmoid(rho)
-    return kl.sum(-1), (d_mu, d_rho, d_alpha)
+    kl, *derivs = kl_terms(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0)
+    return kl.sum(-1), tuple(derivs)
 
 
 def kl_backward_saved(grad: Tensor, saved: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
@@ -245,16 +304,10 @@ def kl_backward(
     log_sigma0: float,
     prec0: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Analytic gradient of the elementwise KL times ``grad`` (broadcastable)."""
-    sigma = F.softplus(rho)
-    phi = torch.sigmoid(alpha)
-    slab = _slab_kl(mu, sigma, log_softplus(rho, sigma), log_sigma0, prec0)
-    g_phi = grad * phi
-    # d/dalpha: phi (1 - phi) [logit(phi) - logit(lambda) + slab]
-    g_alpha = g_phi * (1.0 - phi) * (alpha - log_lam + log_1mlam + slab)
-    g_mu = g_phi * mu * prec0
-    g_rho = g_phi * (sigma * prec0 - 1.0 / sigma) * torch.sigmoid(rho)
-    return g_mu, g_rho, g_alpha
+    """Gradient of the elementwise KL times ``grad`` (broadcastable), recomputed from the
+    parameters (compiled: one loop; the unused value is eliminated)."""
+    _, d_mu, d_rho, d_alpha = kl_terms(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0)
+    return grad * d_mu, grad * d_rho, grad * d_alpha
 
 
 # ------------------------------------------------------------------ fused draw + KL
@@ -326,9 +379,7 @@ def fused_forward(
     # KL derivatives; d/dalpha = phi (1 - phi) [alpha - logit(lambda) + slab].
     phi_v = phi * prec0
     kl_mu = phi_v * mu
-    kl_rho = phi_v * sigma * d_sigma - phi * torch.where(
-        tiny, 1.0 - 0.5 * d_sigma, d_sigma / sigma_or_1
-    )
+    kl_rho = phi_v * sigma * d_sigma - phi * sigma_ratio(rho, sigma, d_sigma)
     kl_alpha = phi * one_m_phi * (alpha - log_lam + log_1mlam + slab)
     return theta, kl.sum(-1), a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
 
@@ -376,33 +427,17 @@ def fused_forward_given_noise(
     prec0: float,
     inv_tau: float,
 ) -> tuple[Tensor, ...]:
-    """:func:`fused_forward` for given noise ``u``, ``eps`` (torch's generator), written for
-    eager execution: as few operations as the formulas allow, since on small networks each
-    costs a few microseconds whatever its size. Same outputs; the gate is
+    """:func:`fused_forward` for given noise ``u``, ``eps`` (torch's generator), evaluated
+    eagerly: the Gumbel straight-through draw and :func:`kl_terms`. Same outputs; the gate is
     ``alpha + logit(u) > 0``, as in :func:`gumbel_forward`."""
-    sigma = F.softplus(rho)
     d_sigma = torch.sigmoid(rho)
-    phi = torch.sigmoid(alpha)
     eta = alpha + torch.logit(u)
-    slab_w = torch.addcmul(mu, sigma, eps)
+    slab_w = torch.addcmul(mu, softplus(rho), eps)
     theta = slab_w * (eta > 0)
     soft = torch.sigmoid(eta * inv_tau)
     a_fac = slab_w * (soft - soft * soft) * inv_tau
-    # slab KL = log(sigma0 / sigma) + (sigma^2 + mu^2) / (2 sigma0^2) - 1/2; its constant
-    # log(sigma0) - 1/2 joins -logit(lambda) in a scalar c.
-    logit_lam = log_lam - log_1mlam
-    c = (log_sigma0 - 0.5) - logit_lam
-    slab_c = torch.addcmul(mu * mu, sigma, sigma) * (0.5 * prec0) - log_softplus(rho, sigma) + c
-    # Bernoulli part: phi log(phi/lambda) + (1 - phi) log((1 - phi)/(1 - lambda))
-    #   = -H(phi) - phi logit(lambda) - log(1 - lambda),
-    # with the entropy H(phi) = BCE(alpha, phi), one fused (and stable) operation.
-    entropy = F.binary_cross_entropy_with_logits(alpha, phi, reduction="none")
-    kl = (phi * slab_c - entropy).sum(-1) - log_1mlam.squeeze(-1) * mu.shape[-1]
-    phi_v = phi * prec0
-    kl_mu = phi_v * mu
-    kl_rho = (phi_v * sigma - phi / sigma) * d_sigma
-    kl_alpha = (phi - phi * phi) * (slab_c + alpha)
-    return theta, kl, a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
+    kl, kl_mu, kl_rho, kl_alpha = kl_terms(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0)
+    return theta, kl.sum(-1), a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
 
 
 _EAGER: dict[str, Callable[..., Any]] = {

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from . import _native
 from ._kernel_math import counter_noise
-from ._kernels import COMPILE_OPTIONS, kl_sum_forward
+from ._kernels import COMPILE_OPTIONS, kl_sum_forward, softplus
 
 __all__ = [
     "activate",
@@ -73,7 +73,7 @@ def mlp_draw_forward(
     :func:`layer_views` says.
     """
     u, eps = counter_noise(mu, seed)
-    sigma = F.softplus(rho)
+    sigma = softplus(rho)
     slab_w = mu + sigma * eps
     soft = torch.sigmoid((alpha + (torch.log(u) - torch.log1p(-u))) / tau)
     hard = (u > torch.sigmoid(-alpha)).to(mu.dtype)

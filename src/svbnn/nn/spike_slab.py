@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import _native
-from .._kernels import Backend, backend
+from .._kernels import Backend, backend, softplus
 from ..objectives import spike_slab_kl
 from ..priors import resolve_log_inclusion
 from ._fused import FusedEngine, GumbelSpikeSlab, run_feature_major
@@ -97,7 +97,7 @@ def inverse_cdf_spike_slab(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor) ->
     Tensor
         Weights of shape ``S``.
     """
-    sigma = F.softplus(rho)
+    sigma = softplus(rho)
     phi = torch.sigmoid(alpha)
     a = phi * torch.special.ndtr(-mu / sigma)
     lower = u < a
