@@ -195,8 +195,8 @@ def replicate_orders(
     Tensor
         ``(n_replicates, n)`` ``int64``; row ``r`` is replicate ``r``'s minibatch order.
     """
-    # R calls of randperm: a tenth of the cost of argsort(rand(R, n)) (measured, R = 30,
-    # n = 3000: 0.46 against 5.2 ms an epoch; torch's CPU sort is the slow part).
+    # R calls of randperm rather than argsort(rand(R, n)): torch's CPU sort is the slow
+    # part of the latter (docs/performance.md, "The training loop").
     return torch.stack(
         [torch.randperm(n, generator=generator, device=device) for _ in range(n_replicates)]
     )
@@ -211,10 +211,10 @@ class Minibatches:
     minibatches of ``m = min(batch_size, n)`` (the last one smaller when ``m`` does not
     divide ``n``).
 
-    The inputs of a minibatch are gathered into one buffer that every step reuses: a fresh
-    array a step (12 MB for 30 replicates of Simulation II) costs the allocator more than
-    the copy (measured, in-process A/B: 8.0 against 10.0 ms a training step there). So a
-    minibatch is valid until the next one is drawn, which is when a training step's graph
+    The inputs of a minibatch are gathered into one buffer that every step reuses, instead
+    of a fresh array a step (12 MB for 30 replicates of Simulation II; ``docs/performance.md``,
+    "The training loop", has the step times). So a minibatch is valid until the next one is
+    drawn, which is when a training step's graph
     (which saved it) is gone. Inputs that need gradients are gathered into fresh arrays.
 
     Parameters
@@ -531,14 +531,13 @@ def _run_epoch(
     tot_loss = tot_nll = tot_kl = torch.zeros((), device=batches.device)
     for xb, yb in batches.epoch():
         # Gradients dropped before the forward, not after: the memory they free goes to
-        # the forward's outputs while Adam's reads may still hold it in the cache (measured,
-        # in-process A/B: 0.98-0.99 of the step on MNIST and Simulation II).
+        # the forward's outputs while Adam's reads may still hold it in the cache
+        # (docs/performance.md, "Memory traffic of the compiled step").
         opt.zero_grad(set_to_none=True)
         loss, nll, kl = objective(model, xb, yb)
         # R replicates' losses (R,) are summed: each replicate's gradient is its own. One
-        # network's scalar goes straight in: a sum of one value is one more operation and
-        # autograd node a step, 3-5% of a small network's step (measured, UCI 8-50-1 and
-        # Simulation II, 1 thread, in-process A/B).
+        # network's scalar goes straight in: a sum of one value would be one more operation
+        # and autograd node a step (docs/performance.md, "The small networks' step").
         (loss if loss.dim() == 0 else loss.sum()).backward()
         opt.step()
         if on_step is not None:

@@ -221,10 +221,10 @@ def _kernels_option(parser: argparse.ArgumentParser) -> None:
         choices=["eager", "compiled", "auto", "native"],
         help="spike-and-slab kernel backend (default: SVBNN_KERNELS, else the artifact's: "
         "auto for table2, eager for the others). 'auto' compiles the kernels of large "
-        "networks with torch.compile (MNIST's training step about 2x faster) and needs a C++ "
-        "compiler; compiling costs up to a minute once. 'native' runs svbnn's C++ loops "
-        "where they serve and never compiles a graph. A seed reproduces a run within one "
-        "backend.",
+        "networks with torch.compile and needs a C++ compiler; compiling takes time once "
+        "per process (docs/performance.md has step and compile times). 'native' runs "
+        "svbnn's C++ loops where they serve and never compiles a graph. A seed reproduces "
+        "a run within one backend.",
     )
 
 

@@ -143,9 +143,8 @@ def _default_malloc() -> Iterator[None]:
 
     Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which also freezes
     glibc's mmap threshold at 128 KiB: every larger tensor of a training step is then a fresh
-    ``mmap``/``munmap`` pair with its page faults. Measured on the 2-core machine: Table 2's
-    chunks trained in 391-418 s on such workers, 297-302 s without the variable, 243-251 s
-    in plain processes (docs/guide/cluster.md).
+    ``mmap``/``munmap`` pair with its page faults, which slows a training step; the block
+    removes the variable from the workers' environment (timings in docs/guide/cluster.md).
     """
     import dask
 

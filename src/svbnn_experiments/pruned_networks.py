@@ -91,8 +91,9 @@ class ReplicatedMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         # Feature-major, h = W h with h of shape (S, features, m), as the replicated
-        # SpikeSlabMLP: BLAS is several times faster on (S, out, in) @ (S, in, m) than on
-        # (S, m, in) @ (S, in, out) for these narrow layers.
+        # SpikeSlabMLP runs its layers: for these narrow layers BLAS serves
+        # (S, out, in) @ (S, in, m) better than (S, m, in) @ (S, in, out)
+        # (docs/performance.md, "Tried and not kept").
         h = x.transpose(1, 2)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):

@@ -525,7 +525,7 @@ def list_text() -> str:
         "estimated from per-step times measured with --estimate-epochs 200 (`measured` where "
         "the full run was timed), with the default eager kernels. --jobs N (default: the "
         f"usable CPUs, here {usable_cpus()}; --quick: 1) divides a simulation's training "
-        "time by up to N on free cores; --kernels auto makes an MNIST training step about "
-        "2x faster."
+        "time by up to N on free cores; --kernels auto compiles or runs natively the kernels "
+        "of the artifacts' networks (docs/performance.md has step times)."
     )
     return "\n".join(lines)

@@ -530,7 +530,7 @@ def _check(cfg: RunConfig) -> None:
     quick=UCI_QUICK,
     options=("device",),
     group="real-data",
-    # Full run measured: 33 min wall with 1 thread and nice 5 beside other jobs (2 cores).
+    # full_s: a full run timed on the reference machine (1 thread, other jobs running).
     timing=Timing(quick_s=9.1, full_s=1999.0, full_measured=True),
 )
 def uci(cfg: RunConfig) -> dict[str, Any]:
