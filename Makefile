@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch first (an unpinned torch would pull a multi-GB CUDA build).
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev,docs]'
+	# svbnn's native loops, built into the package with their SHA-256 (SECURITY.md); without
+	# a C++ compiler svbnn runs torch's kernels instead.
+	$(PY) -m svbnn._native || true
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -3,22 +3,12 @@ process per core, and the suite's timing budget assumes both), a cache directory
 process's own for the native kernels, and the guard that fails a GPU run
 (``-m gpu``) on a machine without CUDA instead of skipping."""
 
-import os
-import shutil
-import tempfile
-
 import pytest
 import torch
 
 from tests.gpu_guard import current_reason, gpu_guard_message
 
 torch.set_num_threads(1)
-
-# svbnn._native builds its library here (and subprocesses of the tests inherit it), not in
-# the user's ~/.cache/svbnn: each session (each xdist worker) compiles it once (a few
-# seconds) from the source under test.
-_NATIVE_CACHE = tempfile.mkdtemp(prefix="svbnn-native-")
-os.environ.setdefault("SVBNN_CACHE_DIR", _NATIVE_CACHE)
 
 
 @pytest.fixture
@@ -36,10 +26,6 @@ def native_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(NativeNegativeElbo, "apply", spy)
     return steps
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    shutil.rmtree(_NATIVE_CACHE, ignore_errors=True)
 
 
 @pytest.hookimpl(trylast=True)  # after -m has deselected what it deselects

@@ -281,7 +281,7 @@ def test_fused_forward_is_finite_at_extreme_parameters(tau: float) -> None:
 def _fused_mlp(monkeypatch: pytest.MonkeyPatch, R: int | None) -> SpikeSlabMLP:
     # The fused path is taken where the kernels run compiled; forcing it on with the eager
     # backend runs the same formulas eagerly.
-    monkeypatch.setattr(fused, "_fused_path", lambda numel: True)
+    monkeypatch.setattr(fused, "_fused_path", lambda numel, device=None: True)
     model = SpikeSlabMLP(
         5,
         (4, 3),

@@ -253,7 +253,7 @@ def test_fused_mlp_step_on_the_device_matches_eager_on_the_cpu(
     # The fused draw + KL (compiled), the whole-step graph (auto, a small net) and the
     # eager counter-noise path all draw from the counter seed: with the seed fixed, the
     # device's step is the CPU eager step up to rounding.
-    monkeypatch.setattr(engine, "_fused_path", lambda numel: True)
+    monkeypatch.setattr(engine, "_fused_path", lambda numel, device=None: True)
     loss_c, g_c = _mlp_step(CPU, "eager", True, monkeypatch)
     if backend == "eager":
         loss_d, g_d = _mlp_step(DEVICE, "eager", True, monkeypatch)

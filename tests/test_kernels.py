@@ -3,7 +3,10 @@
 import os
 import subprocess
 import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,6 +14,7 @@ import svbnn
 import svbnn._kernels as K
 import svbnn.nn._fused as engine
 import svbnn.nn._fused_paths as fused_paths
+from svbnn import _native
 from svbnn.nn import SpikeSlabMLP, set_generator
 from svbnn.objectives import GaussianLikelihood
 from svbnn.training import negative_elbo
@@ -30,8 +34,7 @@ def _grads(
     likelihood: type[GaussianLikelihood] = GaussianLikelihood,
     replicates: int | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    K.set_backend(backend)
-    try:
+    with K.backend_scope(backend):
         model = SpikeSlabMLP(
             6,
             (5, 4),
@@ -50,8 +53,6 @@ def _grads(
         loss, _, _ = negative_elbo(model, likelihood(), x, y, n_train=100)
         loss.sum().backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
-    finally:
-        K.set_backend("eager")
 
 
 @pytest.mark.slow
@@ -62,7 +63,7 @@ def test_compiled_backend_matches_eager(fused: bool, monkeypatch: pytest.MonkeyP
     # backend uses for SpikeSlabMLP; eagerly it runs when the backend claims "compiled".
     loss_c, grads_c = _grads("compiled", fused)
     if fused:
-        monkeypatch.setattr(engine, "_fused_path", lambda numel: True)
+        monkeypatch.setattr(engine, "_fused_path", lambda numel, device=None: True)
     loss_e, grads_e = _grads("eager", fused)
     torch.testing.assert_close(loss_c, loss_e, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_c, grads_e, strict=True):
@@ -92,44 +93,91 @@ def test_auto_backend_whole_network_matches_eager(
 def test_backend_switch() -> None:
     assert K.backend() is K.Backend.EAGER
     assert not K.use_compiled(10**9)
-    with pytest.raises(ValueError):
-        K.set_backend("fast")
-    try:
-        K.set_backend("auto")
+    with pytest.raises(ValueError, match="unknown kernel_backend 'fast'"):
+        with K.backend_scope("fast"):
+            pass
+    with K.backend_scope("auto"):
         assert not K.use_compiled(K.AUTO_MIN_NUMEL - 1)
         assert K.use_whole_network(K.AUTO_MIN_NUMEL - 1)
         assert K.use_compiled(K.AUTO_MIN_NUMEL)
         assert not K.use_whole_network(K.AUTO_MIN_NUMEL)
-        K.set_backend("compiled")
-        assert K.use_compiled(1) and not K.use_whole_network(1)
-    finally:
-        K.set_backend("eager")
+        # auto's thresholds were measured on CPUs: elsewhere it runs the eager kernels
+        meta = torch.device("meta")
+        assert not K.use_compiled(10**9, meta) and not K.use_whole_network(1, meta)
+        with K.backend_scope("compiled"):
+            assert K.use_compiled(1) and not K.use_whole_network(1)
+            assert K.use_compiled(1, meta)
+        assert K.backend() is K.Backend.AUTO
+    assert K.backend() is K.Backend.EAGER
 
 
-def test_public_backend_api_sets_returns_and_restores() -> None:
+def test_public_backend_api_scopes_and_restores() -> None:
     assert svbnn.get_kernel_backend() is svbnn.KernelBackend.EAGER
-    with pytest.raises(ValueError, match="unknown kernel backend 'fast'; choose from eager"):
-        svbnn.set_kernel_backend("fast")
-    assert svbnn.get_kernel_backend() is svbnn.KernelBackend.EAGER
-    try:
-        assert svbnn.set_kernel_backend("auto") is svbnn.KernelBackend.EAGER
-        assert svbnn.set_kernel_backend(svbnn.KernelBackend.COMPILED) is svbnn.KernelBackend.AUTO
-    finally:
-        svbnn.set_kernel_backend("eager")
     with pytest.raises(RuntimeError, match="inside"):
         with svbnn.kernel_backend("auto") as inside:
             assert inside is svbnn.KernelBackend.AUTO is svbnn.get_kernel_backend()
             raise RuntimeError("inside")
     assert svbnn.get_kernel_backend() is svbnn.KernelBackend.EAGER
+    with svbnn.kernel_backend(None) as kept:
+        assert kept is svbnn.KernelBackend.EAGER
 
 
-def test_bad_environment_backend_is_a_clear_import_error() -> None:
+def test_set_kernel_backend_is_deprecated_and_still_works() -> None:
+    with pytest.warns(DeprecationWarning, match="kernel_backend="):
+        with pytest.raises(ValueError, match="unknown kernel_backend 'fast'; choose from eager"):
+            svbnn.set_kernel_backend("fast")
+    try:
+        with pytest.warns(DeprecationWarning):
+            assert svbnn.set_kernel_backend("auto") is svbnn.KernelBackend.EAGER
+        assert svbnn.get_kernel_backend() is svbnn.KernelBackend.AUTO
+        with svbnn.kernel_backend("native"):  # a scope still wins
+            assert svbnn.get_kernel_backend() is svbnn.KernelBackend.NATIVE
+    finally:
+        K._process_default = None
+    assert svbnn.get_kernel_backend() is svbnn.KernelBackend.EAGER
+
+
+def test_environment_settings_are_read_at_use_with_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     env = {**os.environ, "SVBNN_KERNELS": "fast"}
     res = subprocess.run(
         [sys.executable, "-c", "import svbnn"], env=env, capture_output=True, text=True
     )
-    assert res.returncode != 0
-    assert "unknown SVBNN_KERNELS 'fast'; choose from eager, compiled, auto" in res.stderr
+    assert res.returncode == 0, res.stderr  # importing reads nothing
+    monkeypatch.setenv("SVBNN_KERNELS", "fast")
+    with pytest.raises(ValueError, match="unknown SVBNN_KERNELS 'fast'; choose from eager"):
+        svbnn.get_kernel_backend()
+    monkeypatch.setenv("SVBNN_KERNELS", "native")
+    assert svbnn.get_kernel_backend() is svbnn.KernelBackend.NATIVE
+    monkeypatch.delenv("SVBNN_KERNELS")
+    monkeypatch.setenv("SVBNN_NATIVE", "no")
+    with pytest.raises(ValueError, match="SVBNN_NATIVE must be 0 or 1, got 'no'"):
+        _native._enabled()
+
+
+def test_concurrent_fits_with_different_backends_each_give_their_own_result() -> None:
+    # An eager fit and a native fit at the same time in two threads (one torch thread each)
+    # give, bit for bit, what each gives alone: the backend is the fit's, not the process's.
+    from svbnn import SVBNNRegressor
+
+    X = torch.randn(300, 5, generator=torch.Generator().manual_seed(0)).numpy()
+    y = X[:, 0] - 2.0 * X[:, 1] ** 2
+
+    def fit(kernels: str) -> np.ndarray:
+        torch.set_num_threads(1)
+        est = SVBNNRegressor(max_iter=15, tol=None, random_state=0, kernel_backend=kernels)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return est.fit(X, y).predict(X)
+
+    alone = {k: fit(k) for k in ("eager", "native")}
+    assert not np.array_equal(alone["eager"], alone["native"])  # the test can tell them apart
+    for _ in range(2):
+        with ThreadPoolExecutor(2) as pool:
+            together = dict(zip(alone, pool.map(fit, alone), strict=True))
+        for k in alone:
+            np.testing.assert_array_equal(together[k], alone[k], err_msg=k)
 
 
 @pytest.mark.slow

@@ -187,19 +187,38 @@ def test_native_kernel_steps_aside_where_it_does_not_apply(
     assert not _native.usable(mu, rho, alpha, lam, 2.0)
 
 
-def test_the_library_is_compiled_once_into_the_cache(
+def test_the_install_build_is_loaded_only_if_it_matches_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_native, "_library", None)
+    monkeypatch.setattr(_native, "_failed", False)
+    monkeypatch.setattr(_native, "BUILD_DIR", tmp_path)
+    built = _native.build_into_package()
+    assert built.parent == tmp_path and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [built.name, "manifest.json"]
+    )
+    assert _native.available()
+    assert _native._library is not None and Path(_native._library._name) == built
+    # A library that is not the one built (here: one byte more) is never loaded: the loops
+    # are compiled for this process in a private folder instead.
+    with open(built, "ab") as f:
+        f.write(b"\0")
+    monkeypatch.setattr(_native, "_library", None)
+    with caplog.at_level(logging.WARNING, logger="svbnn._native"):
+        assert _native.available()
+    assert Path(_native._library._name) != built
+    assert not Path(_native._library._name).is_relative_to(tmp_path)
+    assert any("does not match the SHA-256" in r.getMessage() for r in caplog.records)
+
+
+def test_without_an_install_build_the_loops_compile_privately(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_native, "_library", None)
     monkeypatch.setattr(_native, "_failed", False)
-    monkeypatch.setenv("SVBNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_native, "BUILD_DIR", tmp_path / "nothing-installed")
     assert _native.available()
-    built = list(tmp_path.iterdir())
-    assert len(built) == 1 and built[0].name.startswith("fused_forward-")
-    assert built[0].suffix == ".so"
-    monkeypatch.setattr(_native, "_library", None)
-    assert _native.available()  # found in the cache
-    assert list(tmp_path.iterdir()) == built
+    assert not (tmp_path / "nothing-installed").exists()
 
 
 def test_without_a_compiler_the_inductor_kernel_stays(
@@ -210,7 +229,7 @@ def test_without_a_compiler_the_inductor_kernel_stays(
 ) -> None:
     monkeypatch.setattr(_native, "_library", None)
     monkeypatch.setattr(_native, "_failed", False)
-    monkeypatch.setenv("SVBNN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_native, "BUILD_DIR", tmp_path)
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     with caplog.at_level(logging.WARNING, logger="svbnn._native"):
         assert not _native.available()

@@ -24,8 +24,11 @@ less time.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
+import threading
+import warnings
 from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Any
@@ -43,6 +46,7 @@ __all__ = [
     "backend",
     "backend_scope",
     "kernels",
+    "parse_backend",
     "log_softplus",
     "softplus",
     "set_backend",
@@ -452,7 +456,8 @@ _EAGER: dict[str, Callable[..., Any]] = {
 _COMPILED: dict[str, Callable[..., Any]] = {}
 
 
-def _parse_backend(name: Backend | str, source: str = "kernel backend") -> Backend:
+def parse_backend(name: Backend | str, source: str = "kernel_backend") -> Backend:
+    """The backend named, or a ValueError naming ``source`` and the choices."""
     try:
         return Backend(name)
     except ValueError:
@@ -460,72 +465,123 @@ def _parse_backend(name: Backend | str, source: str = "kernel backend") -> Backe
         raise ValueError(f"unknown {source} {name!r}; choose from {choices}") from None
 
 
-_backend = _parse_backend(os.environ.get("SVBNN_KERNELS", Backend.EAGER.value), "SVBNN_KERNELS")
+ENV_VAR = "SVBNN_KERNELS"
+"""The environment variable that names the backend where no call chose one: read at each
+use, never stored, so that a bad value is a clear error where it is used."""
 
-
-def set_backend(name: Backend | str) -> Backend:
-    """Run the spike-and-slab kernels eagerly (default), compiled with ``torch.compile``,
-    ``"auto"`` (compiled for large tensors, see :class:`Backend`) or ``"native"`` (svbnn's
-    C++ loops, never a compile), from now on, in this process. Returns the backend that
-    was in use. The initial one is ``SVBNN_KERNELS``'s (read at import, so worker
-    processes inherit it) or ``eager``.
-
-    Compiling needs a C/C++ compiler (CPU) or Triton (CUDA); the first call of each kernel
-    compiles it (seconds to a minute), later calls reuse it. A seed reproduces a run
-    within one backend (the compiled kernels draw their noise differently).
-    """
-    global _backend
-    previous, _backend = _backend, _parse_backend(name)
-    return previous
+# The backend chosen by the innermost enclosing backend_scope of this thread (a context
+# variable: each thread, and each asyncio task, has its own), None outside any.
+_scoped: contextvars.ContextVar[Backend | None] = contextvars.ContextVar(
+    "svbnn_kernel_backend", default=None
+)
+# Set only by the deprecated set_backend: the process default below every scope.
+_process_default: Backend | None = None
+_compile_lock = threading.Lock()
 
 
 def backend() -> Backend:
-    """The backend in use."""
-    return _backend
+    """The backend in use here: the innermost :func:`backend_scope` of this thread (the
+    ``kernel_backend`` argument of :func:`svbnn.training.train` and of the estimators opens
+    one), else the deprecated :func:`set_backend`'s, else ``SVBNN_KERNELS``'s, else
+    ``eager``.
+
+    Raises
+    ------
+    ValueError
+        ``SVBNN_KERNELS`` names no backend (the message names the variable and the choices).
+    """
+    scoped = _scoped.get()
+    if scoped is not None:
+        return scoped
+    if _process_default is not None:
+        return _process_default
+    return parse_backend(os.environ.get(ENV_VAR, Backend.EAGER.value), ENV_VAR)
 
 
 @contextlib.contextmanager
-def backend_scope(name: Backend | str) -> Iterator[Backend]:
-    """``with backend_scope("auto"): ...`` runs the block with that backend and restores
-    the previous one after it (also on error). Yields the backend set."""
-    previous = set_backend(name)
+def backend_scope(name: Backend | str | None) -> Iterator[Backend]:
+    """``with backend_scope("auto"): ...`` runs the block with that backend, in this thread
+    only, and restores the previous one after it (also on error). ``None`` keeps the
+    backend in use. Yields the backend in force inside.
+
+    Threads do not share a scope: two fits made at the same time in two threads, each in
+    its own scope, each run with their own backend. ``torch.compile`` is not thread-safe
+    upstream: run compiled fits (``compiled``, and ``auto`` on networks it compiles) one at
+    a time; ``eager`` and ``native`` fits may run concurrently.
+    """
+    if name is None:
+        yield backend()
+        return
+    token = _scoped.set(parse_backend(name))
     try:
-        yield _backend
+        yield _scoped.get() or backend()
     finally:
-        set_backend(previous)
+        _scoped.reset(token)
 
 
-def use_compiled(numel: int) -> bool:
-    """Whether the kernels for a tensor of ``numel`` elements run compiled."""
-    if _backend is Backend.AUTO:
-        return numel >= AUTO_MIN_NUMEL
-    return _backend is Backend.COMPILED
+def set_backend(name: Backend | str) -> Backend:
+    """Deprecated: set the process-wide default backend; returns the one in use before.
+
+    A process-wide setting lets one caller change another's numbers (two fits in two
+    threads). Pass ``kernel_backend=`` to :func:`svbnn.training.train` or to the estimators,
+    or use ``with svbnn.kernel_backend(name):`` instead (see ``CHANGELOG.md``).
+    """
+    warnings.warn(
+        "svbnn.set_kernel_backend is deprecated: pass kernel_backend= to train or to the "
+        "estimator, or use `with svbnn.kernel_backend(name):`",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    global _process_default
+    previous = backend()
+    _process_default = parse_backend(name)
+    return previous
 
 
-def use_whole_network(numel: int) -> bool:
+def _on_cpu(device: torch.device | None) -> bool:
+    return device is None or device.type == "cpu"
+
+
+def use_compiled(numel: int, device: torch.device | None = None) -> bool:
+    """Whether the kernels for a tensor of ``numel`` elements on ``device`` run compiled.
+    ``auto``'s size threshold was chosen on CPUs: on another device ``auto`` runs the eager
+    kernels."""
+    mode = backend()
+    if mode is Backend.AUTO:
+        return numel >= AUTO_MIN_NUMEL and _on_cpu(device)
+    return mode is Backend.COMPILED
+
+
+def use_whole_network(numel: int, device: torch.device | None = None) -> bool:
     """Whether a small MLP's training forward runs as one compiled graph
     (:func:`~svbnn._network_graph.mlp_draw_forward`): the ``auto`` backend, below
-    :data:`AUTO_MIN_NUMEL` parameters (of all replicates, for a replicated network)."""
-    return _backend is Backend.AUTO and numel < AUTO_MIN_NUMEL
+    :data:`AUTO_MIN_NUMEL` parameters (of all replicates, for a replicated network), on the
+    CPU."""
+    return backend() is Backend.AUTO and numel < AUTO_MIN_NUMEL and _on_cpu(device)
 
 
 def kernels(compiled: bool | None = None) -> dict[str, Callable[..., Any]]:
     """The kernel functions: compiled or eager (``None``: as the backend says, ``auto``
     counting as compiled)."""
+    mode = backend()
     if compiled is None:
-        compiled = _backend in (Backend.COMPILED, Backend.AUTO)
+        compiled = mode in (Backend.COMPILED, Backend.AUTO)
     if not compiled:
         return _EAGER
-    if _backend is Backend.NATIVE:
+    if mode is Backend.NATIVE:
         # Callers ask for these only where the native loops serve the draw.
         return _NATIVE_KERNELS
-    if not _COMPILED:
-        logger.info("compiling spike-and-slab kernels with torch.compile")
-        # One symbolic-shape graph per kernel serves every layer and network size.
-        for name, fn in _EAGER.items():
-            _COMPILED[name] = torch.compile(fn, dynamic=True, options=COMPILE_OPTIONS)
-        _COMPILED["fused_forward"] = _with_native(_COMPILED["fused_forward"])
-        _COMPILED["fused_backward"] = _with_native_backward(_COMPILED["fused_backward"])
+    with _compile_lock:
+        if not _COMPILED:
+            logger.info("compiling spike-and-slab kernels with torch.compile")
+            # One symbolic-shape graph per kernel serves every layer and network size.
+            compiled_fns = {
+                name: torch.compile(fn, dynamic=True, options=COMPILE_OPTIONS)
+                for name, fn in _EAGER.items()
+            }
+            compiled_fns["fused_forward"] = _with_native(compiled_fns["fused_forward"])
+            compiled_fns["fused_backward"] = _with_native_backward(compiled_fns["fused_backward"])
+            _COMPILED.update(compiled_fns)
     return _COMPILED
 
 

@@ -58,7 +58,7 @@ class _SpikeSlabKL(torch.autograd.Function):
     ) -> Tensor:
         log_1mlam = log1mexp(log_lam)
         prec0 = math.exp(-2.0 * log_sigma0)  # the kernels take 1 / sigma_0^2
-        ctx.compiled = use_compiled(mu.numel())
+        ctx.compiled = use_compiled(mu.numel(), mu.device)
         if ctx.compiled:
             ctx.save_for_backward(mu, rho, alpha, log_lam, log_1mlam)
             ctx.consts = (log_sigma0, prec0)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from . import _native
 from ._device import check_training_devices
+from ._kernels import Backend, backend_scope, parse_backend
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
 from .selection import sparsity, spike_slab_layers, unresolved_fraction
@@ -317,6 +318,7 @@ def train(
     on_step: Callable[[int], None] | None = None,
     replicated: bool | None = None,
     checkpoint_extra: Callable[[], dict[str, Any]] | None = None,
+    kernel_backend: Backend | str | None = None,
 ) -> History:
     """Fit a model by minimising the per-datum negative ELBO (or another objective).
 
@@ -375,6 +377,10 @@ def train(
     checkpoint_extra : callable, optional
         ``checkpoint_extra()`` returns more state (numbers, tensors) saved in the checkpoint
         under ``"extra"`` (read it back with :func:`svbnn.checkpoint.load_checkpoint`).
+    kernel_backend : {"eager", "compiled", "auto", "native"}, optional
+        The spike-and-slab kernels of the training steps (:class:`svbnn.KernelBackend`), for
+        this call and this thread only; ``None`` keeps the one in force
+        (:func:`svbnn.get_kernel_backend`). A seed reproduces a run within one backend.
 
     Returns
     -------
@@ -386,6 +392,7 @@ def train(
         When the loss becomes NaN or infinite; the message names the epoch.
     """
     _check_train_args(likelihood, objective, epochs, batch_size, n_mc, kl_weight)
+    kernels = parse_backend(kernel_backend) if kernel_backend is not None else None
     if replicated is None:
         replicated = any(layer.n_replicates is not None for layer in variational_layers(model))
     if generator is None:
@@ -426,7 +433,8 @@ def train(
     bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
     last = start
     for epoch in bar:
-        loss, nll, kl = _run_epoch(model, objective, opt, batches, on_step, epoch)
+        with backend_scope(kernels):
+            loss, nll, kl = _run_epoch(model, objective, opt, batches, on_step, epoch)
         _check_finite(loss, epoch + 1)
         _record_epoch(history, model, epoch + 1, (loss, nll, kl), track_sparsity)
         if verbose:

@@ -480,23 +480,15 @@ def _print_demo_results(rows: list[dict[str, Any]]) -> None:
 
 @contextlib.contextmanager
 def _kernel_setting(name: str | None) -> Iterator[None]:
-    """``--kernels`` for the duration of the command: the backend, and the environment
-    variable that worker processes (``--jobs``, spawned) read at import."""
+    """``--kernels`` for the duration of the command (worker processes and Dask workers are
+    given it with each chunk)."""
     if name is None:
         yield
         return
     from svbnn import kernel_backend
 
-    saved = os.environ.get("SVBNN_KERNELS")
-    os.environ["SVBNN_KERNELS"] = name
-    try:
-        with kernel_backend(name):
-            yield
-    finally:
-        if saved is None:
-            del os.environ["SVBNN_KERNELS"]
-        else:
-            os.environ["SVBNN_KERNELS"] = saved
+    with kernel_backend(name):
+        yield
 
 
 def _artifact_kernels(args: argparse.Namespace, name: str) -> str | None:

@@ -22,10 +22,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from svbnn import get_kernel_backend, kernel_backend
+from svbnn import get_kernel_backend
 
-from .common import Chunk, ChunkResult, run_chunk
-from .engine import use_engine, worker_setup
+from .common import Chunk, ChunkResult
+from .engine import run_chunk_with, use_engine, worker_setup
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -69,8 +69,7 @@ def _chunk_task(chunk: Chunk, kernels: str) -> ChunkResult:
     """One chunk on a Dask worker, with the client's kernel backend (a seed reproduces a
     run within one backend, and a worker's own ``SVBNN_KERNELS`` may differ)."""
     worker_setup()
-    with kernel_backend(kernels):
-        return run_chunk(chunk)
+    return run_chunk_with(chunk, kernels)
 
 
 @dataclass

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
+from svbnn import get_kernel_backend, kernel_backend
+
 from .common import Chunk, ChunkResult, run_chunk
 
 __all__ = [
@@ -112,7 +114,10 @@ def execute_chunks(
         max_workers=jobs, mp_context=get_context("spawn"), initializer=_ignore_sigint
     )
     try:
-        futures = [pool.submit(run_chunk, ch) for ch in chunks]
+        # The workers run with this process's kernel backend, passed explicitly (a spawned
+        # process starts with none of this thread's settings).
+        kernels = get_kernel_backend().value
+        futures = [pool.submit(run_chunk_with, ch, kernels) for ch in chunks]
         for fut in tqdm(futures, desc=desc, disable=not progress):
             results.append(fut.result())
     except BaseException:
@@ -131,6 +136,13 @@ def execute_chunks(
         raise
     pool.shutdown()
     return sorted(results, key=lambda r: r.index)
+
+
+def run_chunk_with(chunk: Chunk, kernels: str) -> ChunkResult:
+    """:func:`run_chunk` under the kernel backend ``kernels`` (in a worker process or on a
+    Dask worker: the caller's backend, whatever the worker's ``SVBNN_KERNELS``)."""
+    with kernel_backend(kernels):
+        return run_chunk(chunk)
 
 
 def _ignore_sigint() -> None:

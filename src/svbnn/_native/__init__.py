@@ -16,16 +16,19 @@
   torch operations each; :func:`narrow_mlp_gaussian_step` runs both, replicate by
   replicate, for the training step under a Gaussian likelihood.
 
-The library is compiled on first use with ``$CXX`` (default ``c++``) into
-``$SVBNN_CACHE_DIR`` (default ``~/.cache/svbnn``), named by a hash of the sources, the
-flags, the compiler and the CPU, and reused from there. Without a compiler, or where it
-fails, the callers keep torch's operations (:func:`available` says which).
+The library is built with ``$CXX`` (default ``c++``): at install by ``python -m
+svbnn._native`` (``make install`` runs it) into the package's own ``_build`` folder, with its
+SHA-256 in a manifest there, and loaded only if the file matches it; otherwise compiled on
+first use for the process alone, in a private temporary folder (see ``SECURITY.md``). Without
+a compiler, or where it fails, the callers keep torch's operations (:func:`available` says
+which).
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import logging
 import os
 import platform
@@ -39,7 +42,9 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "BUILD_DIR",
     "available",
+    "build_into_package",
     "backward_usable",
     "fused_backward",
     "fused_forward",
@@ -119,40 +124,105 @@ def _cpu_signature() -> str:
     return platform.machine() + platform.processor() + "".join(lines)
 
 
-def _compile() -> ctypes.CDLL:
-    """Compile (or find in the cache) and load the library; raises on any failure."""
-    compiler = os.environ.get("CXX", "c++")
+BUILD_DIR = Path(__file__).with_name("_build")
+"""Where ``python -m svbnn._native`` (run by ``make install``) builds the library, inside the
+installed package, beside a manifest of its SHA-256: trusted as the package's own code is."""
+_MANIFEST = "manifest.json"
+
+
+def _build_key(compiler: str) -> str:
+    """A hash of what the library is built from: the sources, the flags, the compiler and its
+    version, and the CPU that ``-march=native`` compiles for."""
     version = subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, check=True, timeout=60
     ).stdout
-    key = hashlib.sha256(
+    return hashlib.sha256(
         "\0".join(
             [*(src.read_text() for src in _SOURCES), " ".join(_FLAGS), compiler, version]
             + [_cpu_signature()]
         ).encode()
     ).hexdigest()[:20]
-    cache = Path(os.environ.get("SVBNN_CACHE_DIR", Path.home() / ".cache" / "svbnn"))
-    target = cache / f"fused_forward-{key}.so"
-    if not target.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        # Compiled beside the target and renamed into place: another process finds either
-        # no library or a whole one.
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
-        os.close(fd)
-        try:
-            logger.info("compiling %s with %s", [src.name for src in _SOURCES], compiler)
-            subprocess.run(
-                [compiler, *_FLAGS, *map(str, _SOURCES), "-o", tmp],
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=300,
-            )
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    lib = ctypes.CDLL(str(target))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _build(compiler: str, target: Path) -> None:
+    """Compile the sources into ``target``: written beside it and renamed into place, so that
+    another process finds either no library or a whole one."""
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        logger.info("compiling %s with %s", [src.name for src in _SOURCES], compiler)
+        subprocess.run(
+            [compiler, *_FLAGS, *map(str, _SOURCES), "-o", tmp],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def build_into_package(build_dir: Path | None = None) -> Path:
+    """Build the library into the installed package (``BUILD_DIR``) and record its SHA-256
+    in the manifest there; returns the library's path. Raises on any failure."""
+    build_dir = BUILD_DIR if build_dir is None else build_dir
+    compiler = os.environ.get("CXX", "c++")
+    key = _build_key(compiler)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    target = build_dir / f"svbnn_native-{key}.so"
+    _build(compiler, target)
+    manifest = _read_manifest(build_dir)
+    manifest[key] = _sha256(target)
+    fd, tmp = tempfile.mkstemp(suffix=".json", dir=build_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+    os.replace(tmp, build_dir / _MANIFEST)
+    return target
+
+
+def _read_manifest(build_dir: Path) -> dict[str, str]:
+    try:
+        data = json.loads((build_dir / _MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _compile() -> ctypes.CDLL:
+    """Load the library; raises on any failure.
+
+    The install's build (``BUILD_DIR``) is loaded only if its SHA-256 equals the one the
+    package's manifest recorded for these sources, flags, compiler and CPU. Otherwise (no
+    install build, another compiler or CPU, a file that does not match) the library is
+    compiled for this process alone into a fresh private temporary folder: nothing is ever
+    loaded from a folder that another user or process could have written into.
+    """
+    compiler = os.environ.get("CXX", "c++")
+    key = _build_key(compiler)
+    installed = BUILD_DIR / f"svbnn_native-{key}.so"
+    expected = _read_manifest(BUILD_DIR).get(key)
+    if expected is not None and installed.is_file():
+        if _sha256(installed) == expected:
+            return _bind(ctypes.CDLL(str(installed)))
+        logger.warning(
+            "%s does not match the SHA-256 in svbnn's manifest; not loaded (building a "
+            "private copy; `python -m svbnn._native` rebuilds the installed one)",
+            installed,
+        )
+    with tempfile.TemporaryDirectory(prefix="svbnn-native-") as private:
+        target = Path(private) / "svbnn_native.so"
+        _build(compiler, target)
+        # Loaded (mapped) before the folder goes: the process keeps the mapping.
+        return _bind(ctypes.CDLL(str(target)))
+
+
+def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     for name in _FUNCTIONS.values():
         fn = getattr(lib, name)
         fn.argtypes = _ARGTYPES
@@ -186,8 +256,11 @@ def available() -> bool:
 
 def _enabled() -> bool:
     # Inside a caller's torch.compile torch's operations trace into its graph; a ctypes call
-    # would break it. SVBNN_NATIVE=0 turns every native loop off.
-    return not torch.compiler.is_compiling() and os.environ.get("SVBNN_NATIVE", "1") != "0"
+    # would break it. SVBNN_NATIVE=0 turns every native loop off (read at each use).
+    setting = os.environ.get("SVBNN_NATIVE", "1")
+    if setting not in ("0", "1"):
+        raise ValueError(f"SVBNN_NATIVE must be 0 or 1, got {setting!r}")
+    return setting == "1" and not torch.compiler.is_compiling()
 
 
 def _cpu_float32(*tensors: Tensor) -> bool:

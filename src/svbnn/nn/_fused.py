@@ -97,7 +97,7 @@ class GumbelSpikeSlab(torch.autograd.Function):
     ) -> Tensor:
         # compiled: None as the backend says for this size, False for the eager kernels
         ctx.tau = tau
-        ctx.compiled = use_compiled(mu.numel()) if compiled is None else compiled
+        ctx.compiled = use_compiled(mu.numel(), mu.device) if compiled is None else compiled
         if ctx.compiled:
             # Fused kernels on 1-D views; the backward recomputes from the inputs.
             flat = [t.reshape(-1) for t in (mu, rho, alpha, u, eps)]
@@ -458,7 +458,7 @@ class FusedEngine:
             return None
         # The one-graph step (auto, a small network) or the native one (auto or native, a
         # Gaussian likelihood): every step off those backends decides here.
-        whole = _fused_paths.use_whole_network(mu.numel())
+        whole = _fused_paths.use_whole_network(mu.numel(), mu.device)
         if not (whole or backend() in (Backend.AUTO, Backend.NATIVE)):
             return None
         step = step_likelihood(likelihood, model.out_features) if may_step(model) else None
@@ -499,11 +499,11 @@ class FusedEngine:
         # only where the size alone does not already choose the compiled kernels); under
         # the native backend they draw wherever they serve (kernels() then gives them).
         compiled = (
-            use_compiled(mu.numel())
+            use_compiled(mu.numel(), mu.device)
             or native_network(model, model.layers())
             or (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True))
         )
-        if _fused_path(mu.numel()) or compiled:
+        if _fused_path(mu.numel(), mu.device) or compiled:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
             gen = first.generator

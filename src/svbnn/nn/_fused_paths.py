@@ -90,7 +90,7 @@ def _plain_layers_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool
 
 def whole_network_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
     return (
-        use_whole_network(model.mu.numel())
+        use_whole_network(model.mu.numel(), model.mu.device)
         and not native_network(model, layers)
         and fused_kl_ok(layers)
         and flat_mlp_ok(model, x, layers)
