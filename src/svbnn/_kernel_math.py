@@ -16,8 +16,8 @@ __all__ = ["counter_index", "counter_noise"]
 
 # Counter-based noise: element i of a draw gets its uniforms by hashing (i, seed), so the
 # noise costs a few vectorised integer operations inside the fused loop instead of two
-# passes of torch's sequential generator (measured, compiled: 2.4 against 4.2 ms for the
-# 669,706 parameters of the MNIST network). The hash is "lowbias32" (C. Wellons'
+# passes of torch's sequential generator (docs/performance.md, "Where the thresholds and
+# layouts come from"). The hash is "lowbias32" (C. Wellons'
 # hash-prospector: a 32-bit integer hash with avalanche bias 0.17%), applied twice with the
 # two seed words; int32 arithmetic wraps, and right shifts are masked to make them logical.
 _H1 = 0x7FEB352D
@@ -52,12 +52,11 @@ def counter_noise(like: Tensor, seed: Tensor) -> tuple[Tensor, Tensor]:
     Box-Muller's ``sqrt(-2 log v1) cos(2 pi v2)``. ``float32``: three hashes, i.e. 64 bits
     after the seed mixing, of which 23 go to ``u``, 23 to the radius ``v1`` (the largest
     ``|eps|`` is 5.8, as with ``torch.rand``'s 24 bits) and 16 to the angle ``v2``. Each
-    hash costs about 1 ms of the fused loop on the 669,706 parameters of the MNIST network
-    (measured: five hashes 7.3 ms, four 6.2 ms), so the angle, which needs no tail
+    hash is a sizeable part of the fused loop's time, so the angle, which needs no tail
     resolution, shares the two words. The logarithm and the cosine are the inline
     ``float32`` versions below (:func:`_log`, :func:`_cos_2pi`), within 2 ulp.
     ``float64``: five hashes, 52-bit ``u`` and ``v1``, 23-bit ``v2``. (Pairing elements to
-    share one Box-Muller draw, ``r cos t`` and ``r sin t``, measured slower compiled: the
+    share one Box-Muller draw, ``r cos t`` and ``r sin t``, is slower compiled: the
     concatenation splits the fused loop.)
 
     Parameters
@@ -93,7 +92,8 @@ def counter_noise(like: Tensor, seed: Tensor) -> tuple[Tensor, Tensor]:
 # Compiled for the CPU, torch.log / exp / log1p / cos are calls into the SLEEF library
 # inside the fused loop, and a call clobbers every vector register: the loop, which keeps
 # dozens of values live, spills and reloads them around each call. Written as arithmetic
-# and integer bit operations instead, they stay inline (measured: docs/performance.md).
+# and integer bit operations instead, they stay inline (docs/performance.md, "The fused
+# kernel's float32 math").
 # Each is accurate to 2 ulp in float32 on its stated domain, the sigmoids to 3 as torch's
 # own (tests/test_fused.py checks them against float64); other dtypes use the torch
 # functions. The polynomials are musl's logf and Cephes' expf. Their coefficients are
@@ -167,7 +167,7 @@ def _softplus_parts(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     float32: ``log1p(e)`` is :func:`_log_reduced` of ``f = e`` below ``sqrt(2) - 1``, else
     of ``f = (e - 1) / 2`` (``1 + e = 2 (1 + f)``), so ``1 + e`` is never rounded. (One
     division for both ``1 / (1 + e)`` and ``1 / (2 + f)``, as ``1 / ((1 + e)(2 + f))``,
-    measured 2% faster and 1 ulp less accurate.)"""
+    is 1 ulp less accurate for little gain.)"""
     e = _exp_nonpositive(-x.abs())
     r = 1.0 / (1.0 + e)
     if x.dtype == torch.float32:

@@ -3,10 +3,13 @@
 Each function is one fused pass over the parameters when compiled with ``torch.compile``
 (inductor generates a single vectorised C++/Triton loop): the per-weight work of a
 spike-and-slab layer is elementwise and memory-bound, so fusing the dozen eager passes
-into one is where the speed comes from (DESIGN section 6). Eager is the default; switch
-with :func:`set_backend` or ``SVBNN_KERNELS=compiled``. Both backends compute the same
-formulas; the compiled one may differ in the last bits (different operation order), so a
-seed reproduces a run within one backend.
+into one is where the speed comes from (DESIGN section 6). The formulas have one definition,
+:func:`kl_terms` for the KL and its derivatives (DESIGN section 1.2). Eager is the default;
+the caller chooses another backend with :func:`backend_scope` (the ``kernel_backend``
+argument of :func:`svbnn.training.train` and of the estimators), for its own thread only,
+or ``SVBNN_KERNELS`` (read at each use). Both compute the same formulas; the compiled one may
+differ in the last bits (different operation order), so a seed reproduces a run within one
+backend.
 
 Eager, every operation is a separate pass, so the forward saves its intermediates for the
 backward. Compiled, the per-layer kernels recompute the intermediates from the saved inputs
@@ -17,8 +20,7 @@ gradients in one function, :func:`fused_forward` (compiled, counter-based noise)
 :func:`fused_forward_given_noise` (eager, torch's generator), and applies them in
 :func:`fused_backward`. With one torch thread, the compiled :func:`fused_forward` and
 :func:`fused_backward` of one float32 network on the CPU run the same loops as built by the
-C++ compiler itself (:mod:`svbnn._native`), which give inductor's outputs bit for bit in
-less time.
+C++ compiler itself (:mod:`svbnn._native`), which give inductor's outputs bit for bit.
 """
 
 from __future__ import annotations
@@ -61,28 +63,26 @@ class Backend(str, Enum):
     """How the elementwise kernels run.
 
     ``AUTO`` compiles the kernels of tensors with at least :data:`AUTO_MIN_NUMEL` elements
-    and runs smaller ones eagerly: a compiled call costs a fixed ~0.1 ms of Python-side
-    overhead (guards, wrapper), more than the dozens of eager operations it replaces on a
-    few thousand parameters, and much less than them on hundreds of thousands. The training
+    and runs smaller ones eagerly: a compiled call has a fixed Python-side overhead
+    (guards, wrapper) that outweighs the eager operations it replaces on small tensors.
+    Off the CPU it runs the eager kernels (its thresholds were measured on CPUs). The training
     step of a small :class:`~svbnn.nn.SpikeSlabMLP` (one network on ``(m, p)`` inputs, or
     R replicates on ``(R, m, p)``) instead runs as one compiled graph with its layers and,
     through :func:`svbnn.training.negative_elbo` with a Gaussian or categorical likelihood,
     the loss (:func:`~svbnn._network_graph.mlp_negative_elbo`; otherwise the forward
     alone, :func:`~svbnn._network_graph.mlp_draw_forward`), which pays that overhead once
-    for the whole network (measured, UCI network 8-50-1, batch 128: training step 0.45 ms,
-    against 0.60 with the forward alone as a graph and 0.76 with the eager kernels; 20
-    replicates of it, 10,020 parameters, batch 128: 0.81-0.83 times the eager kernels' step).
+    for the whole network (timings: ``docs/performance.md``, "Where the thresholds and
+    layouts come from").
 
     ``NATIVE`` never calls ``torch.compile``: svbnn's own C++ loops (:mod:`svbnn._native`,
-    built once per machine by the C++ compiler and cached) run where they serve, at any
+    built by the C++ compiler, see ``SECURITY.md``) run where they serve, at any
     thread count, and the eager kernels elsewhere. They serve the draw + KL of float32 CPU
     parameters, and the whole training step of an MLP of ReLU (or no) activations under a
     Gaussian (known or learned noise) or categorical likelihood, where the network is small
     (one network of fewer than :data:`AUTO_MIN_NUMEL` parameters) or its layers narrow
     (:mod:`svbnn.nn._native_step`; ``auto`` takes that step for narrow layers only).
     Without a C++ compiler it is the eager backend. The estimators' ``auto`` fits small
-    networks with it: compiling a graph for them costs more than such a fit (30 s to
-    minutes).
+    networks with it: compiling a graph for them costs more than such a fit.
     """
 
     EAGER = "eager"
@@ -95,16 +95,13 @@ COMPILE_OPTIONS: dict[str, Any] = {"size_asserts": False}
 """Inductor options of every graph compiled here. ``size_asserts`` off: the generated
 code would check the size and stride of every graph input and BLAS output on each call,
 which dynamo's guards on the inputs and the fixed layouts of these graphs make redundant,
-and which costs a small network's step several percent (measured, 1 thread, 25
-interleaved rounds of 200 steps: UCI 8-50-1 0.95-0.96, Simulation II 200-7-7-7-1 0.97 of
-the step with the checks)."""
+and which cost a small network's step a few percent (``docs/performance.md``)."""
 
 AUTO_MIN_NUMEL = 12_288
 """Size from which the ``auto`` backend compiles the per-parameter kernels, and below which
-a :class:`~svbnn.nn.SpikeSlabMLP`'s step is one whole-network graph. Measured (1 thread,
-Gaussian MLPs, batch 256, ms a training step, whole-network graph / compiled kernels /
-eager kernels): 5,151 parameters 0.72 / 0.90 / -; 7,921: 0.91 / 1.02 / -; 12,181: 1.14 /
-1.12 / -; 15,201: 1.29 / 1.22 / 1.44; 20,301: 1.58 / 1.36 / 1.66; 80,601: 4.61 / 2.81 / -."""
+a :class:`~svbnn.nn.SpikeSlabMLP`'s step is one whole-network graph: where the two
+approaches' step times cross on CPUs (``docs/performance.md``, "Where the thresholds and
+layouts come from")."""
 
 
 def softplus(rho: Tensor) -> Tensor:
@@ -343,10 +340,11 @@ def fused_forward(
     shape ``mu.shape[:-1]``, and what :func:`fused_backward` multiplies the incoming
     gradients with. The gate is evaluated as ``u > 1 - phi``, the same event as
     ``alpha + logit(u) > 0`` without two logarithms, and is not returned: the backward reads
-    it as ``theta != 0`` (a drawn slab value of exactly 0 has probability 0), because a
-    boolean output slows the compiled loop down by half (measured, 669,706 parameters:
-    7.8 against 12.7 ms). Saving the factors (five numbers per parameter) is cheaper than
-    recomputing noise and transcendentals in the backward.
+    it as ``theta != 0`` (a drawn slab value of exactly 0 has probability 0, except where
+    ``mu = 0`` and ``sigma`` underflows: there ``d/dmu`` is 0), because a boolean output
+    slows the compiled loop down (``docs/performance.md``). Saving the factors (five
+    numbers per parameter) is cheaper than recomputing noise and transcendentals in the
+    backward.
     """
     u, eps = counter_noise(mu, seed)
     sigma, _, d_sigma, _ = _softplus_parts(rho)
@@ -405,10 +403,9 @@ def fused_backward(
 
     ``into_factors``: write the three gradients over ``kl_mu, kl_rho, kl_alpha`` and
     return those, for a caller that reads the factors no more. Compiled, the loop then
-    stores into the cache lines it has just read instead of into three fresh arrays.
-    Measured on the MNIST network (669,706 parameters, 1 thread): a training step 1.0-1.1
-    ms shorter (0.93 and 0.96 of it), the backward alone from memory 1.11 against 1.48 ms.
-    Eager it costs one more pass over the three.
+    stores into the cache lines it has just read instead of into three fresh arrays
+    (``docs/performance.md``, "Memory traffic of the compiled step"). Eager it costs one
+    more pass over the three.
     """
     g_gate = torch.where(theta != 0, g_theta, 0.0)
     g_mu = torch.addcmul(g_gate, g_kl, kl_mu)
@@ -590,11 +587,8 @@ def _with_native(
 ) -> Callable[..., Any]:
     """The compiled :func:`fused_forward`: the C++ compiler's build of the same loop
     (:mod:`svbnn._native`) where it serves the call (one network's or R replicates' float32
-    parameters on the CPU, one thread), with the same outputs bit for bit, else inductor's.
-    Measured on the MNIST network's 669,706 parameters, 1 thread, 15 interleaved rounds of
-    10 calls: 0.78 [IQR 0.74-0.94] of inductor's time with fresh outputs, 0.91 [0.74-0.96]
-    on reused memory; the training step with both native loops 0.94
-    (``docs/performance.md``).
+    parameters on the CPU, one thread), with the same outputs bit for bit, else inductor's
+    (timings: ``docs/performance.md``, "The draw + KL loops built by the C++ compiler").
     ``SVBNN_NATIVE=0`` keeps inductor's everywhere."""
 
     def fused_forward_compiled(*args: Any) -> tuple[Tensor, ...]:
@@ -611,9 +605,8 @@ def _with_native_backward(
     inductor_kernel: Callable[..., Any], any_threads: bool = False
 ) -> Callable[..., Any]:
     """The compiled :func:`fused_backward`: with ``into_factors``, the C++ compiler's build
-    of the same loop where it serves the call (as :func:`_with_native`), else inductor's.
-    Measured on 669,706 parameters, arrays from memory, 1 thread: 0.79 of inductor's time
-    (1.01 against 1.25 ms, 15 interleaved rounds), the gradients the same bit for bit."""
+    of the same loop where it serves the call (as :func:`_with_native`), else inductor's,
+    with the same gradients bit for bit."""
 
     def fused_backward_compiled(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
         # fused_backward's arguments: g_theta, g_kl, the six saved arrays, into_factors

@@ -7,8 +7,7 @@
   elementwise outputs are the inductor kernels' bit for bit (no multiply-adds are
   contracted, every operation rounds as torch's does), so a run is the same whichever of the
   two drew its weights; only the KL sum adds in another order (its value is reported, its
-  gradient is a constant). A training step of the MNIST network takes 0.94 of its time with
-  the inductor kernels (``docs/performance.md``).
+  gradient is a constant). Timings: ``docs/performance.md``.
 * :func:`gather_rows`, :func:`narrow_mlp_forward` and :func:`narrow_mlp_backward` run
   ``replicated_layers.cpp``: a minibatch's gather with prefetching, and a replicated
   network of narrow layers (Simulation II's 200-7-7-7-1), where MKL's packing of the
@@ -67,8 +66,8 @@ _FLAGS = [
     "-std=c++20",
     "-O3",
     "-march=native",
-    # x86: the full width of AVX-512 where the CPU has it (GCC otherwise prefers 256 bits,
-    # measured 0.96 of inductor's time against 0.66-0.69 with 512, both contracted).
+    # x86: the full width of AVX-512 where the CPU has it (GCC otherwise prefers 256 bits;
+    # docs/performance.md, "The draw + KL loops built by the C++ compiler").
     *(["-mprefer-vector-width=512"] if platform.machine().lower() in ("x86_64", "amd64") else []),
     "-fopenmp-simd",
     "-fno-math-errno",
@@ -410,9 +409,9 @@ def gather_usable(src: Tensor, rows: Tensor, out: Tensor) -> bool:
 
 def gather_rows(src: Tensor, rows: Tensor, out: Tensor) -> Tensor:
     """``out[i] = src[rows[i]]`` (``index_select`` along dimension 0, the same bytes), the
-    next rows prefetched while one is copied: 1.71 against 2.25 ms for a Simulation II
-    minibatch of 30 replicates in the benchmark (``docs/results/bench``). The rows must be
-    in range (the caller draws them); nothing is checked here."""
+    next rows prefetched while one is copied (``docs/performance.md``, "Replicated networks:
+    the gather and the narrow layers"). The rows must be in range (the caller draws them);
+    nothing is checked here."""
     assert _library is not None
     row_bytes = src.element_size() * (src.numel() // max(src.shape[0], 1))
     _library.svbnn_gather_rows(

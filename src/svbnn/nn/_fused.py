@@ -208,8 +208,8 @@ class FlatMLP(torch.autograd.Function):
     (:func:`~svbnn._network_graph.layer_views`); the backward copies each layer's weight gradient
     (and writes its bias gradient) into the same views of the flat gradient. Through
     ``split`` and per-layer views, autograd would instead zero-fill a padded copy of every
-    weight gradient and concatenate them (three extra passes over the parameters; about
-    3 ms of a profiled MNIST step), and a replicated network would run its layers as
+    weight gradient and concatenate them (three extra passes over the parameters), and a
+    replicated network would run its layers as
     modules, one autograd node per operation.
 
     Notes
@@ -254,8 +254,7 @@ class FlatMLP(torch.autograd.Function):
         for i in range(len(weights) - 1, -1, -1):
             g_w, g_b = grads[i]
             # Into a contiguous product and copied: MKL writes an output of row stride
-            # in + 1 slower than the copy costs (measured, 512 x 784 from batch 256:
-            # 2.71 against 2.49 ms).
+            # in + 1 slower than the copy costs (docs/performance.md).
             if replicated:
                 g_w.copy_(torch.bmm(g, hs[i].transpose(1, 2)))
                 torch.sum(g, -1, keepdim=True, out=g_b)
@@ -278,10 +277,8 @@ class GradientBuffer:
 
     That gradient lives only until the draw's backward has read it, but a fresh array of
     a large network's size each step makes the C allocator hand pages back to the system
-    and take them again (first-touch page faults, measured on the MNIST network,
-    669,706 parameters: 0 to 450 faults a training step from one run to the next, with
-    39% of them in the copies into this array; measured in one process, 30 interleaved
-    rounds of 20 steps, twice: 0.981 and 0.986 of the step with a fresh array).
+    and take them again (first-touch page faults; ``docs/performance.md``, "Memory traffic
+    of the compiled step").
 
     :meth:`take` hands out a view of the held array, so that whoever keeps what it
     handed out (e.g. a gradient hook, or a leaf's ``.grad`` that autograd made of it)
@@ -311,9 +308,9 @@ class GradientBuffer:
 
 def run_feature_major(net: nn.Sequential, x: Tensor) -> Tensor:
     """A replicated network's layers one by one, feature-major: ``h = W h`` with ``h`` of
-    shape ``(R, features, m)``. BLAS is several times faster on ``(R, out, in) @ (R, in, m)``
-    than on ``(R, m, in) @ (R, in, out)`` for the narrow layers of these networks (measured:
-    0.04 vs 0.39 ms for 7x7, m=512).
+    shape ``(R, features, m)``: BLAS is faster on ``(R, out, in) @ (R, in, m)`` than on
+    ``(R, m, in) @ (R, in, out)`` for the narrow layers of these networks
+    (``docs/performance.md``).
 
     Notes
     -----

@@ -102,9 +102,8 @@ def native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
     training step (a replicated float32 network on the CPU of narrow layers, ReLU or none,
     one prior, under ``auto`` one torch thread: the draw + KL and the layers,
     :mod:`svbnn._native`). Such a network takes
-    the per-parameter kernels instead of the one-graph step, which compiles for about a
-    minute and was slower for it (measured, Simulation II's network, 10 interleaved rounds:
-    0.94 of the graph's step time for 2 replicates, 0.74 for 7; ``docs/performance.md``)."""
+    the per-parameter kernels instead of the one-graph step, which compiles first and
+    steps slower for such networks (``docs/performance.md``)."""
     mu = model._parameters.get("mu")
     return mu is not None and mu.dim() == 2 and native_loops(model, layers)
 
