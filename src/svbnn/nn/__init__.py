@@ -2,6 +2,7 @@
 
 from .base import (
     ForwardMode,
+    GatedLayer,
     Sampler,
     VariationalContainer,
     VariationalLayer,
@@ -42,6 +43,7 @@ __all__ = [
     "matrix_normal_kl",
     "vd_kl_approximation",
     "ForwardMode",
+    "GatedLayer",
     "Sampler",
     "SpikeSlabConv2d",
     "SpikeSlabLinear",

@@ -311,6 +311,19 @@ class _SpikeSlabLayer(VariationalLayer):
     def _shape_weight(self, w: Tensor) -> Tensor:
         return w
 
+    def mean_weights(self) -> tuple[Tensor, Tensor | None]:
+        """Posterior mean ``phi mu`` (no gradient): weight (weight-shaped) and bias."""
+        with torch.no_grad():
+            flat = _draw(self.mu, self.rho, self.alpha, ForwardMode.MEAN, self.sampler, 1.0, None)
+        return self._weights_from_flat(flat)
+
+    def median_weights(self, threshold: float = 0.5) -> tuple[Tensor, Tensor | None]:
+        """The median model (no gradient): ``mu`` where ``phi > threshold``, else 0 (as
+        :func:`svbnn.selection.export_sparse` keeps them)."""
+        with torch.no_grad():
+            flat = self.mu * (torch.sigmoid(self.alpha) > threshold)
+        return self._weights_from_flat(flat)
+
     def kl_divergence(self) -> Tensor:
         batch_dims = 0 if self.n_replicates is None else 1
         return spike_slab_kl(
