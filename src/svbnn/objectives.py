@@ -380,11 +380,28 @@ class CategoricalLikelihood(torch.nn.Module):
 
 
 class PoissonLikelihood(torch.nn.Module):
-    """``y ~ Poisson(exp(f(x)))``: counts with the log link (one output, the log rate).
+    """``y ~ Poisson(exp(eta))`` with ``eta = f(x) + log_offset``: counts, log link.
 
-    ``log p(y | eta) = y eta - exp(eta) - log(y!)`` with ``eta = f(x)``. It declares no
-    fast path: models train it through the general autograd path.
+    ``log p(y | eta) = y eta - exp(eta) - log(y!)``. The network's one output is the log
+    rate relative to ``exp(log_offset)`` (a base rate, e.g. the training rows' mean count,
+    so that a network started near 0 starts at that rate). It declares no fast path:
+    models train it through the general autograd path.
+
+    Parameters
+    ----------
+    log_offset : float
+        Added to every output before the link; 0 makes the output the log rate itself.
     """
+
+    def __init__(self, log_offset: float = 0.0) -> None:
+        super().__init__()
+        if not math.isfinite(log_offset):
+            raise ValueError(f"log_offset must be finite, got {log_offset}")
+        self.log_offset = float(log_offset)
+
+    def log_rate(self, output: Tensor) -> Tensor:
+        """``eta = output + log_offset``, ``output``'s shape."""
+        return output + self.log_offset if self.log_offset != 0.0 else output
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
         """Log probability per datum.
@@ -392,7 +409,7 @@ class PoissonLikelihood(torch.nn.Module):
         Parameters
         ----------
         output : Tensor
-            ``(..., m, 1)`` or ``(..., m)`` log rates ``eta``.
+            ``(..., m, 1)`` or ``(..., m)`` network outputs.
         target : Tensor
             ``(..., m)`` counts (non-negative; float or integer).
 
@@ -401,19 +418,22 @@ class PoissonLikelihood(torch.nn.Module):
         Tensor
             ``(..., m)``.
         """
-        eta = _rows(output, target.dim())
+        eta = self.log_rate(_rows(output, target.dim()))
         y = target.to(eta.dtype)
         return y * eta - torch.exp(eta) - torch.lgamma(y + 1.0)
 
     def mean(self, output: Tensor) -> Tensor:
         """The inverse link: the rate ``exp(eta)``, ``output``'s shape."""
-        return torch.exp(output)
+        return torch.exp(self.log_rate(output))
 
     def sample(self, output: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """One count per row, ``(..., m)`` (float, integer-valued), from log rates
+        """One count per row, ``(..., m)`` (float, integer-valued), from outputs
         ``(..., m, 1)``."""
-        rate = torch.exp(output.squeeze(-1) if output.shape[-1:] == (1,) else output)
-        return torch.poisson(rate, generator=generator)
+        f = output.squeeze(-1) if output.shape[-1:] == (1,) else output
+        return torch.poisson(self.mean(f), generator=generator)
+
+    def extra_repr(self) -> str:
+        return f"log_offset={self.log_offset}"
 
 
 _FAST_PATH_OWNERS.update(
