@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from .. import _native
 from .._kernels import Backend, backend
-from ..objectives import spike_slab_kl
+from ..kl import SpikeSlab, SpikeSlabPrior, kl_divergence
 from ..priors import resolve_log_inclusion
 from ._fused import FusedEngine, GumbelSpikeSlab, run_feature_major
 from ._fused_paths import native_network
@@ -325,15 +325,11 @@ class _SpikeSlabLayer(VariationalLayer):
         return self._weights_from_flat(flat)
 
     def kl_divergence(self) -> Tensor:
-        batch_dims = 0 if self.n_replicates is None else 1
-        return spike_slab_kl(
-            self.mu,
-            self.rho,
-            self.alpha,
-            self.log_prior_inclusion,
-            self.prior_variance,
-            batch_dims=batch_dims,
-        )
+        """The exact spike-and-slab KL (registered in :mod:`svbnn.kl`); ``(R,)`` when
+        replicated."""
+        q = SpikeSlab(self.mu, self.rho, self.alpha)
+        p = SpikeSlabPrior(self.log_prior_inclusion, self.prior_variance)
+        return kl_divergence(q, p, batch_dims=0 if self.n_replicates is None else 1)
 
     # -- sampling ----------------------------------------------------------------------
     def sample_flat(self) -> Tensor:
