@@ -13,6 +13,7 @@ from svbnn.nn import (
     SpikeSlabMLP,
     VariationalDropoutLinear,
     VariationalLayer,
+    is_gated_layer,
 )
 from svbnn.objectives import GaussianLikelihood
 from svbnn.selection import export_sparse, sparsity, spike_slab_layers, unresolved_fraction
@@ -51,13 +52,15 @@ class _HardGateLinear(VariationalLayer):
 
 
 def test_the_library_gated_layers_and_only_they_satisfy_the_protocol() -> None:
-    assert isinstance(SpikeSlabLinear(3, 2), GatedLayer)
-    assert isinstance(SpikeSlabConv2d(1, 2, 3), GatedLayer)
     mlp = SpikeSlabMLP(3, (4,), 1)
-    assert not isinstance(mlp, GatedLayer)  # the container is not a layer
-    assert len(spike_slab_layers(mlp)) == 2  # its layers, on shared storage, are
-    for other in (GaussianLinear(3, 2), HorseshoeLinear(3, 2), VariationalDropoutLinear(3, 2)):
-        assert not isinstance(other, GatedLayer)
+    own = _HardGateLinear(3, 2, torch.ones(2, 3))
+    gated = [SpikeSlabLinear(3, 2), SpikeSlabConv2d(1, 2, 3), own]
+    others = [mlp, GaussianLinear(3, 2), HorseshoeLinear(3, 2), VariationalDropoutLinear(3, 2)]
+    for module in gated + others + [nn.Linear(2, 2)]:
+        assert is_gated_layer(module) == (module in gated)
+    # The library's layers subclass the protocol; a layer of another family need not.
+    assert isinstance(gated[0], GatedLayer) and GatedLayer not in type(own).__mro__
+    assert len(spike_slab_layers(mlp)) == 2  # the container is not a layer; its layers are
     w, b = SpikeSlabLinear(3, 2).median_weights()
     assert w.shape == (2, 3) and b is not None and b.shape == (2,)
 

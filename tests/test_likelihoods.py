@@ -146,3 +146,28 @@ def test_the_gaussian_likelihood_still_takes_the_native_step(
     # The control: the same step with the likelihood the native step knows runs it.
     _loss_and_grads("native", GaussianLikelihood(1.0), general=False)
     assert native_steps
+
+
+@pytest.mark.parametrize(
+    "likelihood, k",
+    [(GaussianLikelihood(0.5), 1), (CategoricalLikelihood(), 3), (PoissonLikelihood(0.2), 1)],
+    ids=["gaussian", "categorical", "poisson"],
+)
+def test_the_sampler_draws_from_the_law_whose_mean_is_mean(
+    likelihood: torch.nn.Module, k: int
+) -> None:
+    # One output row repeated: the draws' average estimates likelihood.mean(output) (for
+    # classes, the frequency of each class), within 4 standard errors.
+    g = torch.Generator().manual_seed(0)
+    row = torch.randn(1, k, generator=g, dtype=torch.float64)
+    n = 40000
+    draws = likelihood.sample(row.expand(n, k), g)
+    assert draws.shape == (n,)
+    mean = likelihood.mean(row)[0]
+    if k > 1:
+        freq = torch.bincount(draws, minlength=k).double() / n
+        se = (mean * (1 - mean) / n).sqrt()
+        assert bool(torch.all((freq - mean).abs() < 4 * se))
+    else:
+        se = draws.std() / n**0.5
+        assert abs(float(draws.mean() - mean[0])) < 4 * float(se)

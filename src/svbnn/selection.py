@@ -14,7 +14,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from .nn.base import GatedLayer
+from .nn.base import GatedLayer, is_gated_layer
 from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
 def spike_slab_layers(model: nn.Module) -> list[GatedLayer]:
     """All gated layers of ``model`` (:class:`svbnn.nn.GatedLayer`, e.g. spike-and-slab
     layers) in registration order."""
-    return [m for m in model.modules() if isinstance(m, GatedLayer)]
+    return [m for m in model.modules() if is_gated_layer(m)]
 
 
 def _phi_sums(model: nn.Module, threshold: float | None) -> Tensor:
@@ -337,7 +337,7 @@ def export_sparse(
     def replace(parent: nn.Module) -> None:
         nonlocal nnz, total
         for name, child in parent.named_children():
-            if isinstance(child, GatedLayer):
+            if is_gated_layer(child):
                 new, kept = _export_layer(child, threshold, storage)
                 nnz += kept
                 total += child.n_params()

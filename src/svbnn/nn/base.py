@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeGuard, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -18,6 +18,7 @@ __all__ = [
     "ForwardMode",
     "GatedLayer",
     "Sampler",
+    "is_gated_layer",
     "VariationalContainer",
     "VariationalLayer",
     "forward_mode",
@@ -126,10 +127,9 @@ class GatedLayer(Protocol):
     """A layer whose every parameter has a variational inclusion gate (e.g. spike-and-slab).
 
     Selection (:mod:`svbnn.selection`), training's sparsity record and the sparse export
-    find a model's gated layers by this protocol (``isinstance(module, GatedLayer)``,
-    which checks that the members exist), so a new prior family with gates plugs in by
-    providing them. :class:`~svbnn.nn.SpikeSlabLinear` and
-    :class:`~svbnn.nn.SpikeSlabConv2d` implement it.
+    find a model's gated layers by this protocol (:func:`is_gated_layer`), so a new prior
+    family with gates plugs in by providing the members (or by subclassing the protocol,
+    as :class:`~svbnn.nn.SpikeSlabLinear` and :class:`~svbnn.nn.SpikeSlabConv2d` do).
 
     Attributes
     ----------
@@ -164,6 +164,28 @@ class GatedLayer(Protocol):
         """The median model's weights and bias: the slab's centre where
         ``phi > threshold``, zero elsewhere."""
         ...
+
+
+_GATED_METHODS = ("inclusion_probs", "kl_divergence", "n_params", "mean_weights", "median_weights")
+
+
+def is_gated_layer(module: object) -> TypeGuard[GatedLayer]:
+    """Whether ``module`` is a :class:`GatedLayer`: it subclasses the protocol (as
+    svbnn's spike-and-slab layers do: one look at its class), or it has every member.
+
+    Use this rather than ``isinstance(module, GatedLayer)``: from Python 3.12 a runtime
+    protocol's ``isinstance`` looks members up statically, which misses a module's
+    parameters (they live in ``module._parameters``), and before 3.12 it evaluates every
+    member on every call.
+    """
+    cls = type(module)
+    if GatedLayer in cls.__mro__:
+        return True
+    return (
+        all(callable(getattr(cls, name, None)) for name in _GATED_METHODS)
+        and hasattr(module, "n_replicates")
+        and hasattr(module, "alpha")
+    )
 
 
 class VariationalContainer(nn.Module):

@@ -29,6 +29,7 @@ from ._fused import FusedEngine, GumbelSpikeSlab, run_feature_major
 from ._fused_paths import native_network
 from .base import (
     ForwardMode,
+    GatedLayer,
     Sampler,
     VariationalContainer,
     VariationalLayer,
@@ -189,7 +190,7 @@ def _check_layer_args(
 _SHARED_PARAMS = ("mu", "rho", "alpha")
 
 
-class _SpikeSlabLayer(VariationalLayer):
+class _SpikeSlabLayer(VariationalLayer, GatedLayer):
     """Storage, sampling and KL shared by the linear and convolutional layers.
 
     A layer owns its parameters ``mu``, ``rho``, ``alpha`` (and buffer
