@@ -216,10 +216,12 @@ def fast_path_spec(likelihood: object, out_features: int) -> tuple[FastPath, flo
     spec = declare(out_features) if callable(declare) else None
     if spec is None:
         return None
-    try:
-        kind = FastPath(spec[0])
-    except ValueError:
-        return None
+    kind = spec[0]
+    if not isinstance(kind, FastPath):
+        try:
+            kind = FastPath(kind)
+        except ValueError:
+            return None
     if getattr(type(likelihood), "log_prob", None) is not _FAST_PATH_OWNERS[kind].log_prob:
         return None
     return kind, float(spec[1])
