@@ -15,7 +15,7 @@ from sklearn.utils.estimator_checks import check_estimator
 from svbnn import SVBNNPoissonRegressor
 from svbnn.nn import SpikeSlabMLP, set_generator
 from svbnn.objectives import Likelihood, PoissonLikelihood
-from svbnn.prediction import response_interval, response_mean
+from svbnn.prediction import response_interval, response_mean, sample_outputs
 from svbnn.training import loss_objective, negative_elbo, train
 
 
@@ -181,3 +181,16 @@ def test_count_intervals_cover_as_nominal_within_monte_carlo_error(count_fit: tu
     oracle = float(np.mean(poisson.cdf(ohi, rate) - poisson.cdf(olo - 1, rate)))
     se = math.sqrt(level * (1 - level) / len(y))
     assert level - 3 * se <= cover <= oracle + 3 * se
+
+
+def test_the_exported_median_model_outputs_the_log_rate(count_fit: tuple) -> None:
+    est, X, _, _ = count_fit
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (unresolved gates would warn)
+        module, report = est.export_sparse(storage="dense")
+    Xt = torch.tensor(X[:50], dtype=torch.float32)
+    with torch.no_grad():
+        exported = module(Xt)[:, 0].double()
+        median = sample_outputs(est.module_, Xt, mode="median")[0, :, 0].double()
+    torch.testing.assert_close(exported, median + est.log_offset_, rtol=1e-5, atol=1e-5)
+    assert report.n_nonzero < report.n_total
