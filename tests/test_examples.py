@@ -31,6 +31,11 @@ EXPECTED = {
         r"FPR \d+\.\d% +FNR \d+\.\d%",
         r"export_sparse: \d+ of 477 parameters kept",
     ],
+    "poisson_counts.py": [
+        r"test D\^2: SVBNN 0\.[5-9]\d\d, PoissonRegressor 0\.\d+, true rates 0\.\d+",
+        r"90% prediction intervals cover 9\d\.\d% of test counts",
+        r"selected inputs \[0, 1, 2\] \(relevant: \[0, 1, 2\]\)",
+    ],
     "intervals.py": [
         r"95% +credible +\d+\.\d+ +\d+\.\d%",
         r"95% +prediction +\d+\.\d+ +\d+\.\d%",

@@ -19,7 +19,7 @@ from .baselines import (
     VDClassifier,
     VDRegressor,
 )
-from .estimators import SVBNNClassifier, SVBNNRegressor
+from .estimators import SVBNNClassifier, SVBNNPoissonRegressor, SVBNNRegressor
 from .priors import (
     lambda_opt,
     log_lambda_opt,
@@ -40,6 +40,7 @@ __all__ = [
     "VDRegressor",
     "check_device",
     "SVBNNClassifier",
+    "SVBNNPoissonRegressor",
     "SVBNNRegressor",
     "__version__",
     "get_kernel_backend",

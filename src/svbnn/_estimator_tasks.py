@@ -1,5 +1,6 @@
 """The task pieces of the estimators: regression (:class:`_Regression`, a Gaussian
-likelihood) and classification (:class:`_Classification`, a categorical one).
+likelihood), count regression (:class:`_PoissonRegression`, a Poisson one) and
+classification (:class:`_Classification`, a categorical one).
 
 Each adds to :class:`~svbnn._estimator_base._VariationalEstimator` its likelihood, ``fit``
 (the data checks, the target's encoding) and its predictions; the family pieces (the
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.metrics import d2_tweedie_score
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
@@ -31,17 +33,20 @@ from ._estimator_checks import (
     _SeedSource,
     _to_numpy,
 )
-from .objectives import CategoricalLikelihood, GaussianLikelihood
+from .objectives import CategoricalLikelihood, GaussianLikelihood, PoissonLikelihood
 from .prediction import (
     credible_interval,
     predict_proba,
     prediction_interval,
     predictive_mean,
+    response_interval,
+    response_mean,
     sample_outputs,
 )
 
 _R = TypeVar("_R", bound="_Regression")
 _C = TypeVar("_C", bound="_Classification")
+_P = TypeVar("_P", bound="_PoissonRegression")
 
 _REGRESSION_PARAMETERS = """\
 noise_std : "auto" or float, default "auto"
@@ -56,6 +61,11 @@ noise_std_ : float
 noise_std_elbo_ : float
     With ``noise_std="auto"``: the ELBO's own estimate (includes the posterior spread of
     ``f``, so it is larger)."""
+
+_POISSON_ATTRIBUTES = """\
+log_offset_ : float
+    ``log`` of the training rows' mean count (of 1e-8 where every count is 0): the
+    network's output is the log rate relative to it (``log rate = output + log_offset_``)."""
 
 _CLASSIFICATION_ATTRIBUTES = """\
 classes_ : ndarray
@@ -359,3 +369,133 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 f"known classes are {self.classes_.tolist()}"
             )
         return float(super().score(X, y, sample_weight))
+
+
+_MIN_RATE = 1e-8
+"""The base rate of a training set of zero counts only (a log offset must be finite)."""
+
+
+def _check_counts(y: NDArray[Any], name: str = "y") -> NDArray[np.float64]:
+    """``y`` as float64 counts; negative values are an error naming ``name``."""
+    arr = np.asarray(y, dtype=np.float64)
+    if arr.size and float(arr.min()) < 0:
+        raise ValueError(
+            f"{name} must be non-negative counts for a Poisson regression, got a minimum of "
+            f"{float(arr.min()):.6g} ({int(np.sum(arr < 0))} negative value(s))"
+        )
+    return arr
+
+
+@dataclass(eq=False, repr=False, kw_only=True)
+class _PoissonRegression(RegressorMixin, _VariationalEstimator):
+    """Poisson likelihood with the log link for counts (non-negative ``y``).
+
+    The network's output is the log rate relative to the training rows' mean count
+    (``log_offset_``), so a network started near 0 starts at that rate.
+    """
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.target_tags.positive_only = True
+        return tags
+
+    def fit(self: _P, X: ArrayLike, y: ArrayLike) -> _P:
+        """Fit the variational posterior; ``y`` holds non-negative counts, shape ``(n,)``.
+
+        Checks and failure behaviour as the regressor's ``fit``.
+
+        Raises
+        ------
+        ValueError
+            When ``y`` has a negative value (or any other bad input).
+        """
+        self._check_params()
+        seeds = _SeedSource(self.random_state)
+        X, y = _to_numpy(X), _to_numpy(y)
+        X, y = _check_numeric(X, "X"), _check_numeric(y, "y")
+        with self._fit_transaction():
+            Xv, yv = validate_data(
+                self,
+                X,
+                y,
+                reset=True,
+                dtype=[np.float64, np.float32],
+                y_numeric=True,
+                ensure_all_finite=True,
+            )
+            counts = _check_counts(column_or_1d(yv, warn=True))
+            mean = float(np.mean(counts))
+            self.log_offset_ = math.log(mean if mean > 0 else _MIN_RATE)
+            offset = self.log_offset_
+            self._fit_module(
+                Xv,
+                self._tensor(counts, "y"),
+                1,
+                lambda: PoissonLikelihood(offset),
+                seeds,
+            )
+        self._warn_if_unconverged()
+        rows = Xv[: min(len(Xv), 512)]
+        pred = self.predict(rows, n_samples=5) if len(rows) else np.zeros(0)
+        self._warn_if_collapsed(
+            bool(np.std(pred) <= 1e-3 * max(mean, _MIN_RATE)),
+            f"the predicted mean counts on the training rows are constant (sd {np.std(pred):.3g}, "
+            f"mean count {mean:.3g})",
+        )
+        return self
+
+    def _likelihood(self) -> PoissonLikelihood:
+        return PoissonLikelihood(self.log_offset_)
+
+    def predict(self, X: ArrayLike, n_samples: int | None = None) -> NDArray[np.floating[Any]]:
+        """Posterior predictive mean count ``(1/H) sum_h exp(eta_h(x))``, shape ``(n,)``.
+
+        ``n_samples`` (an int >= 1) overrides ``n_samples_predict``.
+        """
+        Xt = self._validate_X(X)
+        rate = response_mean(
+            self._module64(),
+            Xt,
+            self._likelihood(),
+            self._draws(n_samples),
+            generator=self._predict_generator(),
+        )
+        return self._check_outputs(rate)[:, 0].cpu().numpy()
+
+    def predict_interval(
+        self, X: ArrayLike, level: float = 0.95, n_samples: int = 600
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Prediction interval for a new count, each ``(n,)`` integers.
+
+        Quantiles of the posterior predictive mixture: one Poisson count drawn at each of
+        ``n_samples`` posterior draws of the rate (:func:`svbnn.prediction.response_interval`);
+        the lower bound is rounded down to a drawn count and the upper one up, so the
+        interval holds at least ``level`` of the mixture up to Monte Carlo error.
+
+        ``level`` must lie in ``(0, 1)`` and ``n_samples`` (posterior draws) be an int >= 2.
+        """
+        n_draws = self._interval_args(level, n_samples)
+        Xt = self._validate_X(X)
+        lo, hi = response_interval(
+            self._module64(),
+            Xt,
+            self._likelihood(),
+            level,
+            n_draws,
+            generator=self._predict_generator(),
+        )
+        hi = self._check_outputs(hi[:, None])[:, 0]
+        return lo.cpu().numpy().astype(np.int64), hi.cpu().numpy().astype(np.int64)
+
+    def score(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> float:
+        """D^2, the fraction of Poisson deviance explained (as scikit-learn's
+        ``PoissonRegressor.score``): ``1 - D(y, predict(X)) / D(y, mean(y))``, at most 1."""
+        pred = self.predict(X)
+        counts = _check_counts(column_or_1d(_to_numpy(y)))
+        return float(d2_tweedie_score(counts, pred, sample_weight=sample_weight, power=1))
+
+    def _in_user_units(self, module: nn.Module) -> nn.Module:
+        """The exported module outputs the log rate ``eta`` (the offset added)."""
+        if self.log_offset_ != 0.0:
+            return _OutputScale(module, 1.0, self.log_offset_).eval()
+        return module

@@ -1,4 +1,5 @@
-"""scikit-learn estimators: :class:`SVBNNRegressor` and :class:`SVBNNClassifier`.
+"""scikit-learn estimators: :class:`SVBNNRegressor`, :class:`SVBNNPoissonRegressor` and
+:class:`SVBNNClassifier`.
 
 Both follow the scikit-learn contract: ``__init__`` only stores its arguments, fitted
 attributes end in ``_``, ``random_state`` makes a fit (and every prediction after it)
@@ -42,9 +43,11 @@ from ._estimator_checks import (
 )
 from ._estimator_tasks import (
     _CLASSIFICATION_ATTRIBUTES,
+    _POISSON_ATTRIBUTES,
     _REGRESSION_ATTRIBUTES,
     _REGRESSION_PARAMETERS,
     _Classification,
+    _PoissonRegression,
     _Regression,
 )
 from .nn.base import Sampler
@@ -60,7 +63,7 @@ from .selection import (
     unresolved_fraction,
 )
 
-__all__ = ["CollapseWarning", "SVBNNClassifier", "SVBNNRegressor"]
+__all__ = ["CollapseWarning", "SVBNNClassifier", "SVBNNPoissonRegressor", "SVBNNRegressor"]
 
 _SPIKE_SLAB_PARAMETERS = """\
 prior_inclusion : "opt", "eb" or float, default "opt"
@@ -274,6 +277,36 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     defaults. Where accuracy matters more than selection, ``kl_weight=0.2`` fits much
     better on small data (2,000 MNIST images: accuracy 0.83 against 0.74-0.77; user
     guide). Scale ``X`` in your pipeline.
+
+    Parameters
+    ----------
+    {common_parameters}
+    {family_parameters}
+
+    Attributes
+    ----------
+    {task_attributes}
+    {family_attributes}
+    {common_attributes}
+
+    Warns
+    -----
+    {warns}
+    """
+
+
+@_fill_doc(**_FILL, task_attributes=_POISSON_ATTRIBUTES)
+@dataclass(eq=False, repr=False, kw_only=True)
+class SVBNNPoissonRegressor(_SpikeSlabFamily, _PoissonRegression):
+    """Sparse variational BNN for counts: a Poisson likelihood with the log link.
+
+    As scikit-learn's ``PoissonRegressor`` with a spike-and-slab network in place of the
+    linear predictor: ``y`` holds non-negative counts (a negative value is an error),
+    ``predict`` returns the posterior predictive mean count, ``score`` the fraction of
+    Poisson deviance explained (D^2), ``predict_interval`` integer prediction intervals
+    for new counts, and ``selected_features_`` the inputs the posterior keeps. The
+    parameters are :class:`SVBNNRegressor`'s without ``noise_std``. Scale ``X`` in your
+    pipeline. ``export_sparse``'s module outputs the log rate.
 
     Parameters
     ----------

@@ -1,5 +1,12 @@
 """ELBO terms: the exact log-space spike-and-slab KL, likelihoods and the per-datum objective.
 
+Likelihoods follow the :class:`Likelihood` protocol: ``log_prob`` per row, the inverse
+link (``mean``) and a sampler of responses (``sample``), which prediction intervals use.
+A fast path of a model (a fused or native training step) computes the likelihood's
+formula itself; it runs only for a likelihood that declares one of the closed set of
+kinds in :class:`FastPath` and whose ``log_prob`` is that kind's own
+(:func:`fast_path_spec`). Any other likelihood takes the general autograd path.
+
 The KL of one parameter (DESIGN section 1) is
 
 ``phi log(phi/lambda) + (1-phi) log((1-phi)/(1-lambda))
@@ -15,7 +22,8 @@ lambda in (0, 1), including log-lambda = -1000. Its gradient is written in close
 from __future__ import annotations
 
 import math
-from typing import Any
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +41,11 @@ from .priors import log1mexp
 
 __all__ = [
     "CategoricalLikelihood",
+    "FastPath",
     "GaussianLikelihood",
+    "Likelihood",
+    "PoissonLikelihood",
+    "fast_path_spec",
     "log_softplus",
     "spike_slab_kl",
     "spike_slab_kl_reference",
@@ -135,6 +147,91 @@ def spike_slab_kl_reference(
     )
 
 
+class FastPath(str, Enum):
+    """The closed set of likelihood kinds that a model's fast paths compute themselves.
+
+    A likelihood declares one through an optional ``fused_spec(out_features)`` method
+    returning ``(kind, scale)`` (see :meth:`GaussianLikelihood.fused_spec`); the fast
+    paths accept it only as :func:`fast_path_spec` validates it. Each kind names the one
+    class whose ``log_prob`` the fast formula reproduces.
+
+    ``GAUSSIAN``: :class:`GaussianLikelihood` of one output, ``scale`` its noise variance.
+    ``CATEGORICAL``: :class:`CategoricalLikelihood`, ``scale`` unused (1).
+    """
+
+    GAUSSIAN = "gaussian"
+    CATEGORICAL = "categorical"
+
+
+@runtime_checkable
+class Likelihood(Protocol):
+    """What a likelihood of svbnn provides: the training objective's term and the
+    predictive distribution of a response given the network's output.
+
+    ``train`` needs only :meth:`log_prob`; prediction (:func:`svbnn.prediction.response_mean`,
+    :func:`svbnn.prediction.response_interval`) uses :meth:`mean` and :meth:`sample`.
+    A likelihood may also declare a fast-path kind (an optional
+    ``fused_spec(out_features) -> (FastPath, float) | None``); one that does not, or
+    declares a kind whose ``log_prob`` it does not share, is trained by the general
+    autograd path (:func:`fast_path_spec`).
+    """
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        """``log p(y | f(x))`` per row: ``output`` ``(..., m, k)``, ``target`` ``(..., m)``;
+        returns ``(..., m)``."""
+        ...
+
+    def mean(self, output: Tensor) -> Tensor:
+        """The inverse link: ``E[y | f(x)]`` from outputs ``(..., m, k)`` (same shape)."""
+        ...
+
+    def sample(self, output: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """One response per row drawn from ``p(y | f(x))``: ``(..., m)`` from ``(..., m, k)``."""
+        ...
+
+
+_FAST_PATH_OWNERS: dict[FastPath, type[Any]] = {}  # kind -> the class it computes
+
+
+def fast_path_spec(likelihood: object, out_features: int) -> tuple[FastPath, float] | None:
+    """The fast-path kind a likelihood declares, validated against the closed set.
+
+    Parameters
+    ----------
+    likelihood : object
+        Any likelihood.
+    out_features : int
+        The model's output width.
+
+    Returns
+    -------
+    (FastPath, float) or None
+        ``(kind, scale)`` when ``likelihood.fused_spec(out_features)`` names a member of
+        :class:`FastPath` and ``likelihood``'s ``log_prob`` is that kind's own (the
+        class's, not overridden); ``None`` otherwise: no declaration, an unknown kind, or a
+        likelihood (a subclass, a copy of the method) whose ``log_prob`` differs from the
+        formula the fast path computes. ``None`` sends the model to its general path.
+    """
+    declare = getattr(likelihood, "fused_spec", None)
+    spec = declare(out_features) if callable(declare) else None
+    if spec is None:
+        return None
+    kind = spec[0]
+    if not isinstance(kind, FastPath):
+        try:
+            kind = FastPath(kind)
+        except ValueError:
+            return None
+    if getattr(type(likelihood), "log_prob", None) is not _FAST_PATH_OWNERS[kind].log_prob:
+        return None
+    return kind, float(spec[1])
+
+
+def _rows(output: Tensor, target_dims: int) -> Tensor:
+    """Outputs ``(..., m, 1)`` against targets ``(..., m)`` as ``(..., m)``."""
+    return output.squeeze(-1) if output.dim() == target_dims + 1 else output
+
+
 class GaussianLikelihood(torch.nn.Module):
     """``y ~ N(f(x), noise_std^2)`` with a known or a learned noise standard deviation.
 
@@ -206,8 +303,7 @@ class GaussianLikelihood(torch.nn.Module):
         Tensor
             ``(..., m)``.
         """
-        if output.dim() == target.dim() + 1:
-            output = output.squeeze(-1)
+        output = _rows(output, target.dim())
         if isinstance(self.noise_std, Tensor):
             var = self.noise_std.to(output) ** 2
             return -0.5 * (torch.log(2 * math.pi * var) + (target - output) ** 2 / var)
@@ -227,8 +323,8 @@ class GaussianLikelihood(torch.nn.Module):
 
         Returns
         -------
-        (str, float) or None
-            ``("gaussian", noise variance)`` for one output and a float noise level;
+        (FastPath, float) or None
+            ``(FastPath.GAUSSIAN, noise variance)`` for one output and a float noise level;
             ``None`` otherwise (a per-replicate noise tensor, several outputs) and in a
             subclass that overrides :meth:`log_prob` (the fused path would not compute
             it): the model then runs its general path (see
@@ -241,7 +337,20 @@ class GaussianLikelihood(torch.nn.Module):
             or not isinstance(noise, float)
         ):
             return None
-        return "gaussian", noise * noise
+        return FastPath.GAUSSIAN, noise * noise
+
+    def mean(self, output: Tensor) -> Tensor:
+        """The identity link: ``E[y | f] = f``, ``output`` unchanged."""
+        return output
+
+    def sample(self, output: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """``f + noise_std * N(0, 1)`` per row: ``(..., m)`` from ``(..., m, 1)`` outputs."""
+        f = output.squeeze(-1) if output.shape[-1:] == (1,) else output
+        noise = torch.randn(f.shape, generator=generator, dtype=f.dtype, device=f.device)
+        std = self.noise_std
+        if isinstance(std, Tensor):  # one level per replicate, (R, 1), against f (R, m)
+            std = std.detach().to(f)
+        return f + std * noise
 
 
 class CategoricalLikelihood(torch.nn.Module):
@@ -253,9 +362,82 @@ class CategoricalLikelihood(torch.nn.Module):
         return logp.gather(-1, target.long().unsqueeze(-1)).squeeze(-1)
 
     def fused_spec(self, out_features: int) -> tuple[str, float] | None:
-        """``("categorical", 1.0)`` for a model's fused ELBO path (see
+        """``(FastPath.CATEGORICAL, 1.0)`` for a model's fused ELBO path (see
         :meth:`GaussianLikelihood.fused_spec`); ``None`` in a subclass that overrides
         :meth:`log_prob`. ``out_features``: the number of classes (any)."""
         if type(self).log_prob is not CategoricalLikelihood.log_prob:
             return None
-        return "categorical", 1.0
+        return FastPath.CATEGORICAL, 1.0
+
+    def mean(self, output: Tensor) -> Tensor:
+        """Class probabilities ``softmax(f)``, ``(..., m, C)``."""
+        return torch.softmax(output, dim=-1)
+
+    def sample(self, output: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """One class index per row, ``(..., m)`` int64, from logits ``(..., m, C)``."""
+        probs = torch.softmax(output, dim=-1)
+        flat = probs.reshape(-1, probs.shape[-1])
+        draws = torch.multinomial(flat, 1, generator=generator)
+        return draws.reshape(probs.shape[:-1])
+
+
+class PoissonLikelihood(torch.nn.Module):
+    """``y ~ Poisson(exp(eta))`` with ``eta = f(x) + log_offset``: counts, log link.
+
+    ``log p(y | eta) = y eta - exp(eta) - log(y!)``. The network's one output is the log
+    rate relative to ``exp(log_offset)`` (a base rate, e.g. the training rows' mean count,
+    so that a network started near 0 starts at that rate). It declares no fast path:
+    models train it through the general autograd path.
+
+    Parameters
+    ----------
+    log_offset : float
+        Added to every output before the link; 0 makes the output the log rate itself.
+    """
+
+    def __init__(self, log_offset: float = 0.0) -> None:
+        super().__init__()
+        if not math.isfinite(log_offset):
+            raise ValueError(f"log_offset must be finite, got {log_offset}")
+        self.log_offset = float(log_offset)
+
+    def log_rate(self, output: Tensor) -> Tensor:
+        """``eta = output + log_offset``, ``output``'s shape."""
+        return output + self.log_offset if self.log_offset != 0.0 else output
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        """Log probability per datum.
+
+        Parameters
+        ----------
+        output : Tensor
+            ``(..., m, 1)`` or ``(..., m)`` network outputs.
+        target : Tensor
+            ``(..., m)`` counts (non-negative; float or integer).
+
+        Returns
+        -------
+        Tensor
+            ``(..., m)``.
+        """
+        eta = self.log_rate(_rows(output, target.dim()))
+        y = target.to(eta.dtype)
+        return y * eta - torch.exp(eta) - torch.lgamma(y + 1.0)
+
+    def mean(self, output: Tensor) -> Tensor:
+        """The inverse link: the rate ``exp(eta)``, ``output``'s shape."""
+        return torch.exp(self.log_rate(output))
+
+    def sample(self, output: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """One count per row, ``(..., m)`` (float, integer-valued), from outputs
+        ``(..., m, 1)``."""
+        f = output.squeeze(-1) if output.shape[-1:] == (1,) else output
+        return torch.poisson(self.mean(f), generator=generator)
+
+    def extra_repr(self) -> str:
+        return f"log_offset={self.log_offset}"
+
+
+_FAST_PATH_OWNERS.update(
+    {FastPath.GAUSSIAN: GaussianLikelihood, FastPath.CATEGORICAL: CategoricalLikelihood}
+)

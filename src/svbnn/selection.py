@@ -14,7 +14,8 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, _SpikeSlabLayer
+from .nn.base import GatedLayer, is_gated_layer
+from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear
 
 __all__ = [
     "ExportReport",
@@ -31,9 +32,10 @@ __all__ = [
 ]
 
 
-def spike_slab_layers(model: nn.Module) -> list[_SpikeSlabLayer]:
-    """All spike-and-slab layers of ``model`` in registration order."""
-    return [m for m in model.modules() if isinstance(m, _SpikeSlabLayer)]
+def spike_slab_layers(model: nn.Module) -> list[GatedLayer]:
+    """All gated layers of ``model`` (:class:`svbnn.nn.GatedLayer`, e.g. spike-and-slab
+    layers) in registration order."""
+    return [m for m in model.modules() if is_gated_layer(m)]
 
 
 def _phi_sums(model: nn.Module, threshold: float | None) -> Tensor:
@@ -266,9 +268,9 @@ def _plain_conv(child: SpikeSlabConv2d, w: Tensor, b: Tensor | None, like: Tenso
     return conv
 
 
-def _plain_linear(child: _SpikeSlabLayer, w: Tensor, b: Tensor | None, like: Tensor) -> nn.Linear:
-    """An ``nn.Linear`` of ``child``'s shape with weights ``w`` and bias ``b``."""
-    lin = nn.Linear(child.fan_in, child.out_features, bias=b is not None).to(like)
+def _plain_linear(w: Tensor, b: Tensor | None, like: Tensor) -> nn.Linear:
+    """An ``nn.Linear`` with weights ``w`` ``(out, in)`` and bias ``b``."""
+    lin = nn.Linear(w.shape[1], w.shape[0], bias=b is not None).to(like)
     with torch.no_grad():
         lin.weight.copy_(w)
         if b is not None and lin.bias is not None:
@@ -276,7 +278,7 @@ def _plain_linear(child: _SpikeSlabLayer, w: Tensor, b: Tensor | None, like: Ten
     return lin
 
 
-def _export_layer(child: _SpikeSlabLayer, threshold: float, storage: str) -> tuple[nn.Module, int]:
+def _export_layer(child: GatedLayer, threshold: float, storage: str) -> tuple[nn.Module, int]:
     """The median model of one spike-and-slab layer as a plain layer.
 
     Parameters
@@ -298,15 +300,14 @@ def _export_layer(child: _SpikeSlabLayer, threshold: float, storage: str) -> tup
         raise ValueError("cannot export a replicated model")
     with torch.no_grad():
         keep = torch.sigmoid(child.alpha) > threshold
-        flat = child.mu * keep
-    w, b = child._split(flat)
+    w, b = child.median_weights(threshold)
     new: nn.Module
     if isinstance(child, SpikeSlabConv2d):
-        new = _plain_conv(child, w, b, flat)
+        new = _plain_conv(child, w, b, w)
     elif storage == "sparse":
         new = SparseLinear(w, b)
     else:
-        new = _plain_linear(child, w, b, flat)
+        new = _plain_linear(w, b, w)
     return new, int(keep.sum())
 
 
@@ -336,7 +337,7 @@ def export_sparse(
     def replace(parent: nn.Module) -> None:
         nonlocal nnz, total
         for name, child in parent.named_children():
-            if isinstance(child, _SpikeSlabLayer):
+            if is_gated_layer(child):
                 new, kept = _export_layer(child, threshold, storage)
                 nnz += kept
                 total += child.n_params()

@@ -49,7 +49,10 @@ logger = logging.getLogger(__name__)
 
 
 class LikelihoodLike(Protocol):
-    """Anything with ``log_prob(output, target) -> (..., m)`` (see :mod:`svbnn.objectives`)."""
+    """Anything with ``log_prob(output, target) -> (..., m)``: all that training needs of
+    a likelihood (the full protocol, with the predictive distribution, is
+    :class:`svbnn.objectives.Likelihood`; an unknown likelihood trains by the general
+    autograd path, see :func:`svbnn.objectives.fast_path_spec`)."""
 
     def log_prob(self, output: Tensor, target: Tensor) -> Tensor: ...
 

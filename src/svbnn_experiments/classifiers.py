@@ -225,7 +225,8 @@ def _build_cnn(
         T = sum(layer.n_params() for layer in layers)
         log_lam = log_lambda_opt(T, 3, max(32, 64, fc), n_train, 784)
         for layer in layers:
-            layer.log_prior_inclusion.fill_(log_lam)
+            if isinstance(layer, (SpikeSlabConv2d, SpikeSlabLinear)):
+                layer.log_prior_inclusion.fill_(log_lam)
         info["log_lambda"] = log_lam
         return model
     if m == "vbnn":

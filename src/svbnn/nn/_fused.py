@@ -43,7 +43,7 @@ from .._network_graph import (
     mlp_negative_elbo,
     whole_network_kernel,
 )
-from ..objectives import spike_slab_kl
+from ..objectives import fast_path_spec, spike_slab_kl
 from ..priors import log1mexp
 from . import _fused_paths
 from ._fused_paths import (
@@ -472,11 +472,10 @@ class FusedEngine:
             return native_negative_elbo(
                 model, layers, likelihood, step, x, y, n_train, seed, log_lams
             )
-        fused_spec = getattr(likelihood, "fused_spec", None)
-        spec = fused_spec(model.out_features) if fused_spec is not None else None
+        spec = fast_path_spec(likelihood, model.out_features)  # a FastPath kind, or None
         if spec is None or not whole_network_ok(model, x, layers):
             return None
-        kind, var = spec
+        kind, var = spec[0].value, spec[1]
         self.kl_cache = None
         tensors, static = self._whole_network_inputs(model, layers, _kl_key(model))
         shapes, activation, *prior = static

@@ -35,7 +35,7 @@ from torch.autograd.function import once_differentiable
 
 from .. import _native
 from .._kernels import AUTO_MIN_NUMEL, Backend, backend
-from ..objectives import GaussianLikelihood
+from ..objectives import FastPath, GaussianLikelihood, fast_path_spec
 from ._fused_paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_loops
 
 if TYPE_CHECKING:
@@ -72,11 +72,14 @@ def step_likelihood(likelihood: Any, out_features: int) -> StepLoss | None:
         ):
             return ("gaussian", likelihood.log_noise_std)
         return None
-    fused_spec = getattr(likelihood, "fused_spec", None)
-    spec = fused_spec(out_features) if fused_spec is not None else None
+    spec = fast_path_spec(likelihood, out_features)
     if spec is None:
         return None
-    return ("gaussian", spec[1]) if spec[0] == "gaussian" else ("categorical", None)
+    if spec[0] is FastPath.GAUSSIAN:
+        return ("gaussian", spec[1])
+    if spec[0] is FastPath.CATEGORICAL:
+        return ("categorical", None)
+    return None  # a kind this step has no formula for
 
 
 def may_step(model: SpikeSlabMLP) -> bool:
@@ -111,7 +114,7 @@ def native_step_ok(
     (float32 for a Gaussian, int64 class indices for a categorical likelihood; one
     network: ``(m, p)`` and ``(m,)``), both contiguous, neither needing a gradient."""
     kind, noise = spec
-    if not may_step(model):
+    if kind not in ("gaussian", "categorical") or not may_step(model):
         return False
     if isinstance(noise, Tensor) and not (
         noise.dtype == torch.float32 and noise.device.type == "cpu"
@@ -185,6 +188,8 @@ class NativeNegativeElbo(torch.autograd.Function):
         learned = None
         if kind == "categorical":
             nll = _categorical_step(rows, x, y, shapes, activation, g_mean, grad)
+        elif kind != "gaussian":  # the closed set of StepLoss kinds
+            raise ValueError(f"the native step has no formula for the likelihood kind {kind!r}")
         else:
             # A learned noise level: its current variance, as the likelihood computes it.
             learned = noise.detach().exp() ** 2 if isinstance(noise, Tensor) else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
+from typing import Protocol, TypeGuard, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +16,9 @@ __all__ = [
     "activation_module",
     "conv_geometry",
     "ForwardMode",
+    "GatedLayer",
     "Sampler",
+    "is_gated_layer",
     "VariationalContainer",
     "VariationalLayer",
     "forward_mode",
@@ -119,6 +122,72 @@ class VariationalLayer(nn.Module):
         return self.sample_weights()
 
 
+@runtime_checkable
+class GatedLayer(Protocol):
+    """A layer whose every parameter has a variational inclusion gate (e.g. spike-and-slab).
+
+    Selection (:mod:`svbnn.selection`), training's sparsity record and the sparse export
+    find a model's gated layers by this protocol (:func:`is_gated_layer`), so a new prior
+    family with gates plugs in by providing the members (or by subclassing the protocol,
+    as :class:`~svbnn.nn.SpikeSlabLinear` and :class:`~svbnn.nn.SpikeSlabConv2d` do).
+
+    Attributes
+    ----------
+    alpha : Tensor
+        Gate logits, ``phi = sigmoid(alpha)``: ``(out, fan_in + bias)`` (with a leading
+        ``R`` when replicated), the bias column last.
+    n_replicates : int or None
+        ``R`` independent copies, or ``None``.
+    """
+
+    alpha: Tensor
+    n_replicates: int | None
+
+    def inclusion_probs(self) -> dict[str, Tensor]:
+        """``phi`` per parameter: ``{"weight": weight-shaped, "bias": (out,)}`` (``"bias"``
+        when the layer has one; a leading ``R`` when replicated)."""
+        ...
+
+    def kl_divergence(self) -> Tensor:
+        """KL(q || prior) of the layer: a scalar, or ``(R,)`` when replicated."""
+        ...
+
+    def n_params(self) -> int:
+        """Number of gated parameters (weights and biases, per replicate)."""
+        ...
+
+    def mean_weights(self) -> tuple[Tensor, Tensor | None]:
+        """Posterior mean weights ``E_q[theta]`` and bias (``None`` without one)."""
+        ...
+
+    def median_weights(self, threshold: float = 0.5) -> tuple[Tensor, Tensor | None]:
+        """The median model's weights and bias: the slab's centre where
+        ``phi > threshold``, zero elsewhere."""
+        ...
+
+
+_GATED_METHODS = ("inclusion_probs", "kl_divergence", "n_params", "mean_weights", "median_weights")
+
+
+def is_gated_layer(module: object) -> TypeGuard[GatedLayer]:
+    """Whether ``module`` is a :class:`GatedLayer`: it subclasses the protocol (as
+    svbnn's spike-and-slab layers do: one look at its class), or it has every member.
+
+    Use this rather than ``isinstance(module, GatedLayer)``: from Python 3.12 a runtime
+    protocol's ``isinstance`` looks members up statically, which misses a module's
+    parameters (they live in ``module._parameters``), and before 3.12 it evaluates every
+    member on every call.
+    """
+    cls = type(module)
+    if GatedLayer in cls.__mro__:
+        return True
+    return (
+        all(callable(getattr(cls, name, None)) for name in _GATED_METHODS)
+        and hasattr(module, "n_replicates")
+        and hasattr(module, "alpha")
+    )
+
+
 class VariationalContainer(nn.Module):
     """A module that computes the KL of all its variational layers itself (e.g. fused).
 
@@ -142,8 +211,9 @@ class VariationalContainer(nn.Module):
         rounding, and consumes the model's random numbers as it would; it returns ``None``
         wherever it does not apply (an unknown likelihood, a shape or mode it does not
         handle), and the general path runs instead. A likelihood tells a fused path what
-        it is through ``likelihood.fused_spec(out_features)`` (see
-        :meth:`svbnn.objectives.GaussianLikelihood.fused_spec`).
+        it is through ``likelihood.fused_spec(out_features)``, which a fused path reads
+        only through :func:`svbnn.objectives.fast_path_spec` (a closed set of kinds; any
+        other likelihood takes the general path).
 
         Parameters
         ----------

@@ -30,6 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..kl import (
+    VD_K1,
+    VD_K2,
+    VD_K3,
+    AdditiveNoise,
+    LogUniformPrior,
+    kl_divergence,
+    vd_kl_approximation,
+)
 from .base import ForwardMode, VariationalLayer, conv_geometry
 from .gaussian import VariationalMLP, _check_sizes, replicated_linear
 
@@ -42,30 +51,6 @@ __all__ = [
     "VariationalDropoutMLP",
     "vd_kl_approximation",
 ]
-
-VD_K1 = 0.63576
-VD_K2 = 1.87320
-VD_K3 = 1.48695
-
-
-def vd_kl_approximation(log_alpha: Tensor) -> Tensor:
-    """Molchanov et al.'s approximation of ``KL(q(w | theta, alpha) || log-uniform)``, elementwise.
-
-    ``KL ~ k1 - k1 sigmoid(k2 + k3 log alpha) + 0.5 log1p(1/alpha)``; ``log1p(exp(-log alpha))``
-    is computed as ``softplus(-log alpha)``.
-
-    Parameters
-    ----------
-    log_alpha : Tensor
-        Any shape.
-
-    Returns
-    -------
-    Tensor
-        Same shape; nonnegative, 0 in the limit ``alpha -> inf``.
-    """
-    neg_kl = VD_K1 * torch.sigmoid(VD_K2 + VD_K3 * log_alpha) - 0.5 * F.softplus(-log_alpha) - VD_K1
-    return -neg_kl
 
 
 class _VDLayer(VariationalLayer):
@@ -150,11 +135,10 @@ class _VDLayer(VariationalLayer):
         return None if self.bias is None else torch.ones_like(self.bias, dtype=torch.bool)
 
     def kl_divergence(self) -> Tensor:
-        """Sum of :func:`vd_kl_approximation` over the weights; ``(R,)`` when replicated."""
-        kl = vd_kl_approximation(self.log_alpha())
-        if self.n_replicates is not None:
-            return kl.flatten(1).sum(dim=1)
-        return kl.sum()
+        """Sum of :func:`~svbnn.kl.vd_kl_approximation` over the weights (registered in
+        :mod:`svbnn.kl`); ``(R,)`` when replicated."""
+        q, p = AdditiveNoise(self.log_alpha()), LogUniformPrior()
+        return kl_divergence(q, p, batch_dims=0 if self.n_replicates is None else 1)
 
     def sample_weights(self) -> tuple[Tensor, Tensor | None]:
         """Weights under the current mode and the (deterministic) bias.

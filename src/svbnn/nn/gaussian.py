@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._kernels import log_softplus
+from ..kl import GaussianPrior, MeanFieldGaussian, kl_divergence
 from .base import ForwardMode, VariationalLayer, activation_module, conv_geometry
 
 __all__ = [
@@ -143,22 +143,10 @@ class _GaussianLayer(VariationalLayer):
         return None if b is None else torch.ones_like(b, dtype=torch.bool)
 
     def kl_divergence(self) -> Tensor:
-        """Exact ``sum_i KL(N(mu_i, sigma_i^2) || N(0, sigma_0^2))``; ``(R,)`` when replicated.
-
-        ``KL_i = log(sigma_0 / sigma_i) + (sigma_i^2 + mu_i^2) / (2 sigma_0^2) - 1/2``, with
-        ``log sigma_i`` from :func:`svbnn.objectives.log_softplus` (finite where ``sigma``
-        underflows).
-        """
-        sigma = F.softplus(self.rho)
-        kl = (
-            0.5 * math.log(self.prior_variance)
-            - log_softplus(self.rho)
-            + (sigma * sigma + self.mu * self.mu) / (2.0 * self.prior_variance)
-            - 0.5
-        )
-        if self.n_replicates is not None:
-            return kl.sum(dim=(1, 2))
-        return kl.sum()
+        """Exact ``sum_i KL(N(mu_i, sigma_i^2) || N(0, sigma_0^2))`` (registered in
+        :mod:`svbnn.kl`); ``(R,)`` when replicated."""
+        q, p = MeanFieldGaussian(self.mu, self.rho), GaussianPrior(self.prior_variance)
+        return kl_divergence(q, p, batch_dims=0 if self.n_replicates is None else 1)
 
     # -- sampling ----------------------------------------------------------------------
     def sample_flat(self) -> Tensor:

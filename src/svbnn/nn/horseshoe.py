@@ -64,7 +64,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._kernels import log_softplus
+from ..kl import (
+    Horseshoe,
+    HorseshoePrior,
+    half_cauchy_scale_kl,
+    kl_divergence,
+    matrix_normal_kl,
+)
 from .base import ForwardMode, VariationalLayer
 from .gaussian import VariationalMLP, _check_sizes
 
@@ -75,70 +81,9 @@ __all__ = [
     "matrix_normal_kl",
 ]
 
-_HALF_LOG_HALF_PI = 0.5 * math.log(math.pi / 2.0)
-
 
 def _inv_softplus(x: float) -> float:
     return x + math.log(-math.expm1(-x))
-
-
-def half_cauchy_scale_kl(loc: Tensor, rho: Tensor, scale: float) -> Tensor:
-    """KL of a log-normal scale posterior against a half-Cauchy prior (auxiliary form).
-
-    For ``q(log a) = N(loc, s^2)``, ``s = softplus(rho)``, and the prior
-    ``a^2 | l ~ IG(1/2, 1/l)``, ``l ~ IG(1/2, 1/b^2)`` (so ``a ~ C+(0, b)``), returns
-    ``KL(q(a^2) q*(l) || p(a^2 | l) p(l))`` with the optimal
-    ``q*(l) = IG(1, E_q[1/a^2] + 1/b^2)``, elementwise.
-
-    Parameters
-    ----------
-    loc, rho : Tensor
-        Same shape.
-    scale : float
-        ``b > 0``.
-
-    Returns
-    -------
-    Tensor
-        Same shape as ``loc``.
-    """
-    log_s = log_softplus(rho)
-    s = F.softplus(rho)
-    log_b = math.log(scale)
-    # log(rate of q*(l)) = log(E[1/a^2] + 1/b^2), E[1/a^2] = exp(-2 loc + 2 s^2).
-    log_rate = torch.logaddexp(-2.0 * loc + 2.0 * s * s, torch.full_like(loc, -2.0 * log_b))
-    return loc + log_rate - (math.log(2.0) + log_s) + log_b + _HALF_LOG_HALF_PI - 0.5
-
-
-def matrix_normal_kl(mean: Tensor, row_rho: Tensor, row_factor: Tensor, col_rho: Tensor) -> Tensor:
-    """``KL(MN(M, U, V) || N(0, I))`` with ``U = diag(a^2) + h h^T`` and ``V = diag(c^2)``.
-
-    Parameters
-    ----------
-    mean : Tensor
-        ``M`` transposed, ``(..., out, d)``.
-    row_rho, row_factor : Tensor
-        ``(..., d)``: ``a = softplus(row_rho)`` and ``h``.
-    col_rho : Tensor
-        ``(..., out)``: ``c = softplus(col_rho)``.
-
-    Returns
-    -------
-    Tensor
-        ``(...)``: ``0.5 [tr(V) tr(U) + ||M||^2 - d out - out log|U| - d log|V|]``.
-    """
-    d = mean.shape[-1]
-    out = mean.shape[-2]
-    a2 = F.softplus(row_rho) ** 2
-    c2 = F.softplus(col_rho) ** 2
-    h2 = row_factor * row_factor
-    tr_u = a2.sum(-1) + h2.sum(-1)
-    tr_v = c2.sum(-1)
-    # Matrix determinant lemma: |diag(a^2) + h h^T| = prod(a^2) (1 + sum h^2 / a^2).
-    logdet_u = 2.0 * log_softplus(row_rho).sum(-1) + torch.log1p((h2 / a2).sum(-1))
-    logdet_v = 2.0 * log_softplus(col_rho).sum(-1)
-    sq = (mean * mean).sum(dim=(-2, -1))
-    return 0.5 * (tr_v * tr_u + sq - d * out - out * logdet_u - d * logdet_v)
 
 
 def _check_settings(local_scale: float, global_scale: float, prune_ratio: float) -> None:
@@ -330,11 +275,17 @@ class HorseshoeLinear(VariationalLayer):
 
     def kl_divergence(self) -> Tensor:
         """Exact KL of weights and scales (auxiliaries profiled); ``(R,)`` when replicated."""
-        kl = matrix_normal_kl(self.weight_mu, self.row_rho, self.row_factor, self.col_rho)
-        kl = kl + half_cauchy_scale_kl(self.layer_loc, self.layer_rho, self.global_scale).sum(-1)
-        if self.node_loc is not None and self.node_rho is not None:
-            kl = kl + half_cauchy_scale_kl(self.node_loc, self.node_rho, self.local_scale).sum(-1)
-        return kl
+        q = Horseshoe(
+            self.weight_mu,
+            self.row_rho,
+            self.row_factor,
+            self.col_rho,
+            self.layer_loc,
+            self.layer_rho,
+            self.node_loc,
+            self.node_rho,
+        )
+        return kl_divergence(q, HorseshoePrior(self.global_scale, self.local_scale))
 
     # -- sampling ----------------------------------------------------------------------
     def _row_factors(self) -> tuple[Tensor, Tensor, Tensor]:

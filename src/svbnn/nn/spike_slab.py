@@ -23,12 +23,13 @@ from torch import Tensor, nn
 
 from .. import _native
 from .._kernels import Backend, backend, softplus
-from ..objectives import spike_slab_kl
+from ..kl import SpikeSlab, SpikeSlabPrior, kl_divergence
 from ..priors import resolve_log_inclusion
 from ._fused import FusedEngine, GumbelSpikeSlab, run_feature_major
 from ._fused_paths import native_network
 from .base import (
     ForwardMode,
+    GatedLayer,
     Sampler,
     VariationalContainer,
     VariationalLayer,
@@ -189,7 +190,7 @@ def _check_layer_args(
 _SHARED_PARAMS = ("mu", "rho", "alpha")
 
 
-class _SpikeSlabLayer(VariationalLayer):
+class _SpikeSlabLayer(VariationalLayer, GatedLayer):
     """Storage, sampling and KL shared by the linear and convolutional layers.
 
     A layer owns its parameters ``mu``, ``rho``, ``alpha`` (and buffer
@@ -311,16 +312,25 @@ class _SpikeSlabLayer(VariationalLayer):
     def _shape_weight(self, w: Tensor) -> Tensor:
         return w
 
+    def mean_weights(self) -> tuple[Tensor, Tensor | None]:
+        """Posterior mean ``phi mu`` (no gradient): weight (weight-shaped) and bias."""
+        with torch.no_grad():
+            flat = _draw(self.mu, self.rho, self.alpha, ForwardMode.MEAN, self.sampler, 1.0, None)
+        return self._weights_from_flat(flat)
+
+    def median_weights(self, threshold: float = 0.5) -> tuple[Tensor, Tensor | None]:
+        """The median model (no gradient): ``mu`` where ``phi > threshold``, else 0 (as
+        :func:`svbnn.selection.export_sparse` keeps them)."""
+        with torch.no_grad():
+            flat = self.mu * (torch.sigmoid(self.alpha) > threshold)
+        return self._weights_from_flat(flat)
+
     def kl_divergence(self) -> Tensor:
-        batch_dims = 0 if self.n_replicates is None else 1
-        return spike_slab_kl(
-            self.mu,
-            self.rho,
-            self.alpha,
-            self.log_prior_inclusion,
-            self.prior_variance,
-            batch_dims=batch_dims,
-        )
+        """The exact spike-and-slab KL (registered in :mod:`svbnn.kl`); ``(R,)`` when
+        replicated."""
+        q = SpikeSlab(self.mu, self.rho, self.alpha)
+        p = SpikeSlabPrior(self.log_prior_inclusion, self.prior_variance)
+        return kl_divergence(q, p, batch_dims=0 if self.n_replicates is None else 1)
 
     # -- sampling ----------------------------------------------------------------------
     def sample_flat(self) -> Tensor:
