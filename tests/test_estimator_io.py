@@ -242,3 +242,9 @@ def test_a_failed_save_keeps_the_previous_file(
         regressor.save(path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.svbnn"]  # no temporary left
+
+
+def test_saving_under_a_regular_file_names_it(regressor: SVBNNRegressor, tmp_path: Path) -> None:
+    (tmp_path / "f").touch()
+    with pytest.raises(OSError, match=f"{tmp_path / 'f'} is a file, not a folder"):
+        regressor.save(tmp_path / "f" / "m.svbnn")

@@ -224,7 +224,9 @@ def save_estimator(estimator: Any, path: str | os.PathLike[str]) -> None:
     try:
         atomic_write_bytes(path, _MAGIC + digest + b"\n" + payload)
     except OSError as err:
-        raise OSError(err.errno, f"cannot write the estimator to {path}: {err.strerror}") from None
+        file = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+        why = f"{file} is a file, not a folder" if file is not None else err.strerror
+        raise OSError(err.errno, f"cannot write the estimator to {path}: {why}") from None
 
 
 def load_estimator(
