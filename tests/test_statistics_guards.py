@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from svbnn.nn.spike_slab import SpikeSlabLinear
 from svbnn.objectives import GaussianLikelihood
 from svbnn.priors import PRIOR_VARIANCE_RANGE, check_prior_variance
 from svbnn.training import DIVERGED_R2, DivergenceWarning, History, train, training_r2
-from svbnn_experiments.common import _named_divergence
+from svbnn_experiments.common import named_divergence
 
 torch.set_num_threads(1)
 
@@ -112,15 +111,9 @@ def test_a_sane_fit_does_not_warn() -> None:
 
 
 def test_the_harness_names_method_and_replications() -> None:
-    chunk = SimpleNamespace(
-        method="svbnn",
-        problem=SimpleNamespace(kind="sim2", p=7),
-        reps=(4, 5, 6),
-        n_train=300,
-    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with _named_divergence(chunk):  # type: ignore[arg-type]
+        with named_divergence("svbnn on sim2 (p=7, n=300)", ["rep 4", "rep 5", "rep 6"]):
             warnings.warn(DivergenceWarning("the fit diverged", (0.9, -7.5, -2.0)), stacklevel=1)
             warnings.warn("something else", RuntimeWarning, stacklevel=1)
     assert [w.category for w in caught] == [DivergenceWarning, RuntimeWarning]

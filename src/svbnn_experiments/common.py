@@ -553,7 +553,8 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
     gen = torch.Generator(device=torch.device(chunk.spec.device)).manual_seed(chunk.train_seed)
     method = get_method(chunk.method)
     t0 = time.perf_counter()
-    with _named_divergence(chunk):
+    what = f"{chunk.method} on {chunk.problem.kind} (p={chunk.problem.p}, n={chunk.n_train})"
+    with named_divergence(what, [f"rep {r}" for r in chunk.reps]):
         fitted = method.fit(data.X, data.y, chunk.spec, gen)
     train_s = time.perf_counter() - t0
 
@@ -575,10 +576,11 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
 
 
 @contextlib.contextmanager
-def _named_divergence(chunk: Chunk) -> Iterator[None]:
-    """A :class:`~svbnn.training.DivergenceWarning` of the chunk's fit is issued again naming
-    the method, the problem and the replications (``rep``) that diverged; any other warning
-    is passed on as it was."""
+def named_divergence(what: str, labels: Sequence[str]) -> Iterator[None]:
+    """A :class:`~svbnn.training.DivergenceWarning` of a fit in the block is issued again
+    naming ``what`` (the method and problem) and the replicates that diverged, by their
+    ``labels`` (one per replicate, e.g. ``"rep 3"``); any other warning is passed on as it
+    was."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DivergenceWarning)
         yield
@@ -588,16 +590,14 @@ def _named_divergence(chunk: Chunk) -> Iterator[None]:
             warnings.warn_explicit(msg, w.category, w.filename, w.lineno, source=w.source)
             continue
         r2 = msg.r2
-        if len(r2) == len(chunk.reps):
-            bad = [(rep, v) for rep, v in zip(chunk.reps, r2, strict=True) if v < DIVERGED_R2]
+        if len(r2) == len(labels):
+            bad = [(lab, v) for lab, v in zip(labels, r2, strict=True) if v < DIVERGED_R2]
         else:
-            bad = [(rep, min(r2, default=math.nan)) for rep in chunk.reps]
-        shown = ", ".join(f"rep {rep} (R^2 {v:.3g})" for rep, v in bad)
+            bad = [(lab, min(r2, default=math.nan)) for lab in labels]
+        shown = ", ".join(f"{lab} (R^2 {v:.3g})" for lab, v in bad)
         warnings.warn(
             DivergenceWarning(
-                f"{chunk.method} on {chunk.problem.kind} (p={chunk.problem.p}, "
-                f"n={chunk.n_train}): {shown} diverged; its results are not a fit of the "
-                f"method. {msg}",
+                f"{what}: {shown} diverged; its results are not a fit of the method. {msg}",
                 r2,
             ),
             stacklevel=3,
