@@ -289,3 +289,35 @@ def test_a_scheduler_whose_chunks_never_finish_meets_the_task_deadline(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert f"--scheduler {address}: no chunk finished within 1 s" in err[0], err
+
+
+def test_a_scheduler_that_stops_answering_is_given_up_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once connected, the scheduler answers no status request (as a stopped process would)
+    # and the chunk never runs (no worker); chunks may take hours, so only the liveness
+    # check can tell, within ALIVE_CHECK_S.
+    distributed = pytest.importorskip("distributed")
+    import asyncio
+    import logging
+
+    from svbnn_experiments import distributed as engine_mod
+
+    monkeypatch.setattr(engine_mod, "ALIVE_CHECK_S", 0.5)
+
+    async def never(*args: object, **kwargs: object) -> None:
+        await asyncio.sleep(3600)
+
+    with distributed.LocalCluster(
+        n_workers=0,
+        processes=False,
+        protocol="tcp",
+        dashboard_address=":0",
+        silence_logs=logging.ERROR,
+    ) as empty:
+        address = empty.scheduler_address
+        with engine_mod.dask_engine(address, jobs=1) as engine:
+            empty.scheduler.handlers["identity"] = never
+            future = engine.client.submit(sum, [1, 2], pure=False)
+            t0 = time.monotonic()
+            with pytest.raises(ValueError, match=f"--scheduler {address}: the scheduler stopped"):
+                list(engine._finished([future]))
+            assert time.monotonic() - t0 < 5

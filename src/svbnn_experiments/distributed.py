@@ -47,6 +47,11 @@ TASK_TIMEOUT_S = 6 * 3600.0
 """Seconds a run waits for its next chunk to finish before giving up on the cluster (a
 scheduler that stopped answering, or whose workers all left, never finishes one)."""
 
+ALIVE_CHECK_S = 30.0
+"""While no chunk finishes, the scheduler must answer a status request at least this often
+(within this many seconds): a scheduler that stopped answering is given up on in about a
+minute, while chunks that take hours keep running."""
+
 _HANDSHAKE_MAX_BYTES = 1 << 20
 """A Dask scheduler's first message (its handshake) is a few hundred bytes; a length
 prefix above this is not Dask (e.g. an HTTP server's answer read as a frame length)."""
@@ -150,22 +155,39 @@ class DaskEngine:
 
     def _finished(self, futures: list[Any]) -> Iterator[Any]:
         """The futures as they finish; a ``ValueError`` when none finishes within
-        ``task_timeout`` of the previous one (a silent scheduler or no worker left)."""
+        ``task_timeout`` of the previous one (workers that all left), or when the scheduler
+        does not answer a status request within :data:`ALIVE_CHECK_S` while waiting."""
         from distributed import wait
 
-        pending = set(futures)
+        option = "--scheduler" if self.cluster is None else "--cluster"
+        pending, last = set(futures), time.monotonic()
         while pending:
+            poll = min(ALIVE_CHECK_S, max(self.task_timeout - (time.monotonic() - last), 0.01))
             try:
-                done = wait(list(pending), timeout=self.task_timeout, return_when="FIRST_COMPLETED")
+                with self.client.as_current():
+                    done = wait(list(pending), timeout=poll, return_when="FIRST_COMPLETED")
             except TimeoutError:
-                option = "--scheduler" if self.cluster is None else "--cluster"
-                raise ValueError(
-                    f"{option} {self.address}: no chunk finished within "
-                    f"{self.task_timeout:g} s ({len(pending)} of {len(futures)} pending); "
-                    "the scheduler or its workers stopped answering"
-                ) from None
+                self._check_alive(option)
+                if time.monotonic() - last >= self.task_timeout:
+                    raise ValueError(
+                        f"{option} {self.address}: no chunk finished within "
+                        f"{self.task_timeout:g} s ({len(pending)} of {len(futures)} pending); "
+                        "the scheduler or its workers stopped answering"
+                    ) from None
+                continue
+            last = time.monotonic()
             pending = set(done.not_done)
             yield from done.done
+
+    def _check_alive(self, option: str) -> None:
+        """A ``ValueError`` when the scheduler does not answer within :data:`ALIVE_CHECK_S`."""
+        try:
+            self.client.sync(self.client.scheduler.identity, callback_timeout=ALIVE_CHECK_S)
+        except (TimeoutError, OSError):
+            raise ValueError(
+                f"{option} {self.address}: the scheduler stopped answering (no reply to a "
+                f"status request within {ALIVE_CHECK_S:g} s)"
+            ) from None
 
 
 def _import_distributed(option: str) -> Any:
