@@ -379,10 +379,13 @@ def _uq_sibling(tmp: Path) -> str:
 
 
 def _startup_s() -> float:
-    """Seconds to start an interpreter that imports svbnn, torch and the CLI."""
+    """Seconds to start an interpreter that imports svbnn, torch, the CLI and (for the
+    ``--scheduler`` cases) Dask, if installed."""
+    code = "import svbnn, svbnn.data, svbnn_experiments.cli\ntry:\n    import distributed\n"
+    code += "except ImportError:\n    pass\n"
     with tempfile.TemporaryDirectory() as d:
         t0 = time.monotonic()
-        _py("import svbnn, svbnn.data, svbnn_experiments.cli", Path(d))
+        _py(code, Path(d))
         return time.monotonic() - t0
 
 
