@@ -7,7 +7,14 @@ through the ``svbnn`` command, in a temporary folder, and classifies it:
 * ``ok``: the call is valid and gave a finite result (or the warning the case calls for);
 * ``CODE EXECUTION``: a planted checkpoint ran code (a marker file appeared);
 * ``DATA LOSS`` / ``SILENT WRONG``: results mixed or lost, or a wrong result without a word;
-* ``TRACEBACK``: a raw traceback or an exception type that does not name the problem.
+* ``TRACEBACK`` (counted as ``RAW OR MISLEADING``): a raw traceback or an exception type
+  that does not name the problem;
+* ``RAW OR MISLEADING``: for the cases that declare the user's own token (an option, a path
+  or a value), an error whose message lacks it, or names an internal file, ``None`` or a
+  type instead;
+* ``HANG``: a case running over 30 s (120 s for the cases that train), not counting the
+  start of its interpreter (the time to import svbnn and torch, measured once at the start
+  and printed: on a loaded machine it alone can take 10-20 s).
 
 It prints one line per case and the counts; the exit status is 1 if any case is bad. The
 MNIST cases need the data (``SVBNN_DATA``) and are skipped, and said to be, without it.
@@ -18,16 +25,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 GOOD = ("clear error", "ok")
+HANG_S = 30.0
+"""A case running longer than this is a hang..."""
+HANG_TRAIN_S = 120.0
+"""...or longer than this for a case that trains."""
+_RENAMED = {"TRACEBACK": "RAW OR MISLEADING"}  # the issue's class names
 
 _PLANT = """
 import os, torch
@@ -47,9 +63,11 @@ _FIT = (
 class Case:
     name: str
     run: Callable[[Path], str]
+    trains: bool = False  # the hang limit is HANG_TRAIN_S rather than HANG_S
 
 
 def _py(code: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    timeout = min(timeout, _LIMIT[0])
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -59,6 +77,9 @@ def _py(code: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProce
         text=True,
         timeout=timeout,
     )
+
+
+_LIMIT = [float("inf")]  # the running case's hang limit (main sets it per case)
 
 
 def _cli(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -84,9 +105,22 @@ def _classify_py(res: subprocess.CompletedProcess[str], cwd: Path, expect: str) 
     if res.returncode != 0:
         named = last.startswith("FloatingPointError") and "learning_rate_init" in last
         return "clear error" if named and expect.startswith("warn") else "TRACEBACK"
-    if expect.startswith("warn:") and expect[5:] not in err:
+    if expect.startswith("warn:") and not _warned(err, expect[5:]):
         return "SILENT WRONG"
     return "ok"
+
+
+# svbnn's specific UserWarnings; sklearn's ConvergenceWarning (the generic budget warning)
+# does not count as a warning about a bad setting.
+_USER_WARNINGS = ("UserWarning", "CollapseWarning", "DivergenceWarning")
+
+
+def _warned(err: str, text: str) -> bool:
+    """Whether stderr ``err`` holds ``text``; ``"UserWarning"`` also matches its svbnn
+    subclasses, which Python prints by their own names."""
+    if text == "UserWarning":
+        return any(f"{name}: " in err for name in _USER_WARNINGS)
+    return text in err
 
 
 def _classify_cli(res: subprocess.CompletedProcess[str], cwd: Path) -> str:
@@ -104,7 +138,7 @@ def _py_case(name: str, code: str, expect: str) -> Case:
     def run(tmp: Path) -> str:
         return _classify_py(_py(code.replace("PATH", repr(str(tmp / "c.pt"))), tmp), tmp, expect)
 
-    return Case(name, run)
+    return Case(name, run, trains="fit(" in code or "train(" in code)
 
 
 def _cli_case(name: str, args: list[str], prepare: Callable[[Path], None] | None = None) -> Case:
@@ -114,7 +148,7 @@ def _cli_case(name: str, args: list[str], prepare: Callable[[Path], None] | None
         argv = [a.replace("TMP", str(tmp)) for a in args]
         return _classify_cli(_cli(argv, tmp), tmp)
 
-    return Case(name, run)
+    return Case(name, run, trains=args[:1] == ["reproduce"])
 
 
 def _plant(path: Path) -> None:
@@ -297,7 +331,7 @@ def _cli_cases() -> list[Case]:
                 (t / "r" / "settings.json").write_text("{}"),
             ),
         ),
-        Case("2 two runs into one --out", _two_runs_same_out),
+        Case("2 two runs into one --out", _two_runs_same_out, trains=True),
     ]
 
 
@@ -309,7 +343,7 @@ def _mnist_cases() -> list[Case]:
             ["reproduce", "mnist", "--quick", "--no-progress", "--out", "TMP/D"],
             lambda t: _plant(t / "D" / "checkpoints" / "svbnn.pt"),
         ),
-        Case("1 mnist-uq beside a planted sibling mnist run", _uq_sibling),
+        Case("1 mnist-uq beside a planted sibling mnist run", _uq_sibling, trains=True),
     ]
 
 
@@ -322,6 +356,7 @@ def cases(with_mnist: bool) -> list[Case]:
         *_loader_cases(),
         *_cli_cases(),
     ]
+    out += _reliability_b_cases()
     if with_mnist:
         out += _mnist_cases()
     return out
@@ -343,23 +378,407 @@ def _uq_sibling(tmp: Path) -> str:
     return "ok" if all(v["origin"] == "trained here" for v in origins.values()) else "SILENT WRONG"
 
 
+def _startup_s() -> float:
+    """Seconds to start an interpreter that imports svbnn, torch, the CLI and (for the
+    ``--scheduler`` cases) Dask, if installed."""
+    code = "import svbnn, svbnn.data, svbnn_experiments.cli\ntry:\n    import distributed\n"
+    code += "except ImportError:\n    pass\n"
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.monotonic()
+        _py(code, Path(d))
+        return time.monotonic() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="run the cases whose name contains this text")
     args = parser.parse_args(argv)
     with_mnist = bool(os.environ.get("SVBNN_DATA"))
     counts: Counter[str] = Counter()
+    startup = _startup_s()
+    print(f"(starting an interpreter and importing svbnn takes {startup:.1f} s here; not counted)")
     for case in cases(with_mnist):
         if args.only and args.only not in case.name:
             continue
+        limit = (HANG_TRAIN_S if case.trains else HANG_S) + startup
+        _LIMIT[0] = limit + 5.0  # a subprocess is killed a little after the limit
+        t0 = time.monotonic()
         with tempfile.TemporaryDirectory() as d:
-            outcome = case.run(Path(d))
+            try:
+                outcome = case.run(Path(d))
+            except subprocess.TimeoutExpired:
+                outcome = "HANG"
+        elapsed = time.monotonic() - t0
+        if elapsed > limit and outcome != "CODE EXECUTION":
+            outcome = "HANG"
+        outcome = _RENAMED.get(outcome, outcome)
         counts[outcome] += 1
-        print(f"{outcome:15s} {case.name}", flush=True)
+        print(f"{outcome:17s} {elapsed:6.1f} s  {case.name}", flush=True)
     if not with_mnist:
         print("(the two MNIST checkpoint cases need SVBNN_DATA; not run)")
-    print("counts: " + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    classes = ["clear error", "ok", "SILENT WRONG", "RAW OR MISLEADING", "HANG", "DATA LOSS"]
+    classes += ["CODE EXECUTION"]
+    shown = {**{k: 0 for k in classes}, **counts}
+    print("counts: " + ", ".join(f"{k}: {v}" for k, v in shown.items()))
     return 0 if set(counts) <= set(GOOD) else 1
+
+
+# ------------------------------------------------------------------------------------------
+# Issue 32, part B: deadlines and caps, statistics that cannot be silently wrong, sharing a
+# model without sharing code. Each case declares its expected outcome and the user's own
+# token, which a clear message must contain.
+# ------------------------------------------------------------------------------------------
+
+# Exception types that are a clear error when their message names the user's token.
+_CLEAR_TYPES = (
+    "ValueError",
+    "TypeError",
+    "CheckpointError",
+    "EstimatorFileError",
+    "NotFittedError",
+    "DataNotFoundError",
+    "DownloadError",
+    "DataIntegrityError",
+    "ChecksumError",
+    "FileNotFoundError",
+    "FileExistsError",
+    "NotADirectoryError",
+    "PermissionError",
+    "IsADirectoryError",
+    "OSError",
+    "FloatingPointError",
+)
+# What an error message must not show instead of the user's input.
+_MISLEADING = re.compile(
+    r"\bNone\b|<class '|site-packages|/src/svbnn|\.tmp\b|\.part\b|Unable to allocate"
+)
+
+
+def _misleading(message: str, token: str) -> bool:
+    """A message that lacks ``token`` or names an internal file, ``None`` or a type."""
+    return token not in message or bool(_MISLEADING.search(message.replace(token, "")))
+
+
+def _classify_token(
+    res: subprocess.CompletedProcess[str], cwd: Path, expect: str, token: str
+) -> str:
+    """``expect``: 'error' (a clear exception naming ``token``), 'ok', or 'warn:TEXT'."""
+    if (cwd / "PWNED").exists():
+        return "CODE EXECUTION"
+    err = res.stderr.strip()
+    last = err.splitlines()[-1] if err else ""
+    if expect == "error":
+        if res.returncode == 0:
+            return "SILENT WRONG"
+        kind, _, message = last.partition(": ")
+        if kind.rsplit(".", 1)[-1] in _CLEAR_TYPES and not _misleading(message, token):
+            return "clear error"
+        return "RAW OR MISLEADING"
+    if res.returncode != 0:
+        return "RAW OR MISLEADING"
+    if expect.startswith("warn:") and (expect[5:] not in err or token not in err):
+        return "SILENT WRONG"
+    return "ok"
+
+
+def _classify_cli_token(res: subprocess.CompletedProcess[str], cwd: Path, token: str) -> str:
+    """A CLI user error: status 2 and one line on stderr that names ``token``."""
+    if (cwd / "PWNED").exists():
+        return "CODE EXECUTION"
+    lines = res.stderr.strip().splitlines()
+    if res.returncode == 0:
+        return "SILENT WRONG"
+    if res.returncode == 2 and len(lines) == 1 and not _misleading(lines[0], token):
+        return "clear error"
+    return "RAW OR MISLEADING"
+
+
+def _token_case(name: str, code: str, expect: str, token: str) -> Case:
+    """A library case: ``code`` run in a fresh interpreter (``PATH``: a file in the case's
+    folder; ``TMP``: the folder). It trains if it calls ``fit`` or ``train``."""
+
+    def run(tmp: Path) -> str:
+        src = code.replace("PATH", repr(str(tmp / "m.svbnn"))).replace("TMP", repr(str(tmp)))
+        res = _py(src, tmp)
+        return _classify_token(res, tmp, expect, token.replace("TMP", str(tmp)))
+
+    return Case(name, run, trains="fit(" in code or "train(" in code)
+
+
+# A local HTTP server inside the case's interpreter: serve(kind) -> port. 'endless' streams
+# zeros without end, 'trickle' sends a byte every 50 ms, 'silent' accepts and never answers.
+_SERVE = """
+import socket, threading, time
+def _handle(conn, kind):
+    with conn:
+        try:
+            conn.settimeout(60)
+            if kind != 'silent':
+                data = b''
+                while b'\\r\\n\\r\\n' not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    data += chunk
+                conn.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\n')
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                if kind == 'endless':
+                    conn.sendall(b'0' * 65536)
+                elif kind == 'trickle':
+                    conn.sendall(b'1'); time.sleep(0.05)
+                else:
+                    time.sleep(0.5)
+        except OSError:
+            pass
+def serve(kind):
+    s = socket.create_server(('127.0.0.1', 0))
+    def loop():
+        while True:
+            c, _ = s.accept()
+            threading.Thread(target=_handle, args=(c, kind), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+    return s.getsockname()[1]
+"""
+
+
+class _Server:
+    """A server thread on 127.0.0.1 for the CLI cases; stops by itself after ``life`` s.
+
+    ``kind``: 'silent' accepts and never answers; 'proxy' answers what it receives with an
+    HTTP error (as an HTTP proxy would); 'banner' speaks first, and not Dask.
+    """
+
+    def __init__(self, kind: str, life: float = 60.0) -> None:
+        self.kind, self.end = kind, time.monotonic() + life
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        with self.sock:
+            while time.monotonic() < self.end:
+                try:
+                    conn, _ = self.sock.accept()
+                except TimeoutError:
+                    continue
+                threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.settimeout(max(self.end - time.monotonic(), 0.1))
+                if self.kind == "banner":
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                elif self.kind == "proxy" and conn.recv(4096):
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                while time.monotonic() < self.end and conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+
+
+def _scheduler_case(name: str, kind: str) -> Case:
+    def run(tmp: Path) -> str:
+        server = _Server(kind)
+        address = f"tcp://127.0.0.1:{server.port}"
+        args = ["reproduce", "table2", "--quick", "--no-progress", "--out", str(tmp / "o")]
+        res = _cli([*args, "--scheduler", address], tmp)
+        return _classify_cli_token(res, tmp, f"--scheduler {address}")
+
+    return Case(name, run)
+
+
+def _cli_warn_case(name: str, args: list[str], needles: list[str]) -> Case:
+    """A valid run that must finish (status 0) and warn with every one of ``needles``."""
+
+    def run(tmp: Path) -> str:
+        res = _cli([a.replace("TMP", str(tmp)) for a in args], tmp)
+        if (tmp / "PWNED").exists():
+            return "CODE EXECUTION"
+        if res.returncode != 0:
+            return "RAW OR MISLEADING"
+        return "ok" if all(n in res.stderr for n in needles) else "SILENT WRONG"
+
+    return Case(name, run, trains=True)
+
+
+_REG = (
+    "import numpy as np, warnings; warnings.simplefilter('ignore');"
+    "from svbnn import SVBNNRegressor, SVBNNClassifier, load_estimator;"
+    "rng = np.random.default_rng(0); X = rng.normal(size=(60, 4)); y = X[:, 0];"
+    "m = SVBNNRegressor(hidden_layer_sizes=(8,), max_iter=3, random_state=0).fit(X, y);"
+    "m.save(PATH);"
+)
+_CRAFT = (
+    "import io, os, hashlib, torch\n"
+    "class E:\n"
+    "    def __reduce__(self):\n"
+    "        return (os.system, ('touch PWNED',))\n"
+    "b = io.BytesIO(); torch.save({'format': 'svbnn-estimator', 'version': 1, 'meta': E()}, b)\n"
+    "p = b.getvalue(); d = hashlib.sha256(p).hexdigest().encode()\n"
+    "open(PATH, 'wb').write(b'SVBNN-ESTIMATOR 1\\n' + d + b'\\n' + p)\n"
+)
+_DIVERGING_TRAIN = (
+    "import torch, warnings; warnings.simplefilter('always');"
+    "from svbnn.nn import SpikeSlabMLP; from svbnn.objectives import GaussianLikelihood;"
+    "from svbnn.training import train; g = torch.Generator().manual_seed(0);"
+    "X = torch.randn(200, 4, generator=g); y = X[:, 0];"
+    "train(SpikeSlabMLP(4, (50,), 1, generator=torch.Generator().manual_seed(1)), X, y,"
+    " GaussianLikelihood(0.5, learn_noise=True), epochs=10, batch_size=128, lr=0.2,"
+    " optimizer='sgd', generator=torch.Generator().manual_seed(0))"
+)
+
+
+def _reliability_b_cases() -> list[Case]:
+    """Issue 32, items 2, 4 and 6: nothing waits forever, statistics that cannot be silently
+    wrong, a shared model runs no code."""
+    big = "f = open(TMP + '/mnist.npz', 'wb'); f.truncate(100 * 2**30); f.close();"
+    return [
+        # 2. deadlines and caps
+        _token_case(
+            "32B download from a server that streams without end",
+            _SERVE + "from svbnn.data import load_uci; port = serve('endless');"
+            "load_uci('yacht', 0, TMP, download=True, base_url=f'http://127.0.0.1:{port}',"
+            " timeout=5)",
+            "error",
+            "http://127.0.0.1:",
+        ),
+        _token_case(
+            "32B download from a server that trickles a byte per 50 ms",
+            _SERVE + "from svbnn.data import load_uci; port = serve('trickle');"
+            "load_uci('yacht', 0, TMP, download=True, base_url=f'http://127.0.0.1:{port}',"
+            " timeout=2)",
+            "error",
+            "timeout",
+        ),
+        _token_case(
+            "32B download from a server that accepts and never answers",
+            _SERVE + "from svbnn.data import load_mnist; port = serve('silent');"
+            "load_mnist(TMP, download=True, base_url=f'http://127.0.0.1:{port}', timeout=2)",
+            "error",
+            "http://127.0.0.1:",
+        ),
+        _token_case(
+            "32B a 100 GiB mnist.npz in the data folder (size before hash)",
+            big + "from svbnn.data import load_mnist; load_mnist(TMP)",
+            "error",
+            "TMP/mnist.npz",
+        ),
+        _token_case(
+            "32B a 100 GiB index file in the data folder (size before parse)",
+            "import os; os.makedirs(TMP + '/uci/yacht'); open(TMP + '/uci/yacht/data.txt',"
+            " 'w').write('1 2\\n3 4\\n'); f = open(TMP + '/uci/yacht/n_splits.txt', 'wb');"
+            " f.truncate(100 * 2**30); f.close(); from svbnn.data import load_uci;"
+            " load_uci('yacht', 0, TMP, verify=False)",
+            "error",
+            "n_splits.txt",
+        ),
+        _scheduler_case("32B --scheduler that accepts and never answers", "silent"),
+        _scheduler_case("32B --scheduler where an HTTP proxy answers", "proxy"),
+        _scheduler_case("32B --scheduler where another service speaks first", "banner"),
+        # 4. statistics that cannot be silently wrong
+        _token_case(
+            "32B SVBNNRegressor(prior_variance=1e-300)",
+            _FIT + "SVBNNRegressor(prior_variance=1e-300, max_iter=2).fit(X, y)",
+            "error",
+            "prior_variance",
+        ),
+        _token_case(
+            "32B SVBNNClassifier(prior_variance=1e31)",
+            _FIT + "SVBNNClassifier(prior_variance=1e31, max_iter=2).fit(X, y > 0)",
+            "error",
+            "prior_variance",
+        ),
+        _token_case(
+            "32B VBNNRegressor(prior_variance=1e-40)",
+            _FIT + "from svbnn import VBNNRegressor;"
+            "VBNNRegressor(prior_variance=1e-40, max_iter=2).fit(X, y)",
+            "error",
+            "prior_variance",
+        ),
+        _token_case(
+            "32B SpikeSlabMLP(prior_variance=1e-300)",
+            "from svbnn.nn import SpikeSlabMLP; SpikeSlabMLP(3, (4,), 1, prior_variance=1e-300)",
+            "error",
+            "prior_variance",
+        ),
+        _token_case(
+            "32B train with SGD at a diverging learning rate warns by name",
+            _DIVERGING_TRAIN,
+            "warn:DivergenceWarning",
+            "lr=0.2",
+        ),
+        _token_case(
+            "32B SVBNNRegressor(optimizer='sgd', learning_rate_init=0.3) warns",
+            _FIT + "warnings.simplefilter('always');"
+            "SVBNNRegressor(optimizer='sgd', learning_rate_init=0.3, max_iter=50,"
+            " random_state=0).fit(np.r_[X, X, X, X], np.r_[y, y, y, y])",
+            "warn:the fit diverged",
+            "DivergenceWarning",
+        ),
+        _cli_warn_case(
+            "32B reproduce table2 --quick --set lr=3 names the diverged replication",
+            ["reproduce", "table2", "--quick", "--no-progress", "--set", "lr=3", "--out", "TMP/o"],
+            ["DivergenceWarning: svbnn on sim2", "rep 0 (R^2", "lr=3.0"],
+        ),
+        # 6. sharing a model without sharing code
+        _token_case(
+            "32B est.save / Cls.load predicts bit for bit",
+            _REG + "r = SVBNNRegressor.load(PATH);"
+            "assert (r.predict(X) == m.predict(X)).all();"
+            "assert all((a == b).all() for a, b in zip(r.predict_interval(X),"
+            " m.predict_interval(X)))",
+            "ok",
+            "",
+        ),
+        _token_case(
+            "32B load_estimator on a crafted pickle behind a valid header",
+            _CRAFT + "from svbnn import load_estimator; load_estimator(PATH)",
+            "error",
+            "TMP/m.svbnn",
+        ),
+        _token_case(
+            "32B SVBNNRegressor.load on a pickled estimator",
+            _FIT + "import pickle; m = SVBNNRegressor(max_iter=2).fit(X, y);"
+            "open(PATH, 'wb').write(pickle.dumps(m)); SVBNNRegressor.load(PATH)",
+            "error",
+            "TMP/m.svbnn",
+        ),
+        _token_case(
+            "32B SVBNNClassifier.load on a regressor's file",
+            _REG + "SVBNNClassifier.load(PATH)",
+            "error",
+            "TMP/m.svbnn",
+        ),
+        _token_case(
+            "32B load_estimator on a truncated file",
+            _REG + "b = open(PATH, 'rb').read(); open(PATH, 'wb').write(b[: len(b) // 2]);"
+            "load_estimator(PATH)",
+            "error",
+            "TMP/m.svbnn",
+        ),
+        _token_case(
+            "32B load_estimator on a missing file",
+            "from svbnn import load_estimator; load_estimator(TMP + '/nope.svbnn')",
+            "error",
+            "TMP/nope.svbnn",
+        ),
+        _token_case(
+            "32B est.save under a regular file",
+            _REG.replace("m.save(PATH);", "")
+            + "open(TMP + '/f', 'w').close(); m.save(TMP + '/f/m.svbnn')",
+            "error",
+            "TMP/f/m.svbnn",
+        ),
+        _token_case(
+            "32B est.save of an unfitted estimator",
+            _FIT + "SVBNNRegressor().save(PATH)",
+            "error",
+            "SVBNNRegressor",
+        ),
+    ]
 
 
 if __name__ == "__main__":

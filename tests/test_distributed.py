@@ -181,11 +181,10 @@ def test_ctrl_c_cancels_the_chunks(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    def interrupted(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        raise KeyboardInterrupt
-        yield
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # while the engine waits for its chunks
 
-    monkeypatch.setattr(distributed, "as_completed", interrupted)
+    monkeypatch.setattr(distributed, "wait", interrupted)
     out = tmp_path / "run"
     assert main([*QUICK, "--scheduler", cluster.scheduler_address, "--out", str(out)]) == 130
     assert capsys.readouterr().err.strip().splitlines() == [

@@ -7,6 +7,7 @@ Inference for Sparse Deep Learning with Theoretical Guarantee".
 import logging
 
 from ._device import check_device
+from ._estimator_io import EstimatorFileError, load_estimator, save_estimator
 from ._kernels import Backend as KernelBackend
 from ._kernels import backend as get_kernel_backend
 from ._kernels import backend_scope as kernel_backend
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
+    "EstimatorFileError",
     "HSBNNClassifier",
     "HSBNNRegressor",
     "KernelBackend",
@@ -46,7 +48,9 @@ __all__ = [
     "get_kernel_backend",
     "kernel_backend",
     "lambda_opt",
+    "load_estimator",
     "log_lambda_opt",
     "mlp_log_lambda_opt",
+    "save_estimator",
     "set_kernel_backend",
 ]

@@ -12,6 +12,7 @@ import copy
 import inspect
 import logging
 import math
+import os
 import warnings
 import weakref
 from abc import ABC, abstractmethod
@@ -115,6 +116,7 @@ history_ : History
 
 _T = TypeVar("_T", bound=type)
 _R = TypeVar("_R")
+_S = TypeVar("_S", bound="_VariationalEstimator")
 
 
 def _fill_doc(**pieces: str) -> Callable[[_T], _T]:
@@ -187,6 +189,49 @@ class _VariationalEstimator(BaseEstimator, ABC):
     def _in_user_units(self, module: nn.Module) -> nn.Module:
         """``module`` with outputs in the units of ``y`` (a regressor rescales)."""
         return module
+
+    # -- saving ---------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save the fitted estimator to a weights-only file (:func:`svbnn.save_estimator`).
+
+        The file holds the parameters (JSON) and the posterior's tensors, no pickle:
+        :meth:`load` runs no code from it, so a file from anyone can be loaded.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            The file, written atomically (a reader never sees half of it).
+        """
+        from ._estimator_io import save_estimator
+
+        save_estimator(self, path)
+
+    @classmethod
+    def load(cls: type[_S], path: str | os.PathLike[str], *, device: str | None = None) -> _S:
+        """An estimator saved by :meth:`save`, fitted; it predicts exactly as when saved.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            The file.
+        device : str, optional
+            Where to put the network (default: the ``device`` it was fitted with).
+
+        Returns
+        -------
+        estimator
+            An instance of this class.
+
+        Raises
+        ------
+        svbnn.EstimatorFileError
+            (A ``ValueError``.) The file is missing, damaged, not an estimator file, holds
+            more than weights, or holds another class; the message names the file.
+        """
+        from ._estimator_io import load_estimator
+
+        est: _S = load_estimator(path, device=device, expected=cls)
+        return est
 
     # -- helpers -------------------------------------------------------------------------
     def _check_params(self) -> None:

@@ -53,6 +53,7 @@ from .nn.base import VariationalLayer, variational_layers
 from .nn.dropout import VariationalDropoutMLP
 from .nn.gaussian import GaussianMLP
 from .nn.horseshoe import HorseshoeLinear, HorseshoeMLP
+from .priors import check_prior_variance
 
 __all__ = [
     "HSBNNClassifier",
@@ -149,7 +150,10 @@ class _BaselineFamily(_VariationalEstimator):
 
     def _check_family_params(self) -> None:
         for name, low, none_ok in self._real_params:
-            _check_real(name, getattr(self, name), low=low, allow_none=none_ok)
+            if name == "prior_variance":
+                check_prior_variance(self.prior_variance)
+            else:
+                _check_real(name, getattr(self, name), low=low, allow_none=none_ok)
 
     def _layer_common(self, gen: torch.Generator) -> dict[str, Any]:
         return {"generator": gen, "device": self.device, "dtype": _DTYPES[self.dtype]}
@@ -211,7 +215,8 @@ class _VBNNFamily(_BaselineFamily):
 
 _VBNN_PARAMETERS = """\
 prior_variance : float, default 2.0
-    ``sigma_0^2`` of the ``N(0, sigma_0^2)`` prior on every weight and bias.
+    ``sigma_0^2`` of the ``N(0, sigma_0^2)`` prior on every weight and bias, in
+    ``[1e-12, 1e30]`` (:data:`svbnn.priors.PRIOR_VARIANCE_RANGE`).
 init_rho : float, default -6.0
     Initial ``rho`` (posterior sd ``softplus(rho)``).
 init_mu_range : float, optional

@@ -52,7 +52,7 @@ from ._estimator_tasks import (
 )
 from .nn.base import Sampler
 from .nn.spike_slab import SpikeSlabMLP
-from .priors import mlp_log_lambda_opt, resolve_log_inclusion
+from .priors import check_prior_variance, mlp_log_lambda_opt, resolve_log_inclusion
 from .selection import (
     ExportReport,
     density,
@@ -74,7 +74,8 @@ prior_inclusion : "opt", "eb" or float, default "opt"
 log_prior_inclusion : float, optional
     ``log(lambda)``; overrides ``prior_inclusion`` (use it below ~1e-300).
 prior_variance : float, default 2.0
-    Slab variance ``sigma_0^2``.
+    Slab variance ``sigma_0^2``, in ``[1e-12, 1e30]``
+    (:data:`svbnn.priors.PRIOR_VARIANCE_RANGE`).
 temperature : float, default 0.5
     Gumbel-softmax temperature.
 sampler : {"gumbel", "inverse_cdf"}, default "gumbel"
@@ -135,7 +136,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         else:
             _check_real("prior_inclusion", self.prior_inclusion, low=0.0, high=1.0)
         _check_real("log_prior_inclusion", self.log_prior_inclusion, high=0.0, allow_none=True)
-        _check_real("prior_variance", self.prior_variance, low=0.0)
+        check_prior_variance(self.prior_variance)
         _check_real("temperature", self.temperature, low=0.0)
         _check_real("init_inclusion", self.init_inclusion, low=0.0, high=1.0)
         _check_real("init_mu_range", self.init_mu_range, low=0.0, allow_none=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -33,7 +34,10 @@ from .nn.base import VariationalContainer, kl_divergence, set_generator, variati
 from .selection import sparsity, spike_slab_layers, unresolved_fraction
 
 __all__ = [
+    "DIVERGED_R2",
+    "DivergenceWarning",
     "History",
+    "training_r2",
     "Optimizer",
     "make_optimizer",
     "negative_elbo",
@@ -46,6 +50,27 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+DIVERGED_R2 = -1.0
+"""A regression fit whose training R^2 is below this is reported as diverged: its squared
+error is more than twice that of predicting the mean of ``y``, far worse than any
+constant, however short or unconverged the training."""
+
+
+class DivergenceWarning(UserWarning):
+    """A regression fit ended far worse than a constant predictor (training R^2 below
+    :data:`DIVERGED_R2`): a learning rate too high for the optimiser, or bad data.
+
+    Attributes
+    ----------
+    r2 : tuple of float
+        The training R^2 of each replicate (one value for an unreplicated model).
+    """
+
+    def __init__(self, message: str, r2: Sequence[float] = ()) -> None:
+        super().__init__(message)
+        self.r2 = tuple(float(v) for v in r2)
 
 
 class LikelihoodLike(Protocol):
@@ -451,7 +476,72 @@ def train(
         if checkpoint_every and last % checkpoint_every == 0:
             save(last)
     save(max(last, start))
+    _warn_if_diverged(likelihood, y, history, lr, optimizer)
     return history
+
+
+def training_r2(likelihood: object, y: Tensor, history: History) -> list[float] | None:
+    """Training R^2 of the last epoch of a Gaussian-likelihood fit, per replicate.
+
+    The Gaussian per-datum NLL is ``log(2 pi s^2) / 2 + MSE / (2 s^2)``, so the recorded
+    NLL gives the epoch's mean squared error (over the posterior's weight draws) without
+    another pass over the data or a random draw; ``R^2 = 1 - MSE / var(y)``.
+
+    Parameters
+    ----------
+    likelihood : object
+        The fit's likelihood: only a :class:`svbnn.objectives.GaussianLikelihood` (not a
+        subclass that changes ``log_prob``) gives an answer.
+    y : Tensor
+        ``(n,)`` or ``(R, n)`` training targets.
+    history : History
+        The fit's record (its last ``nll``).
+
+    Returns
+    -------
+    list of float or None
+        One R^2 per replicate; ``None`` for another likelihood, no epoch, or a ``y`` of
+        zero variance.
+    """
+    from .objectives import GaussianLikelihood
+
+    if not isinstance(likelihood, GaussianLikelihood) or not history.nll:
+        return None
+    if type(likelihood).log_prob is not GaussianLikelihood.log_prob:
+        return None
+    with torch.no_grad():
+        nll = torch.as_tensor(history.nll[-1], dtype=torch.float64).reshape(-1)
+        s2 = torch.as_tensor(likelihood.noise_std, dtype=torch.float64).detach().cpu()
+        s2 = (s2**2).reshape(-1)
+        var = y.detach().to(torch.float64).cpu().reshape(-1, y.shape[-1]).var(-1, correction=0)
+        if not bool((var > 0).all()):
+            return None
+        mse = 2.0 * s2 * (nll - 0.5 * torch.log(2.0 * math.pi * s2))
+        return [float(v) for v in (1.0 - mse / var).reshape(-1)]
+
+
+def _warn_if_diverged(
+    likelihood: object, y: Tensor, history: History, lr: float, optimizer: Optimizer | str
+) -> None:
+    """A :class:`DivergenceWarning` when a regression fit ends with training R^2 below
+    :data:`DIVERGED_R2` (any replicate)."""
+    r2 = training_r2(likelihood, y, history)
+    if r2 is None or not any(v < DIVERGED_R2 for v in r2):
+        return
+    bad = [i for i, v in enumerate(r2) if v < DIVERGED_R2]
+    which = "" if len(r2) == 1 else f" in replicate(s) {bad} of {len(r2)}"
+    worst = min(r2)
+    opt = Optimizer(optimizer).value
+    warnings.warn(
+        DivergenceWarning(
+            f"the fit diverged{which}: training R^2 = {worst:.3g} after epoch "
+            f"{history.epoch[-1]} (below {DIVERGED_R2:g}: the squared error is "
+            f"{1 - worst:.3g} times that of predicting the mean of y); lower the learning "
+            f"rate (lr={lr!r} with optimizer={opt!r}) or check the data for extreme values",
+            r2,
+        ),
+        stacklevel=3,
+    )
 
 
 def _check_train_args(

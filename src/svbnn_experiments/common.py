@@ -12,10 +12,12 @@ where ``--jobs`` is the cluster's worker count unless given).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +30,7 @@ from numpy.typing import NDArray
 from svbnn.data import dense_teacher, sim2_function, sparse_teacher_function
 from svbnn.priors import mlp_log_lambda_opt
 from svbnn.selection import fpr_fnr
+from svbnn.training import DIVERGED_R2, DivergenceWarning
 
 from .methods import FitSpec, FittedReplicates, get_method
 
@@ -550,7 +553,9 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
     gen = torch.Generator(device=torch.device(chunk.spec.device)).manual_seed(chunk.train_seed)
     method = get_method(chunk.method)
     t0 = time.perf_counter()
-    fitted = method.fit(data.X, data.y, chunk.spec, gen)
+    what = f"{chunk.method} on {chunk.problem.kind} (p={chunk.problem.p}, n={chunk.n_train})"
+    with named_divergence(what, [f"rep {r}" for r in chunk.reps]):
+        fitted = method.fit(data.X, data.y, chunk.spec, gen)
     train_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -568,6 +573,35 @@ def run_chunk(chunk: Chunk) -> ChunkResult:
         nets = [fitted.layer_inclusion(i) for i in range(chunk.size)]
         networks = [n for n in nets if n is not None] or None
     return ChunkResult(chunk.index, rows, networks, train_s, eval_s, points or None)
+
+
+@contextlib.contextmanager
+def named_divergence(what: str, labels: Sequence[str]) -> Iterator[None]:
+    """A :class:`~svbnn.training.DivergenceWarning` of a fit in the block is issued again
+    naming ``what`` (the method and problem) and the replicates that diverged, by their
+    ``labels`` (one per replicate, e.g. ``"rep 3"``); any other warning is passed on as it
+    was."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DivergenceWarning)
+        yield
+    for w in caught:
+        msg = w.message
+        if not isinstance(msg, DivergenceWarning):
+            warnings.warn_explicit(msg, w.category, w.filename, w.lineno, source=w.source)
+            continue
+        r2 = msg.r2
+        if len(r2) == len(labels):
+            bad = [(lab, v) for lab, v in zip(labels, r2, strict=True) if v < DIVERGED_R2]
+        else:
+            bad = [(lab, min(r2, default=math.nan)) for lab in labels]
+        shown = ", ".join(f"{lab} (R^2 {v:.3g})" for lab, v in bad)
+        warnings.warn(
+            DivergenceWarning(
+                f"{what}: {shown} diverged; its results are not a fit of the method. {msg}",
+                r2,
+            ),
+            stacklevel=3,
+        )
 
 
 def lambda_opt_for(problem: Problem, hidden: Sequence[int], n_train: int) -> float:

@@ -15,6 +15,9 @@ only when an engine is started.
 from __future__ import annotations
 
 import logging
+import socket
+import struct
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from .engine import run_chunk_with, use_engine, worker_setup
 __all__ = [
     "CONNECT_TIMEOUT_S",
     "INSTALL_HINT",
+    "TASK_TIMEOUT_S",
     "RETRIES",
     "DaskEngine",
     "dask_engine",
@@ -38,6 +42,19 @@ __all__ = [
 
 CONNECT_TIMEOUT_S = 5.0
 """Seconds to wait for a scheduler to answer (and, without ``--jobs``, for a worker)."""
+
+TASK_TIMEOUT_S = 6 * 3600.0
+"""Seconds a run waits for its next chunk to finish before giving up on the cluster (a
+scheduler that stopped answering, or whose workers all left, never finishes one)."""
+
+ALIVE_CHECK_S = 30.0
+"""While no chunk finishes, the scheduler must answer a status request at least this often
+(within this many seconds): a scheduler that stopped answering is given up on in about a
+minute, while chunks that take hours keep running."""
+
+_HANDSHAKE_MAX_BYTES = 1 << 20
+"""A Dask scheduler's first message (its handshake) is a few hundred bytes; a length
+prefix above this is not Dask (e.g. an HTTP server's answer read as a frame length)."""
 
 RETRIES = 2
 """Retries of a chunk whose task raised (e.g. a worker killed while running it)."""
@@ -87,6 +104,8 @@ class DaskEngine:
         Started for the run (``--cluster``), closed with the engine.
     retries : int
         Retries of a chunk whose task raised.
+    task_timeout : float
+        Seconds to wait for the next chunk to finish (:data:`TASK_TIMEOUT_S`).
     """
 
     client: Any
@@ -94,6 +113,7 @@ class DaskEngine:
     workers: int
     cluster: Any = None
     retries: int = RETRIES
+    task_timeout: float = TASK_TIMEOUT_S
 
     @property
     def name(self) -> str:
@@ -106,8 +126,13 @@ class DaskEngine:
         The progress bar counts completed chunks. On any error or Ctrl-C the chunks not yet
         done are cancelled (a task already running on an external worker finishes there;
         the workers of a local cluster are stopped when the engine closes).
+
+        Raises
+        ------
+        ValueError
+            One line naming the scheduler when no chunk finishes within ``task_timeout``
+            seconds of the start or of the previous one.
         """
-        from distributed import as_completed
 
         kernels = get_kernel_backend().value
         futures = [
@@ -119,13 +144,49 @@ class DaskEngine:
                 self.client.as_current(),
                 tqdm(total=len(futures), desc=desc, disable=not progress) as bar,
             ):
-                for _ in as_completed(futures):
+                for _ in self._finished(futures):
                     bar.update()
             results: list[ChunkResult] = [f.result() for f in futures]
         except BaseException:
             self.client.cancel(futures)
             raise
         return results
+
+    def _finished(self, futures: list[Any]) -> Iterator[Any]:
+        """The futures as they finish; a ``ValueError`` when none finishes within
+        ``task_timeout`` of the previous one (workers that all left), or when the scheduler
+        does not answer a status request within :data:`ALIVE_CHECK_S` while waiting."""
+        from distributed import wait
+
+        option = "--scheduler" if self.cluster is None else "--cluster"
+        pending, last = set(futures), time.monotonic()
+        while pending:
+            poll = min(ALIVE_CHECK_S, max(self.task_timeout - (time.monotonic() - last), 0.01))
+            try:
+                with self.client.as_current():
+                    done = wait(list(pending), timeout=poll, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                self._check_alive(option)
+                if time.monotonic() - last >= self.task_timeout:
+                    raise ValueError(
+                        f"{option} {self.address}: no chunk finished within "
+                        f"{self.task_timeout:g} s ({len(pending)} of {len(futures)} pending); "
+                        "the scheduler or its workers stopped answering"
+                    ) from None
+                continue
+            last = time.monotonic()
+            pending = set(done.not_done)
+            yield from done.done
+
+    def _check_alive(self, option: str) -> None:
+        """A ``ValueError`` when the scheduler does not answer within :data:`ALIVE_CHECK_S`."""
+        try:
+            self.client.sync(self.client.scheduler.identity, callback_timeout=ALIVE_CHECK_S)
+        except (TimeoutError, OSError):
+            raise ValueError(
+                f"{option} {self.address}: the scheduler stopped answering (no reply to a "
+                f"status request within {ALIVE_CHECK_S:g} s)"
+            ) from None
 
 
 def _import_distributed(option: str) -> Any:
@@ -173,6 +234,7 @@ def dask_engine(
     *,
     jobs: int | None = None,
     timeout: float | None = None,
+    task_timeout: float | None = None,
 ) -> Iterator[DaskEngine]:
     """Connect to a Dask scheduler or start a local cluster; chunks run there in the block.
 
@@ -190,6 +252,8 @@ def dask_engine(
     timeout : float, optional
         Seconds to wait for the scheduler (and a first worker); default
         :data:`CONNECT_TIMEOUT_S`.
+    task_timeout : float, optional
+        Seconds to wait for the next chunk to finish; default :data:`TASK_TIMEOUT_S`.
 
     Yields
     ------
@@ -200,7 +264,8 @@ def dask_engine(
     ------
     ValueError
         One line naming the option: both or neither given, a bad ``cluster``, Dask not
-        installed, an unreachable scheduler, no worker.
+        installed, an unreachable or silent scheduler (or another service at its address),
+        no worker; in the block, no chunk finished within ``task_timeout``.
     """
     if (scheduler is None) == (cluster is None):
         raise ValueError("give one of --scheduler and --cluster")
@@ -213,6 +278,7 @@ def dask_engine(
         if scheduler is not None and jobs is None:
             workers = _wait_for_workers(client, scheduler, timeout)
         engine = DaskEngine(client, str(client.scheduler.address), workers, local)
+        engine.task_timeout = TASK_TIMEOUT_S if task_timeout is None else task_timeout
         with use_engine(engine):
             yield engine
     finally:
@@ -297,11 +363,70 @@ def _connect(distributed: Any, scheduler: str, timeout: float) -> Any:
             raise ValueError("no host")
     except ValueError as exc:
         raise ValueError(f"--scheduler {scheduler!r}: expects tcp://HOST:PORT ({exc})") from None
+    _probe(distributed, scheduler, timeout)
     try:
         return distributed.Client(scheduler, timeout=timeout, set_as_default=False)
     except (OSError, ValueError, TypeError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise ValueError(f"--scheduler {scheduler}: cannot connect ({reason})") from None
+
+
+def _probe(distributed: Any, scheduler: str, timeout: float) -> None:
+    """Check, within ``timeout`` seconds in all, that a Dask scheduler answers at ``scheduler``.
+
+    Dask's client waits without a deadline for the scheduler's handshake once the TCP
+    connection is accepted, and reads whatever comes first as a frame length (an HTTP
+    server's reply becomes an allocation of exabytes). A scheduler sends its handshake
+    as soon as it accepts: here, an 8-byte length then that many bytes must arrive in time,
+    with a plausible length. Only ``tcp://`` addresses are probed.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``--scheduler``: refused, silent, or not a Dask scheduler.
+    """
+    scheme, _ = distributed.comm.parse_address(scheduler)
+    if scheme != "tcp":
+        return
+    host, port = distributed.comm.get_address_host_port(scheduler)
+    deadline = time.monotonic() + timeout
+    where = f"--scheduler {scheduler}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            head = _receive(sock, 8, deadline)
+            (length,) = struct.unpack("<Q", head)
+            if not 0 < length <= _HANDSHAKE_MAX_BYTES:
+                shown = head.decode("ascii", "replace").split("\r")[0]
+                raise ValueError(
+                    f"{where}: the server there is not a Dask scheduler (it answered "
+                    f"{shown!r}); give the address of a Dask scheduler (tcp://HOST:PORT, "
+                    "default port 8786)"
+                )
+            _receive(sock, length, deadline)
+    except TimeoutError:
+        raise ValueError(
+            f"{where}: no Dask scheduler answered within {timeout:g} s (the connection was "
+            "accepted, but nothing came back: a firewall, a proxy or another service "
+            "listens there)"
+        ) from None
+    except OSError as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ValueError(f"{where}: cannot connect ({reason})") from None
+
+
+def _receive(sock: socket.socket, n: int, deadline: float) -> bytes:
+    """Exactly ``n`` bytes from ``sock`` before ``deadline`` (``time.monotonic``)."""
+    data = b""
+    while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        sock.settimeout(left)
+        chunk = sock.recv(min(n - len(data), 1 << 16))
+        if not chunk:
+            raise ConnectionError("the server closed the connection before the handshake")
+        data += chunk
+    return data
 
 
 def _wait_for_workers(client: Any, scheduler: str, timeout: float) -> int:

@@ -41,7 +41,7 @@ from svbnn.priors import mlp_log_lambda_opt
 from svbnn.selection import density, sparsity
 from svbnn.training import train
 
-from .common import RunConfig, derive_seed
+from .common import RunConfig, derive_seed, named_divergence
 from .files import write_csv
 from .methods import _Squeeze
 from .realdata import data_dir_param, parse_floats, parse_names
@@ -266,7 +266,9 @@ def _validation_stage(
     gen = torch.Generator(device=cfg.device).manual_seed(
         derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 0)
     )
-    model, t_val, _ = fit_replicated(Xv, yv, noise, generator=gen, **common)
+    labels = [f"split {s} at sigma_eps {g:g}" for s in val.splits for g in grid]
+    with named_divergence(f"svbnn on {name} (validation stage)", labels):
+        model, t_val, _ = fit_replicated(Xv, yv, noise, generator=gen, **common)
     rmse_std = _validation_rmse(model, val, G, int(cfg.params["n_predict"]), cfg.seed)
     sp = sparsity(model).double().cpu().numpy().reshape(S, G)
     best = rmse_std.argmin(axis=1)
@@ -374,9 +376,10 @@ def _final_stage(
     gen = torch.Generator(device=cfg.device).manual_seed(
         derive_seed(cfg.seed, SEED_UCI_TRAIN, code, 1)
     )
-    model, t_fit, chosen = fit_replicated(
-        full.X_train, full.y_train, [float(c) for c in chosen], generator=gen, **common
-    )
+    with named_divergence(f"svbnn on {name}", [f"split {s}" for s in full.splits]):
+        model, t_fit, chosen = fit_replicated(
+            full.X_train, full.y_train, [float(c) for c in chosen], generator=gen, **common
+        )
     t0 = time.perf_counter()
     pgen = torch.Generator(device=cfg.device).manual_seed(
         derive_seed(cfg.seed, SEED_UCI_PREDICT, code, 1)

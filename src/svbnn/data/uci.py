@@ -143,7 +143,9 @@ def load_uci(
     base_url : str, optional
         Mirror of the data folder; default ``SVBNN_DATA_URL``, then the pinned GitHub commit.
     timeout : float
-        Network timeout in seconds.
+        Network timeout in seconds, for connecting and for each read; each file's whole
+        download must also finish within ``timeout`` plus its registered size
+        (:data:`svbnn.data.SIZES`) at 64 KiB/s, and stops at that size.
 
     Returns
     -------

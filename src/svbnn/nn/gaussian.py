@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..kl import GaussianPrior, MeanFieldGaussian, kl_divergence
+from ..priors import check_prior_variance
 from .base import ForwardMode, VariationalLayer, activation_module, conv_geometry
 
 __all__ = [
@@ -93,9 +94,7 @@ class _GaussianLayer(VariationalLayer):
     ) -> None:
         super().__init__()
         _check_sizes(out_features, fan_in, n_replicates)
-        if not (math.isfinite(prior_variance) and prior_variance > 0):
-            raise ValueError(f"prior_variance must be positive, got {prior_variance}")
-        self.prior_variance = float(prior_variance)
+        self.prior_variance = check_prior_variance(prior_variance)
         self.n_replicates = n_replicates
         self.generator = generator
         self.has_bias = bias

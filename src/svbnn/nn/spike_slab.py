@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from .. import _native
 from .._kernels import Backend, backend, softplus
 from ..kl import SpikeSlab, SpikeSlabPrior, kl_divergence
-from ..priors import resolve_log_inclusion
+from ..priors import check_prior_variance, resolve_log_inclusion
 from ._fused import FusedEngine, GumbelSpikeSlab, run_feature_major
 from ._fused_paths import native_network
 from .base import (
@@ -183,8 +183,7 @@ def _check_layer_args(
         raise ValueError(f"init_inclusion must lie in (0, 1), got {init_inclusion}")
     if n_replicates is not None and n_replicates < 1:
         raise ValueError(f"n_replicates must be positive, got {n_replicates}")
-    if not (math.isfinite(prior_variance) and prior_variance > 0):
-        raise ValueError(f"prior_variance must be positive, got {prior_variance}")
+    check_prior_variance(prior_variance)
 
 
 _SHARED_PARAMS = ("mu", "rho", "alpha")
