@@ -4,9 +4,9 @@ The chunks of a simulation artifact (:class:`svbnn_experiments.common.Chunk`, pi
 run as Dask tasks, one per chunk, on an existing scheduler (``--scheduler tcp://HOST:PORT``)
 or on a :class:`distributed.LocalCluster` started for the run (``--cluster local:N``: N
 worker processes, one thread each). The chunk layout, hence every number of the run,
-follows the worker count only (:func:`svbnn_experiments.common.layout_chunks`): the same
-as ``--jobs N``. Tasks of a worker that dies are rescheduled by Dask; a chunk that raises
-is retried :data:`RETRIES` times.
+follows the run's settings only (:func:`svbnn_experiments.common.layout_chunks`), never the
+cluster's size: the same as ``--jobs 1``. Tasks of a worker that dies are rescheduled by
+Dask; a chunk that raises is retried :data:`RETRIES` times.
 
 Dask is an optional dependency (``pip install 'svbnn[distributed]'``), imported only here,
 only when an engine is started.
