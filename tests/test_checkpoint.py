@@ -250,7 +250,13 @@ def test_non_finite_or_misshapen_weights_are_refused(tmp_path: Path) -> None:
     model = load_checkpoint(ckpt)["model"]
     model[name] = torch.zeros(7, 7)
     _tamper(ckpt, model=model)
-    with pytest.raises(CheckpointError, match="does not fit this model"):
+    with pytest.raises(CheckpointError, match=f"'model' holds {name} of shape \\(7, 7\\)"):
+        _resume_with(ckpt)
+    _fit(ckpt, epochs=2, resume=False)
+    opt = load_checkpoint(ckpt)["optimizer"]
+    opt["state"][0]["exp_avg"] = torch.zeros(9)
+    _tamper(ckpt, optimizer=opt)
+    with pytest.raises(CheckpointError, match="'optimizer' holds exp_avg of parameter 0"):
         _resume_with(ckpt)
 
 

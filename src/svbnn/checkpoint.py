@@ -8,9 +8,12 @@ A checkpoint file is a short header followed by the bytes of ``torch.save(state)
 
 Loading checks the header and the hash before anything is deserialised, and then reads
 the payload with ``torch.load(..., weights_only=True)``, which builds tensors, numbers,
-strings and containers only: a planted or altered file can neither run code (pickle's
-``__reduce__``) nor feed silently corrupted numbers into a resumed run. Every failure is
-a :class:`CheckpointError` (a :class:`ValueError`) that names the file and says what to do.
+strings and containers only: a planted file cannot run code (pickle's ``__reduce__``). The
+hash is a plain SHA-256 that anyone can recompute: it detects accidental corruption (a
+truncated or damaged file), not a deliberate change, so what is read is validated before
+use by its reader (:func:`svbnn.training.train` checks a checkpoint's epoch, history,
+generator state, finite values, shapes and run identity). Every failure is a
+:class:`CheckpointError` (a :class:`ValueError`) that names the file and says what to do.
 
 Saving writes a temporary file beside the target and renames it over the target
 (:func:`os.replace`), so an interrupted save leaves the previous checkpoint intact. A

@@ -648,6 +648,40 @@ def _check_fields(ckpt: Path, state: Mapping[str, Any], epochs: int) -> int:
     return epoch
 
 
+def _check_shapes(
+    ckpt: Path, state: Mapping[str, Any], model: nn.Module, opt: torch.optim.Optimizer
+) -> None:
+    """The checkpoint's model tensors have the model's shapes, and its optimiser's
+    per-parameter tensors (moments, momentum) their parameter's shape."""
+
+    def bad(key: str, name: str, got: Any, want: Any) -> CheckpointError:
+        return CheckpointError(
+            f"checkpoint {ckpt}: field {key!r} holds {name} of shape {tuple(got)}, the "
+            f"model's is {tuple(want)}; the checkpoint is of another network; {_ADVICE}"
+        )
+
+    if not isinstance(state["model"], Mapping):
+        raise CheckpointError(f"checkpoint {ckpt}: field 'model' is not a state; {_ADVICE}")
+    for name, want in model.state_dict().items():
+        got = state["model"].get(name)
+        if isinstance(got, Tensor) and got.shape != want.shape:
+            raise bad("model", name, got.shape, want.shape)
+    params = [p for group in opt.param_groups for p in group["params"]]
+    saved = state["optimizer"].get("state", {}) if isinstance(state["optimizer"], Mapping) else {}
+    if not isinstance(saved, Mapping):
+        raise CheckpointError(f"checkpoint {ckpt}: field 'optimizer' is not a state; {_ADVICE}")
+    for index, values in saved.items():
+        if not isinstance(index, int) or not 0 <= index < len(params):
+            raise CheckpointError(
+                f"checkpoint {ckpt}: field 'optimizer' holds a state of parameter {index!r}, "
+                f"the model has {len(params)}; {_ADVICE}"
+            )
+        for key, value in values.items() if isinstance(values, Mapping) else ():
+            shape = params[index].shape
+            if isinstance(value, Tensor) and value.dim() > 0 and value.shape != shape:
+                raise bad("optimizer", f"{key} of parameter {index}", value.shape, shape)
+
+
 def _first_non_finite(obj: Any, prefix: str = "") -> str | None:
     """The key path of the first floating-point tensor in ``obj`` (nested mappings and
     lists) with a NaN or an infinity; ``None`` when all are finite."""
@@ -685,6 +719,7 @@ def _resume(
     else:
         _check_identity(ckpt, saved, identity)
     start = _check_fields(ckpt, state, epochs)
+    _check_shapes(ckpt, state, model, opt)
     try:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
