@@ -460,3 +460,28 @@ def test_merge_of_missing_folders_names_them(
     (tmp_path / "empty").mkdir()
     assert main(["reproduce", "table2", "--merge", str(tmp_path / "empty"), "--out", str(out)]) == 2
     assert "no settings.json there" in capsys.readouterr().err
+
+
+def test_merge_refuses_parts_of_other_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Parts run with other settings (beyond their methods) would mix runs in one report."""
+    base = ["reproduce", "table2", "--quick", "--no-progress", "--reps", "1", "--epochs", "1"]
+    assert main([*base, "--methods", "svbnn", "--out", str(tmp_path / "a")]) == 0
+    assert main([*base, "--methods", "vbnn", "--out", str(tmp_path / "b")]) == 0
+    assert main([*base, "--methods", "vbnn", "--seed", "5", "--out", str(tmp_path / "c")]) == 0
+    merge = ["reproduce", "table2", "--merge", str(tmp_path / "a")]
+    out = ["--out", str(tmp_path / "m")]
+    assert main([*merge, str(tmp_path / "b"), *out]) == 0
+    assert main([*merge, str(tmp_path / "b"), *out]) == 0  # the same merge again
+    identity = json.loads((tmp_path / "m" / "settings.json").read_text())["identity"]
+    assert identity["methods"] == ["svbnn", "vbnn"]
+    capsys.readouterr()
+    assert main([*merge, str(tmp_path / "c"), "--out", str(tmp_path / "m2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(tmp_path / "c") in err and "--seed 0, not --seed 5" in err
+    # Into a folder holding another run: refused, the run there kept.
+    before = (tmp_path / "a" / "results.csv").read_bytes()
+    assert main([*merge, str(tmp_path / "b"), "--out", str(tmp_path / "a")]) == 2
+    assert "--methods svbnn, not --methods svbnn,vbnn" in capsys.readouterr().err
+    assert (tmp_path / "a" / "results.csv").read_bytes() == before

@@ -511,6 +511,11 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
     ``settings.json`` is the first part's, with the union of the methods, every part's chunk
     layout, the summed wall time and ``merged_from`` (each part's folder, methods,
     replications, epochs and git commit). Then the report is rebuilt.
+
+    The parts must share their identity (:func:`run_identity`) but for the methods and the
+    ``--set`` options one part has and another has not (a method's own options); ``out``
+    may hold only a merge of the same identity. Otherwise the merge is refused, naming
+    the setting.
     """
     artifact = get_artifact(name)
     if not parts:
@@ -521,9 +526,11 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
     sources = []
     seen: dict[str, Path] = {}
     wall = 0.0
+    identity: dict[str, Any] | None = None
     for part in parts:
         part = Path(part)
         settings, part_rows, methods = _read_part(name, part, seen)
+        identity = _merge_identity(identity, settings, part, parts[0])
         rows += part_rows
         chunks += list(settings.get("chunks", []))
         wall += float(settings.get("wall_time_s", 0.0))
@@ -536,12 +543,49 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
         "out": str(out),
     }
     merged.update(chunks=chunks, wall_time_s=round(wall, 3), merged_from=sources, status="complete")
+    if identity is not None:
+        merged["identity"] = {**identity, "methods": merged["config"]["methods"]}
     prepare_out(out)
     with lock_output(out):
+        previous = read_settings(out) if (out / "settings.json").exists() else {}
+        old = _saved_identity(previous) if previous else None
+        diff = identity_difference(old, merged["identity"]) if old and identity else None
+        if previous and (old is None or diff is not None):
+            raise ValueError(
+                f"--out {out} holds a run with {diff or 'no recorded settings'}; "
+                "choose another --out for the merge"
+            )
         write_csv(out / "results.csv", rows)
         write_settings(out, merged)
         artifact.report(out)
     return out
+
+
+def _merge_identity(
+    identity: dict[str, Any] | None, settings: Mapping[str, Any], part: Path, first: Path
+) -> dict[str, Any] | None:
+    """The identity of a merge so far (``identity``) with the next part's ``settings``.
+
+    Raises
+    ------
+    ValueError
+        When the part's identity differs from the earlier parts' in a setting other than
+        the methods or a ``--set`` option the earlier parts do not have.
+    """
+    ident = _saved_identity(settings)
+    if ident is None:
+        return identity
+    if identity is None:
+        return dict(ident)
+    ours, new = dict(identity.get("params", {})), dict(ident.get("params", {}))
+    # A --set option of one part only is a method's own option: not compared.
+    theirs = {**ours, **{k: v for k, v in new.items() if k in ours}}
+    diff = identity_difference(
+        identity, {**ident, "methods": identity.get("methods"), "params": theirs}
+    )
+    if diff is not None:
+        raise ValueError(f"--merge {part}: the parts were run with other settings ({diff})")
+    return {**identity, "params": {**new, **ours}}
 
 
 def _read_part(
