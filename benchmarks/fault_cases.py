@@ -408,8 +408,9 @@ def _identity_refusal(
         outcome, _ = _identity_cli(case, tmp, args)
         if outcome is None:
             return "SILENT WRONG"  # ran (resumed or overwrote) under other settings
-        if check_unchanged and _snapshot(out) != before:
-            return "DATA LOSS"
+        after = _snapshot(out)
+        if check_unchanged and any(after.get(k) != v for k, v in before.items()):
+            return "DATA LOSS"  # a file of the run already there was changed or removed
         return outcome
 
     return run
