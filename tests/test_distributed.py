@@ -143,7 +143,8 @@ def test_the_worker_preload_ignores_sigint() -> None:
 
 
 def test_an_engine_sets_the_default_jobs_and_is_recorded() -> None:
-    # The chunk layout follows one quantity: the engine's workers unless --jobs is given.
+    # --jobs (chunks run at once) is the engine's workers unless given; the chunk layout
+    # does not depend on it.
     table2 = get_artifact("table2")
     assert engine_name(1, 4) == "local" and engine_name(2, 1) == "local"
     assert engine_name(2, 4) == "processes:2"

@@ -186,7 +186,7 @@ def dask_engine(
         ``"local:N"``: start a ``LocalCluster`` of N worker processes with one thread each,
         closed at the end of the block, as ``--cluster``.
     jobs : int, optional
-        The ``--jobs`` given, if any: with ``scheduler``, the chunk layout's worker count
+        The ``--jobs`` given, if any: with ``scheduler``, the engine's worker count
         (else the scheduler's worker threads at connection, waiting up to ``timeout`` for
         the first worker to join).
     timeout : float, optional
@@ -243,15 +243,15 @@ def _close(client: Any, local: Any) -> None:
 
 
 def _local_cluster_size(cluster: str, jobs: int | None) -> int:
-    """The N of ``--cluster local:N``, checked against ``--jobs`` (the layout follows N)."""
+    """The N of ``--cluster local:N``, checked against ``--jobs`` (the workers are N)."""
     try:
         n = parse_cluster(cluster)
     except ValueError as exc:
         raise ValueError(f"--cluster: {exc}") from None
     if jobs is not None and jobs != n:
         raise ValueError(
-            f"--jobs {jobs} disagrees with --cluster {cluster}: the chunk layout follows "
-            f"the {n} worker(s); leave out --jobs"
+            f"--jobs {jobs} disagrees with --cluster {cluster}: the cluster runs {n} "
+            "chunk(s) at once; leave out --jobs"
         )
     return n
 
