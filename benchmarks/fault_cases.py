@@ -733,10 +733,10 @@ def run_identity_cases(with_mnist: bool) -> list[IdentityCase]:
                 trains=True,
             ),
             c(
-                "I1 mnist --out of a run, again with --epochs 3",
+                "I1 mnist --out of a run, again with fewer --epochs",
                 "clear error",
-                ("--epochs 3",),
-                _identity_refusal([m], [*m[:-4], "--epochs", "3", "--out", "TMP/o"]),
+                ("--epochs 1",),
+                _identity_refusal([m], [*m[:-4], "--epochs", "1", "--out", "TMP/o"]),
                 trains=True,
             ),
         ]

@@ -485,3 +485,27 @@ def test_merge_refuses_parts_of_other_settings(
     assert main([*merge, str(tmp_path / "b"), "--out", str(tmp_path / "a")]) == 2
     assert "--methods svbnn, not --methods svbnn,vbnn" in capsys.readouterr().err
     assert (tmp_path / "a" / "results.csv").read_bytes() == before
+
+
+def test_more_epochs_continue_a_checkpointed_run_fewer_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder with per-epoch checkpoints continues to a larger --epochs (the same run,
+    trained longer); fewer epochs are refused; without checkpoints any change is refused."""
+    from svbnn_experiments import get_artifact, resolve_config
+    from svbnn_experiments.runner import _check_folder_identity, run_identity
+
+    art = get_artifact("mnist")
+    cfg = resolve_config(art, {"epochs": 3}, quick=True, out=tmp_path)
+    write_settings(tmp_path, {"identity": run_identity(cfg), "status": "interrupted"})
+    longer = resolve_config(art, {"epochs": 5}, quick=True, out=tmp_path)
+    shorter = resolve_config(art, {"epochs": 2}, quick=True, out=tmp_path)
+    with pytest.raises(ValueError, match="--epochs 3, not --epochs 5"):
+        _check_folder_identity(longer, restart=False)  # no checkpoints: another run
+    (tmp_path / "checkpoints").mkdir()
+    _check_folder_identity(longer, restart=False)
+    with pytest.raises(ValueError, match="--epochs 3, not --epochs 2"):
+        _check_folder_identity(shorter, restart=False)
+    seven = resolve_config(art, {"epochs": 5, "seed": 7}, quick=True, out=tmp_path)
+    with pytest.raises(ValueError, match="--seed 0, not --seed 7"):
+        _check_folder_identity(seven, restart=False)

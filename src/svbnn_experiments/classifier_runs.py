@@ -443,11 +443,13 @@ def run_comparison(
 
 def checkpoint_identity(cfg: RunConfig, method: str) -> dict[str, Any]:
     """The identity a checkpoint of ``method`` in the run ``cfg`` records: the run's
-    (:func:`svbnn_experiments.runner.run_identity`), ``--set`` values as ``--set KEY``,
-    and the method."""
+    (:func:`svbnn_experiments.runner.run_identity`) but for ``epochs`` (a run continues to
+    more epochs; :func:`svbnn.training.train` refuses a checkpoint beyond them), ``--set``
+    values as ``--set KEY``, and the method."""
     from .runner import run_identity  # runner imports the artifacts, hence this module
 
     ident = run_identity(cfg)
+    ident.pop("epochs", None)
     params = ident.pop("params", {})
     return {**ident, **{f"--set {k}": v for k, v in params.items()}, "method": method}
 

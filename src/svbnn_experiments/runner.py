@@ -283,7 +283,8 @@ def reproduce(
     A folder that holds a run with another identity is refused (one line naming the
     setting and both values), unless ``restart``: its results and checkpoints are then
     deleted and the run starts afresh. A folder holding a run with the same identity
-    resumes it (the real-data artifacts continue from their checkpoints).
+    resumes it (the real-data artifacts continue from their checkpoints, also to a larger
+    ``--epochs``: the same run trained longer).
 
     ``report_only`` on an incomplete run writes the report with a first line saying so
     (:func:`incomplete_note`), and logs a warning.
@@ -415,6 +416,8 @@ def _check_folder_identity(cfg: RunConfig, restart: bool) -> None:
     if not previous and not had_state:
         return
     saved = _saved_identity(previous)
+    if saved is not None and _continues(folder, saved, cfg):
+        saved = {**saved, "epochs": cfg.epochs}
     diff = (
         identity_difference(saved, run_identity(cfg))
         if saved is not None
@@ -436,6 +439,15 @@ def _check_folder_identity(cfg: RunConfig, restart: bool) -> None:
         elif path.exists() or path.is_symlink():
             path.unlink()
     (folder / "settings.json").unlink(missing_ok=True)
+
+
+def _continues(folder: Path, saved: Mapping[str, Any], cfg: RunConfig) -> bool:
+    """A run with per-epoch checkpoints in ``folder`` continues to more epochs: ``--epochs``
+    at least the saved run's is the same run, trained longer (fewer is refused)."""
+    old: Any = saved.get("epochs")
+    if not (folder / "checkpoints").is_dir() or not _is_int(old):
+        return False
+    return bool(cfg.epochs >= old)
 
 
 def incomplete_note(folder: Path) -> str | None:
