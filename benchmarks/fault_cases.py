@@ -347,6 +347,445 @@ def _mnist_cases() -> list[Case]:
     ]
 
 
+# ------------------------------------------------------ run identity (issue 32, part A)
+# Each case declares its expected outcome and the user's own tokens (option, path or
+# value) that the message must contain. A refusal whose message lacks them, or names an
+# internal file (a .tmp), None or an exception type instead, is MISLEADING; a case over its
+# limit (30 s; 120 s for a case that trains) is a HANG.
+_INTERNAL = re.compile(r"\.tmp\b|\bNone\b|\b[A-Z][A-Za-z]*(Error|Exception)\b")
+_ERROR_TYPES = (
+    "ValueError",
+    "CheckpointError",
+    "OSError",
+    "FileNotFoundError",
+    "NotADirectoryError",
+    "PermissionError",
+    "FileExistsError",
+    "OutputLockedError",
+)
+
+
+@dataclass
+class IdentityCase:
+    """A case of the run-identity classes: ``run(tmp)`` returns the outcome.
+
+    Attributes
+    ----------
+    name : str
+    expect : {"clear error", "ok"}
+        What a correct program does.
+    tokens : tuple of str
+        The user's own input the message (the error, or the warning of an ``ok`` case that
+        warns) must contain; ``TMP`` stands for the case's folder.
+    run : callable
+        ``run(tmp, case) -> outcome``.
+    trains : bool
+        The case trains (its limit is 120 s, else 30 s).
+    """
+
+    name: str
+    expect: str
+    tokens: tuple[str, ...]
+    run: Callable[[Path, IdentityCase], str]
+    trains: bool = False
+
+    @property
+    def limit(self) -> float:
+        return 120.0 if self.trains else 30.0
+
+
+def _message_outcome(message: str, case: IdentityCase, tmp: Path) -> str:
+    """``clear error`` when the one-line ``message`` names every token and nothing internal;
+    else ``MISLEADING``."""
+    tokens = [t.replace("PATH", str(tmp / "c.pt")).replace("TMP", str(tmp)) for t in case.tokens]
+    if all(t in message for t in tokens) and not _INTERNAL.search(message):
+        return "clear error"
+    return "MISLEADING"
+
+
+def _identity_cli(
+    case: IdentityCase, tmp: Path, args: list[str], timeout: float | None = None
+) -> tuple[str | None, subprocess.CompletedProcess[str] | None]:
+    """Run the command ``args``; ``(outcome, result)`` where ``outcome`` is set when the
+    command was an error (classified) or hung, else ``None`` (the caller checks the run)."""
+    argv = [a.replace("TMP", str(tmp)) for a in args]
+    try:
+        res = _cli(argv, tmp, timeout=timeout or case.limit)
+    except subprocess.TimeoutExpired:
+        return "HANG", None
+    if (tmp / "PWNED").exists():
+        return "CODE EXECUTION", res
+    if "Traceback" in res.stderr:
+        return "TRACEBACK", res
+    if res.returncode == 0:
+        return None, res
+    lines = res.stderr.strip().splitlines()
+    if res.returncode != 2 or len(lines) != 1:
+        return "TRACEBACK", res
+    return _message_outcome(lines[0], case, tmp), res
+
+
+def _identity_refusal(
+    prepare: list[list[str]], args: list[str], check_unchanged: bool = True
+) -> Callable[[Path, IdentityCase], str]:
+    """Run the ``prepare`` commands (they must succeed), then ``args``, which must be refused
+    naming the case's tokens, leaving the folder's files as they were."""
+
+    def run(tmp: Path, case: IdentityCase) -> str:
+        for cmd in prepare:
+            outcome, res = _identity_cli(case, tmp, cmd, timeout=600)
+            if outcome is not None or res is None:
+                return outcome or "HANG"
+        out = tmp / "o"
+        before = _snapshot(out)
+        outcome, _ = _identity_cli(case, tmp, args)
+        if outcome is None:
+            return "SILENT WRONG"  # ran (resumed or overwrote) under other settings
+        after = _snapshot(out)
+        if check_unchanged and any(after.get(k) != v for k, v in before.items()):
+            return "DATA LOSS"  # a file of the run already there was changed or removed
+        return outcome
+
+    return run
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    if not folder.is_dir():
+        return {}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.suffix != ".png"
+    }
+
+
+def _identity_py(code: str) -> Callable[[Path, IdentityCase], str]:
+    """A library call that must raise an error naming the tokens (``PATH``: ``TMP/c.pt``)."""
+
+    def run(tmp: Path, case: IdentityCase) -> str:
+        try:
+            res = _py(code.replace("PATH", repr(str(tmp / "c.pt"))), tmp, timeout=case.limit)
+        except subprocess.TimeoutExpired:
+            return "HANG"
+        if (tmp / "PWNED").exists():
+            return "CODE EXECUTION"
+        last = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else ""
+        if res.returncode == 0:
+            return "ok" if case.expect == "ok" else "SILENT WRONG"
+        kind, _, message = last.partition(": ")
+        if kind.split(".")[-1] not in _ERROR_TYPES:
+            return "TRACEBACK"
+        return _message_outcome(message, case, tmp)
+
+    return run
+
+
+_G = ["reproduce", "fig-gumbel-convergence", "--quick", "--no-progress", "--out", "TMP/o"]
+_T2 = ["reproduce", "table2", "--quick", "--no-progress", "--reps", "2", "--epochs", "2"]
+
+_TRAIN = (
+    "import torch; from svbnn.nn import SpikeSlabMLP; from svbnn.objectives import "
+    "GaussianLikelihood; from svbnn.training import train; "
+    "from svbnn.checkpoint import load_checkpoint, save_checkpoint\n"
+    "def fit(hidden=4, **kw):\n"
+    "    g = torch.Generator().manual_seed(0); X = torch.randn(8, 3, generator=g)\n"
+    "    a = dict(epochs=3, batch_size=4, lr=1e-3, checkpoint_path=PATH, resume=True)\n"
+    "    a.update(kw)\n"
+    "    train(SpikeSlabMLP(3, (hidden,), 1), X, X[:, 0], GaussianLikelihood(1.0), **a)\n"
+    "def tamper(**kw):\n"
+    "    s = load_checkpoint(PATH); s.update(kw); save_checkpoint(s, PATH)\n"
+    "fit()\n"
+)
+
+
+def _report_only_incomplete(tmp: Path, case: IdentityCase) -> str:
+    """An interrupted run with 1 of 2 replications: --report-only must say so in the report
+    and on the terminal."""
+    import csv
+
+    outcome, _ = _identity_cli(case, tmp, [*_T2, "--out", "TMP/o"], timeout=600)
+    if outcome is not None:
+        return outcome
+    settings = json.loads((tmp / "o" / "settings.json").read_text())
+    settings["status"] = "interrupted"
+    (tmp / "o" / "settings.json").write_text(json.dumps(settings))
+    with open(tmp / "o" / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(tmp / "o" / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(r for r in rows if r["rep"] == "0")
+    outcome, res = _identity_cli(
+        case, tmp, ["reproduce", "table2", "--report-only", "--out", "TMP/o"]
+    )
+    if outcome is not None or res is None:
+        return outcome or "HANG"
+    report = (tmp / "o" / "report.md").read_text()
+    warned = any(all(t in line for t in case.tokens) for line in res.stderr.splitlines())
+    return (
+        "ok" if warned and all(t in report.splitlines()[0] for t in case.tokens) else "SILENT WRONG"
+    )
+
+
+def _restart(tmp: Path, case: IdentityCase) -> str:
+    """--restart with another seed starts afresh: the folder then records the new seed."""
+    for cmd in ([*_G], [*_G, "--seed", "7", "--restart"]):
+        outcome, _ = _identity_cli(case, tmp, cmd, timeout=600)
+        if outcome is not None:
+            return outcome
+    settings = json.loads((tmp / "o" / "settings.json").read_text())
+    return "ok" if settings["identity"]["seed"] == 7 else "SILENT WRONG"
+
+
+def _jobs_one_answer(tmp: Path, case: IdentityCase) -> str:
+    """--jobs 1 and --jobs 2 give the same results.csv (timings aside)."""
+    for jobs in ("1", "2"):
+        outcome, _ = _identity_cli(
+            case, tmp, [*_T2, "--reps", "3", "--jobs", jobs, "--out", f"TMP/j{jobs}"]
+        )
+        if outcome is not None:
+            return outcome
+    return "ok" if _rows(tmp / "j1") == _rows(tmp / "j2") else "SILENT WRONG"
+
+
+def _dangling_lock(tmp: Path, case: IdentityCase) -> str:
+    (tmp / "o").mkdir()
+    (tmp / "o" / ".svbnn.lock").symlink_to(tmp / "nowhere")
+    outcome, _ = _identity_cli(case, tmp, _G)
+    return outcome or "SILENT WRONG"
+
+
+def run_identity_cases(with_mnist: bool) -> list[IdentityCase]:
+    """The cases of issue 32, part A: a folder or checkpoint resumes only its own run,
+    checkpoint fields are validated, incomplete reports say so, messages name the user's
+    input, and a seed gives one answer whatever --jobs."""
+    c = IdentityCase
+    out = [
+        # A folder resumes only its own settings.
+        c(
+            "I1 --out of a run, again with --seed 7",
+            "clear error",
+            ("TMP/o", "--seed 7", "--restart"),
+            _identity_refusal([_G], [*_G, "--seed", "7"]),
+        ),
+        c(
+            "I1 --out of a run, again with --set n_points=301",
+            "clear error",
+            ("n_points=301",),
+            _identity_refusal([_G], [*_G, "--set", "n_points=301"]),
+        ),
+        c(
+            "I1 --out of a run, again with --kernels auto",
+            "clear error",
+            ("--kernels auto",),
+            _identity_refusal([_G], [*_G, "--kernels", "auto"]),
+        ),
+        c(
+            "I1 --out of a run, again with --reps 2",
+            "clear error",
+            ("--reps 2",),
+            _identity_refusal([_G], [*_G, "--reps", "2"]),
+        ),
+        c("I1 --out of a run, again with --seed 7 --restart", "ok", (), _restart),
+        # A checkpoint resumes only its own run; its fields are validated.
+        c(
+            "I1 train(resume) with another lr",
+            "clear error",
+            ("PATH", "lr=0.002"),
+            _identity_py(_TRAIN + "fit(lr=2e-3)"),
+            trains=True,
+        ),
+        c(
+            "I1 train(resume) optimizer='sgd' on an Adam checkpoint",
+            "clear error",
+            ("PATH", "optimizer='sgd'"),
+            _identity_py(_TRAIN + "fit(optimizer='sgd')"),
+            trains=True,
+        ),
+        c(
+            "I1 train(resume) with another batch_size",
+            "clear error",
+            ("PATH", "batch_size=2"),
+            _identity_py(_TRAIN + "fit(batch_size=2)"),
+            trains=True,
+        ),
+        c(
+            "I1 train(resume) with another kl_weight",
+            "clear error",
+            ("PATH", "kl_weight=0.5"),
+            _identity_py(_TRAIN + "fit(kl_weight=0.5)"),
+            trains=True,
+        ),
+        c(
+            "I1 checkpoint epoch -5",
+            "clear error",
+            ("PATH", "epoch"),
+            _identity_py(_TRAIN + "tamper(epoch=-5); fit(epochs=6)"),
+            trains=True,
+        ),
+        c(
+            "I1 checkpoint epoch 2.7",
+            "clear error",
+            ("PATH", "epoch"),
+            _identity_py(_TRAIN + "tamper(epoch=2.7); fit(epochs=6)"),
+            trains=True,
+        ),
+        c(
+            "I1 checkpoint epoch beyond epochs",
+            "clear error",
+            ("PATH", "epoch", "epochs=3"),
+            _identity_py(_TRAIN + "tamper(epoch=99); fit()"),
+            trains=True,
+        ),
+        c(
+            "I1 checkpoint with NaN weights",
+            "clear error",
+            ("PATH", "model"),
+            _identity_py(
+                _TRAIN + "s = load_checkpoint(PATH); "
+                "[t.fill_(float('nan')) for t in s['model'].values() "
+                "if t.is_floating_point()]; tamper(model=s['model']); fit(epochs=6)"
+            ),
+            trains=True,
+        ),
+        c(
+            "I1 checkpoint of another network shape",
+            "clear error",
+            ("PATH",),
+            _identity_py(_TRAIN + "fit(hidden=5)"),
+            trains=True,
+        ),
+        # --report-only on an incomplete run says so.
+        c(
+            "I2 --report-only on an interrupted run",
+            "ok",
+            ("incomplete: 1 of 2",),
+            _report_only_incomplete,
+            trains=True,
+        ),
+        # Messages name the user's input.
+        c(
+            "I3 checkpoint path under a regular file",
+            "clear error",
+            ("TMP/f/c.pt",),
+            _identity_py(
+                "import pathlib; pathlib.Path('f').touch(); "
+                "from svbnn.checkpoint import save_checkpoint; "
+                "save_checkpoint({'epoch': 1}, PATH.replace('c.pt', 'f/c.pt'))"
+            ),
+        ),
+        c(
+            "I3 checkpoint path under /proc",
+            "clear error",
+            ("/proc/svbnn/c.pt",),
+            _identity_py(
+                "from svbnn.checkpoint import save_checkpoint; "
+                "save_checkpoint({'epoch': 1}, '/proc/svbnn/c.pt')"
+            ),
+        ),
+        c(
+            "I3 train(checkpoint_path=...) under a regular file",
+            "clear error",
+            ("TMP/f/c.pt",),
+            _identity_py(
+                "import pathlib; pathlib.Path('f').touch(); "
+                + _TRAIN.replace("fit()\n", "").replace("PATH", "PATH.replace('c.pt', 'f/c.pt')")
+                + "fit()"
+            ),
+            trains=True,
+        ),
+        c(
+            "I3 dangling .svbnn.lock symlink",
+            "clear error",
+            ("TMP/o/.svbnn.lock", "remove"),
+            _dangling_lock,
+        ),
+        c(
+            "I3 --merge nope1 nope2",
+            "clear error",
+            ("nope1", "no run found"),
+            _identity_refusal(
+                [], ["reproduce", "table2", "--merge", "nope1", "nope2", "--out", "TMP/o"]
+            ),
+        ),
+        c(
+            "I3 --set n_test=1000000000000",
+            "clear error",
+            ("--set n_test", "1000000000000"),
+            _identity_refusal([], [*_T2, "--out", "TMP/o", "--set", "n_test=1000000000000"]),
+        ),
+        c(
+            "I3 --set hidden=[50,10000000]",
+            "clear error",
+            ("--set hidden", "10000000"),
+            _identity_refusal([], [*_T2, "--out", "TMP/o", "--set", "hidden=[50,10000000]"]),
+        ),
+        c(
+            "I3 --reps 10000000000",
+            "clear error",
+            ("--reps", "10000000000"),
+            _identity_refusal([], [*_T2, "--out", "TMP/o", "--reps", "10000000000"]),
+        ),
+        c(
+            "I1 --merge of parts run with other seeds",
+            "clear error",
+            ("TMP/p7", "--seed 7"),
+            _identity_refusal(
+                [
+                    [*_T2, "--methods", "svbnn", "--out", "TMP/p0"],
+                    [*_T2, "--methods", "vbnn", "--seed", "7", "--out", "TMP/p7"],
+                ],
+                ["reproduce", "table2", "--merge", "TMP/p0", "TMP/p7", "--out", "TMP/o"],
+            ),
+            trains=True,
+        ),
+        # A seed gives one answer.
+        c(
+            "I4 --jobs 1 and --jobs 2 give the same numbers",
+            "ok",
+            (),
+            _jobs_one_answer,
+            trains=True,
+        ),
+    ]
+    if with_mnist:
+        m = ["reproduce", "mnist", "--quick", "--no-progress", "--epochs", "2", "--out", "TMP/o"]
+        out += [
+            c(
+                "I1 mnist --out of a run, again with --seed 7",
+                "clear error",
+                ("--seed 7",),
+                _identity_refusal([m], [*m, "--seed", "7"]),
+                trains=True,
+            ),
+            c(
+                "I1 mnist --out of a run, again with --set n_train=256",
+                "clear error",
+                ("n_train=256",),
+                _identity_refusal([m], [*m, "--set", "n_train=256"]),
+                trains=True,
+            ),
+            c(
+                "I1 mnist --out of a run, again with fewer --epochs",
+                "clear error",
+                ("--epochs 1",),
+                _identity_refusal([m], [*m[:-4], "--epochs", "1", "--out", "TMP/o"]),
+                trains=True,
+            ),
+        ]
+    return out
+
+
+def _as_case(case: IdentityCase) -> Case:
+    def run(tmp: Path) -> str:
+        outcome = case.run(tmp, case)
+        if outcome in GOOD and outcome != case.expect:
+            return "SILENT WRONG" if case.expect == "clear error" else "MISLEADING"
+        return outcome
+
+    return Case(case.name, run)
+
+
 def cases(with_mnist: bool) -> list[Case]:
     """Every fault case, in report order; the MNIST ones only with ``with_mnist``."""
     out: list[Case] = [
@@ -359,6 +798,7 @@ def cases(with_mnist: bool) -> list[Case]:
     out += _reliability_b_cases()
     if with_mnist:
         out += _mnist_cases()
+    out += [_as_case(c) for c in run_identity_cases(with_mnist)]
     return out
 
 

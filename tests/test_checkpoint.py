@@ -115,7 +115,7 @@ def test_missing_file_and_wrong_model(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "none.pt")
     ckpt = tmp_path / "c.pt"
     save_checkpoint({"epoch": 1}, ckpt)  # well formed, but not a training state
-    with pytest.raises(CheckpointError, match="does not fit this model"):
+    with pytest.raises(CheckpointError, match="field 'model' is missing"):
         _fit(ckpt, epochs=2)
 
 
@@ -143,3 +143,127 @@ def test_resume_is_bit_for_bit(tmp_path: Path) -> None:
     assert loss_resumed == loss_whole
     for p, q in zip(whole.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def _tamper(ckpt: Path, **changes: object) -> None:
+    """Rewrite the checkpoint ``ckpt`` with some fields changed (header and hash valid)."""
+    state = load_checkpoint(ckpt)
+    state.update(changes)
+    save_checkpoint(state, ckpt)
+
+
+def _resume_with(ckpt: Path, epochs: int = 4, **kw: object) -> None:
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(16, 3, generator=gen)
+    y = X[:, 0]
+    model = SpikeSlabMLP(3, (4,), 1, generator=torch.Generator().manual_seed(1))
+    args: dict[str, object] = {"epochs": epochs, "batch_size": 4, "lr": 1e-2, **kw}
+    train(model, X, y, GaussianLikelihood(1.0), checkpoint_path=ckpt, resume=True, **args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"lr": 2e-2}, "lr=0.01"),
+        ({"optimizer": "sgd"}, "optimizer='adam'"),
+        ({"optimizer": "rmsprop"}, "optimizer='adam'"),
+        ({"batch_size": 8}, "batch_size=4"),
+        ({"n_mc": 2}, "n_mc=1"),
+        ({"kl_weight": 0.5}, "kl_weight=1.0"),
+        ({"identity": {"seed": 7}}, "seed="),
+    ],
+)
+def test_resume_under_other_settings_is_refused_naming_them(
+    tmp_path: Path, change: dict[str, object], named: str
+) -> None:
+    """A checkpoint resumes only the run that wrote it: any other hyperparameter is refused
+    in one message naming the setting and both values (not kept silently, no KeyError)."""
+    ckpt = tmp_path / "c.pt"
+    _fit(ckpt, epochs=2)
+    before = ckpt.read_bytes()
+    with pytest.raises(CheckpointError, match=str(ckpt)) as err:
+        _resume_with(ckpt, **change)
+    assert named in str(err.value)
+    key = next(iter(change)) if "identity" not in change else "seed"
+    assert f"not {key}=" in str(err.value)
+    assert ckpt.read_bytes() == before  # nothing trained, nothing overwritten
+
+
+def test_resume_with_the_same_identity_continues(tmp_path: Path) -> None:
+    ckpt = tmp_path / "c.pt"
+    _resume_with(ckpt, epochs=2, identity={"seed": 3, "data": "x"})
+    _resume_with(ckpt, epochs=3, identity={"seed": 3, "data": "x"})
+    assert load_checkpoint(ckpt)["epoch"] == 3
+
+
+def test_checkpoint_without_identity_is_still_checked_for_the_optimiser(tmp_path: Path) -> None:
+    """A checkpoint written before identities were recorded: its optimiser state says which
+    optimiser and learning rate wrote it."""
+    ckpt = tmp_path / "c.pt"
+    _fit(ckpt, epochs=2)
+    state = load_checkpoint(ckpt)
+    del state["identity"]
+    save_checkpoint(state, ckpt)
+    with pytest.raises(CheckpointError, match="optimizer='adam'"):
+        _resume_with(ckpt, optimizer="sgd")
+    with pytest.raises(CheckpointError, match="lr=0.01"):
+        _resume_with(ckpt, lr=0.5)
+    _resume_with(ckpt, epochs=3)  # same settings: resumes
+    assert load_checkpoint(ckpt)["epoch"] == 3
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("epoch", -5, "field 'epoch' must be >= 0"),
+        ("epoch", 2.7, "field 'epoch' must be an integer"),
+        ("epoch", True, "field 'epoch' must be an integer"),
+        ("epoch", 9, "field 'epoch' is 9, more than this run's epochs=4"),
+        ("epoch", 1, "field 'history' does not match"),
+        ("history", {"epoch": [1, 1]}, "field 'history' does not match"),
+        ("history", [1, 2], "field 'history' is not a training history"),
+        ("generator", torch.zeros(3), "field 'generator' is not a generator state"),
+    ],
+)
+def test_bad_fields_are_refused_naming_file_and_field(
+    tmp_path: Path, field: str, value: object, message: str
+) -> None:
+    ckpt = tmp_path / "c.pt"
+    _fit(ckpt, epochs=2)
+    _tamper(ckpt, **{field: value})
+    with pytest.raises(CheckpointError, match=message) as err:
+        _resume_with(ckpt)
+    assert str(ckpt) in str(err.value)
+
+
+def test_non_finite_or_misshapen_weights_are_refused(tmp_path: Path) -> None:
+    ckpt = tmp_path / "c.pt"
+    _fit(ckpt, epochs=2)
+    model = load_checkpoint(ckpt)["model"]
+    name = next(iter(model))
+    model[name] = torch.full_like(model[name], float("nan"))
+    _tamper(ckpt, model=model)
+    nan = f"field 'model' holds non-finite values \\(in {name}"
+    with pytest.raises(CheckpointError, match=nan):
+        _resume_with(ckpt)
+    _fit(ckpt, epochs=2, resume=False)
+    model = load_checkpoint(ckpt)["model"]
+    model[name] = torch.zeros(7, 7)
+    _tamper(ckpt, model=model)
+    with pytest.raises(CheckpointError, match=f"'model' holds {name} of shape \\(7, 7\\)"):
+        _resume_with(ckpt)
+    _fit(ckpt, epochs=2, resume=False)
+    opt = load_checkpoint(ckpt)["optimizer"]
+    opt["state"][0]["exp_avg"] = torch.zeros(9)
+    _tamper(ckpt, optimizer=opt)
+    with pytest.raises(CheckpointError, match="'optimizer' holds exp_avg of parameter 0"):
+        _resume_with(ckpt)
+
+
+@pytest.mark.parametrize("where", ["file/sub/c.pt", "file/c.pt"])
+def test_unwritable_checkpoint_path_names_the_users_path(tmp_path: Path, where: str) -> None:
+    (tmp_path / "file").touch()
+    target = tmp_path / where
+    with pytest.raises(OSError, match=f"cannot write {target}: {tmp_path / 'file'} is a file"):
+        save_checkpoint({"epoch": 1}, target)
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())

@@ -373,3 +373,24 @@ def test_every_artifact_setting_accepts_its_own_default() -> None:
             if k in params:
                 expected = list(v) if isinstance(v, list) else v
                 assert cfg.params[k] == expected, (art.name, k)
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--set", "n_test=1000000000000"], ("--set n_test", "1000000000000", "10000000")),
+        (["--set", "n_train=100000000"], ("--set n_train", "100000000")),
+        (["--set", "hidden=[50, 1000000]"], ("--set hidden (item 2)", "1000000")),
+        (["--set", "coverage_draws=10000000"], ("--set coverage_draws", "10000000")),
+        (["--reps", "100000000"], ("--reps", "at most", "100000000")),
+        (["--epochs", "100000000000"], ("--epochs", "at most", "100000000000")),
+        (["--jobs", "100000"], ("--jobs", "at most", "100000")),
+    ],
+)
+def test_sizes_beyond_memory_are_refused_by_name_before_any_work(
+    args: list[str], needles: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "never"
+    assert main(["reproduce", "table2", "--quick", "--out", str(out), *args]) == 2
+    _one_line_error(capsys, *needles)
+    assert not out.exists()

@@ -316,3 +316,196 @@ def test_ctrl_c_in_process_is_one_line_and_marks_the_run(
     assert err.strip().splitlines() == [f"svbnn: interrupted; partial results in {out}"]
     assert json.loads((out / "settings.json").read_text())["status"] == "interrupted"
     assert not (out / LOCK_NAME).exists()
+
+
+# ----------------------------------------------------------------------- run identity
+_GUMBEL = ["reproduce", "fig-gumbel-convergence", "--quick", "--no-progress"]
+
+
+@pytest.mark.parametrize(
+    ("change", "needles"),
+    [
+        (["--seed", "7"], ("--seed 0, not --seed 7",)),
+        (["--set", "n_points=301"], ("--set n_points=501, not --set n_points=301",)),
+        (["--kernels", "auto"], ("--kernels eager, not --kernels auto",)),
+        (["--reps", "2"], ("--reps 1, not --reps 2",)),
+    ],
+)
+def test_a_folder_resumes_only_its_own_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: list[str], needles: tuple[str]
+) -> None:
+    """A run into a folder holding a run with other settings is refused in one line naming
+    the setting and both values, and the folder is left as it was; --restart starts
+    afresh; the same settings run again."""
+    out = ["--out", str(tmp_path)]
+    assert main([*_GUMBEL, *out]) == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert main([*_GUMBEL, *out, *change]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    assert all(n in err for n in (str(tmp_path), "--restart", *needles)), err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    assert main([*_GUMBEL, *out, *change, "--restart"]) == 0
+    settings = json.loads((tmp_path / "settings.json").read_text())
+    assert settings["status"] == "complete"
+    value = change[1].split("=")[-1]
+    assert value in json.dumps(settings["identity"])
+    assert main([*_GUMBEL, *out, *change]) == 0  # the same settings again: accepted
+
+
+def test_identity_ignores_speed_settings_and_reads_old_folders(tmp_path: Path) -> None:
+    """--jobs, --threads and --no-progress change no number: not part of the identity; a
+    folder written before identities were saved is compared through its config."""
+    from svbnn_experiments import get_artifact, resolve_config
+    from svbnn_experiments.runner import _saved_identity, run_identity
+
+    art = get_artifact("table2")
+    a = resolve_config(art, {"jobs": 1, "threads": 1}, quick=True, out=tmp_path / "a")
+    b = resolve_config(art, {"jobs": 3, "threads": 2, "progress": False}, quick=True)
+    assert run_identity(a) == run_identity(b)
+    assert run_identity(a) != run_identity(resolve_config(art, {"seed": 1}, quick=True))
+    old = {"config": a.as_dict(), "environment": {"svbnn_kernels": "eager"}}
+    assert _saved_identity(old) == run_identity(a, "eager")
+    assert _saved_identity({}) is None
+
+
+def test_a_folder_with_results_but_no_settings_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "results.csv").write_text("method,rep\nsvbnn,0\n")
+    assert main([*_GUMBEL, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no recorded settings" in err and "--restart" in err
+    assert (tmp_path / "results.csv").read_text() == "method,rep\nsvbnn,0\n"
+
+
+@pytest.mark.parametrize("other", ["--report-only", "--estimate-epochs"])
+def test_restart_only_with_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], other: str
+) -> None:
+    extra = ["3"] if other == "--estimate-epochs" else []
+    assert main([*_GUMBEL, "--out", str(tmp_path), "--restart", other, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--restart" in err and other in err
+
+
+def test_report_only_on_an_incomplete_run_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interrupted run's report is not silently final: its first line and a warning on
+    the terminal say how much of the run it covers."""
+    out = ["--out", str(tmp_path)]
+    args = ["reproduce", "table2", "--quick", "--no-progress", "--reps", "2", "--epochs", "2"]
+    assert main([*args, *out]) == 0
+    settings = json.loads((tmp_path / "settings.json").read_text())
+    settings["status"] = "interrupted"
+    write_settings(tmp_path, settings)
+    with open(tmp_path / "results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    write_csv(tmp_path / "results.csv", [r for r in rows if r["rep"] == "0"])
+    capsys.readouterr()
+    assert main(["reproduce", "table2", "--report-only", *out]) == 0
+    captured = capsys.readouterr()
+    report = (tmp_path / "report.md").read_text()
+    assert report.startswith("> **incomplete: 1 of 2 replications (the run is interrupted)")
+    warning = [line for line in captured.err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and "incomplete: 1 of 2 replications" in warning[0]
+    # The complete run's report has no such line.
+    settings["status"] = "complete"
+    write_settings(tmp_path, settings)
+    write_csv(tmp_path / "results.csv", rows)
+    assert main(["reproduce", "table2", "--report-only", *out]) == 0
+    assert "incomplete" not in (tmp_path / "report.md").read_text()
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_incomplete_epochs_are_counted_per_method(tmp_path: Path) -> None:
+    from svbnn_experiments.runner import incomplete_note
+
+    config = {"epochs": 5, "methods": ["svbnn", "agp"], "reps": 1}
+    write_settings(tmp_path, {"status": "running", "config": config})
+    rows = [{"method": "svbnn", "epoch": e} for e in (1, 2, 3)] + [{"method": "agp", "epoch": 1}]
+    write_csv(tmp_path / "results.csv", rows)
+    assert incomplete_note(tmp_path) == (
+        "incomplete: 1 of 5 epochs (the run is running); this report covers only those"
+    )
+    rows += [{"method": "agp", "epoch": e} for e in (2, 3, 4, 5)]
+    rows += [{"method": "svbnn", "epoch": e} for e in (4, 5)]
+    write_csv(tmp_path / "results.csv", rows)
+    write_settings(tmp_path, {"status": "complete", "config": config})
+    assert incomplete_note(tmp_path) is None
+
+
+# ----------------------------------------------------------------------- messages
+def test_a_dangling_lock_symlink_is_refused_at_once(tmp_path: Path) -> None:
+    lock = tmp_path / LOCK_NAME
+    lock.symlink_to(tmp_path / "nowhere")
+    t0 = time.perf_counter()
+    with pytest.raises(OutputLockedError, match="symbolic link") as err:
+        with lock_output(tmp_path):
+            pass
+    assert time.perf_counter() - t0 < 1.0
+    assert str(lock) in str(err.value) and "remove it" in str(err.value)
+    assert lock.is_symlink()  # not followed, not removed
+
+
+def test_merge_of_missing_folders_names_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "m"
+    assert main(["reproduce", "table2", "--merge", "nope1", "nope2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "svbnn: error: --merge nope1: no run found (no such folder)"
+    (tmp_path / "empty").mkdir()
+    assert main(["reproduce", "table2", "--merge", str(tmp_path / "empty"), "--out", str(out)]) == 2
+    assert "no settings.json there" in capsys.readouterr().err
+
+
+def test_merge_refuses_parts_of_other_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Parts run with other settings (beyond their methods) would mix runs in one report."""
+    base = ["reproduce", "table2", "--quick", "--no-progress", "--reps", "1", "--epochs", "1"]
+    assert main([*base, "--methods", "svbnn", "--out", str(tmp_path / "a")]) == 0
+    assert main([*base, "--methods", "vbnn", "--out", str(tmp_path / "b")]) == 0
+    assert main([*base, "--methods", "vbnn", "--seed", "5", "--out", str(tmp_path / "c")]) == 0
+    merge = ["reproduce", "table2", "--merge", str(tmp_path / "a")]
+    out = ["--out", str(tmp_path / "m")]
+    assert main([*merge, str(tmp_path / "b"), *out]) == 0
+    assert main([*merge, str(tmp_path / "b"), *out]) == 0  # the same merge again
+    identity = json.loads((tmp_path / "m" / "settings.json").read_text())["identity"]
+    assert identity["methods"] == ["svbnn", "vbnn"]
+    capsys.readouterr()
+    assert main([*merge, str(tmp_path / "c"), "--out", str(tmp_path / "m2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(tmp_path / "c") in err and "--seed 0, not --seed 5" in err
+    # Into a folder holding another run: refused, the run there kept.
+    before = (tmp_path / "a" / "results.csv").read_bytes()
+    assert main([*merge, str(tmp_path / "b"), "--out", str(tmp_path / "a")]) == 2
+    assert "--methods svbnn, not --methods svbnn,vbnn" in capsys.readouterr().err
+    assert (tmp_path / "a" / "results.csv").read_bytes() == before
+
+
+def test_more_epochs_continue_a_checkpointed_run_fewer_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder with per-epoch checkpoints continues to a larger --epochs (the same run,
+    trained longer); fewer epochs are refused; without checkpoints any change is refused."""
+    from svbnn_experiments import get_artifact, resolve_config
+    from svbnn_experiments.runner import _check_folder_identity, run_identity
+
+    art = get_artifact("mnist")
+    cfg = resolve_config(art, {"epochs": 3}, quick=True, out=tmp_path)
+    write_settings(tmp_path, {"identity": run_identity(cfg), "status": "interrupted"})
+    longer = resolve_config(art, {"epochs": 5}, quick=True, out=tmp_path)
+    shorter = resolve_config(art, {"epochs": 2}, quick=True, out=tmp_path)
+    with pytest.raises(ValueError, match="--epochs 3, not --epochs 5"):
+        _check_folder_identity(longer, restart=False)  # no checkpoints: another run
+    (tmp_path / "checkpoints").mkdir()
+    _check_folder_identity(longer, restart=False)
+    with pytest.raises(ValueError, match="--epochs 3, not --epochs 2"):
+        _check_folder_identity(shorter, restart=False)
+    seven = resolve_config(art, {"epochs": 5, "seed": 7}, quick=True, out=tmp_path)
+    with pytest.raises(ValueError, match="--seed 0, not --seed 7"):
+        _check_folder_identity(seven, restart=False)

@@ -8,9 +8,12 @@ A checkpoint file is a short header followed by the bytes of ``torch.save(state)
 
 Loading checks the header and the hash before anything is deserialised, and then reads
 the payload with ``torch.load(..., weights_only=True)``, which builds tensors, numbers,
-strings and containers only: a planted or altered file can neither run code (pickle's
-``__reduce__``) nor feed silently corrupted numbers into a resumed run. Every failure is
-a :class:`CheckpointError` (a :class:`ValueError`) that names the file and says what to do.
+strings and containers only: a planted file cannot run code (pickle's ``__reduce__``). The
+hash is a plain SHA-256 that anyone can recompute: it detects accidental corruption (a
+truncated or damaged file), not a deliberate change, so what is read is validated before
+use by its reader (:func:`svbnn.training.train` checks a checkpoint's epoch, history,
+generator state, finite values, shapes and run identity). Every failure is a
+:class:`CheckpointError` (a :class:`ValueError`) that names the file and says what to do.
 
 Saving writes a temporary file beside the target and renames it over the target
 (:func:`os.replace`), so an interrupted save leaves the previous checkpoint intact. A
@@ -54,19 +57,43 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
     Readers see the old file or the new one, never a mixture; the temporary is removed
     when writing fails.
+
+    Raises
+    ------
+    OSError
+        When ``path`` cannot be written (it lies under a file, in a read-only or special
+        place, the disk is full): the message names ``path`` and the reason.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name + ".", suffix=".tmp")
+    except OSError as err:
+        raise _write_error(target, err) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+    except OSError as err:
+        raise _write_error(target, err) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _write_error(target: Path, err: OSError) -> OSError:
+    """An error of the same class as ``err`` that names ``target`` (the caller's path),
+    not the temporary file or the folder the operating system refused."""
+    parent = next((p for p in target.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        why = f"{parent} is a file, not a folder"
+    else:
+        why = err.strerror or type(err).__name__
+    out = type(err)(f"cannot write {target}: {why}")
+    out.errno = err.errno
+    return out
 
 
 def save_checkpoint(state: Mapping[str, Any], path: str | os.PathLike[str]) -> None:

@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from . import _native
 from ._device import check_training_devices
-from ._kernels import Backend, backend_scope, parse_backend
+from ._kernels import Backend, backend, backend_scope, parse_backend
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
 from .selection import sparsity, spike_slab_layers, unresolved_fraction
@@ -347,6 +347,7 @@ def train(
     replicated: bool | None = None,
     checkpoint_extra: Callable[[], dict[str, Any]] | None = None,
     kernel_backend: Backend | str | None = None,
+    identity: Mapping[str, Any] | None = None,
 ) -> History:
     """Fit a model by minimising the per-datum negative ELBO (or another objective).
 
@@ -385,7 +386,12 @@ def train(
         Save every this many epochs (and at the end); 0 saves only at the end.
     resume : bool
         If ``checkpoint_path`` exists, continue from it. The continued run is bit-for-bit
-        the run that was never interrupted.
+        the run that was never interrupted. Every checkpoint records the run's identity
+        (the optimiser and its hyperparameters, ``batch_size``, ``n_mc``, ``kl_weight``,
+        the data's shape, the kernel backend and ``identity``); a resume under any other
+        value, or from a
+        checkpoint whose epoch exceeds ``epochs``, is refused by a :class:`CheckpointError`
+        naming the setting and both values.
     callbacks : sequence of callables
         Called as ``cb(epoch, model, history)`` after every epoch; a callback that returns
         ``True`` stops training after that epoch (early stopping; the checkpoint, if any, is
@@ -409,6 +415,10 @@ def train(
         The spike-and-slab kernels of the training steps (:class:`svbnn.KernelBackend`), for
         this call and this thread only; ``None`` keeps the one in force
         (:func:`svbnn.get_kernel_backend`). A seed reproduces a run within one backend.
+    identity : mapping, optional
+        Further settings that define the run and are not arguments of ``train`` (a seed,
+        the data's source; text, numbers, flags or lists of them): saved in every
+        checkpoint, and a resume under other values is refused.
 
     Returns
     -------
@@ -418,6 +428,10 @@ def train(
     ------
     FloatingPointError
         When the loss becomes NaN or infinite; the message names the epoch.
+    CheckpointError
+        When resuming from a checkpoint of another run (another setting: the message names
+        it and both values) or with a field that is not valid (the message names the file
+        and the field).
     """
     _check_train_args(likelihood, objective, epochs, batch_size, n_mc, kl_weight)
     kernels = parse_backend(kernel_backend) if kernel_backend is not None else None
@@ -449,13 +463,16 @@ def train(
         if lik_module is not None and lik_params
         else model
     )
+    run_identity = _train_identity(opt, X, batch_size, n_mc, kl_weight, replicated, identity)
+    # The kernels draw differently (a seed reproduces a run within one backend).
+    run_identity["kernel_backend"] = (kernels or backend()).value
     if resume and ckpt is not None and ckpt.exists():
-        history, start = _resume(ckpt, saved, opt, generator)
+        history, start = _resume(ckpt, saved, opt, generator, run_identity, epochs)
 
     def save(epoch: int) -> None:
         if ckpt is not None:
             extra = checkpoint_extra() if checkpoint_extra is not None else {}
-            _save_state(ckpt, saved, opt, generator, history, epoch, extra)
+            _save_state(ckpt, saved, opt, generator, history, epoch, extra, run_identity)
 
     model.train()
     bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
@@ -587,6 +604,7 @@ def _save_state(
     history: History,
     epoch: int,
     extra: dict[str, Any],
+    identity: dict[str, Any],
 ) -> None:
     """Checkpoint everything a bit-for-bit resume needs (read back by :func:`_resume`)."""
     state = {
@@ -596,20 +614,221 @@ def _save_state(
         "history": history.as_dict(),
         "epoch": epoch,
         "extra": extra,
+        "identity": identity,
     }
     save_checkpoint(state, ckpt)
 
 
+_OPTIMIZER_NAMES = {
+    torch.optim.Adam: Optimizer.ADAM.value,
+    torch.optim.RMSprop: Optimizer.RMSPROP.value,
+    torch.optim.SGD: Optimizer.SGD.value,
+}
+
+
+def _train_identity(
+    opt: torch.optim.Optimizer,
+    X: Tensor,
+    batch_size: int,
+    n_mc: int,
+    kl_weight: float,
+    replicated: bool,
+    identity: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What a checkpoint of this run must match to be resumed: the optimiser, its
+    hyperparameters, the minibatch and Monte Carlo sizes, ``kl_weight``, the data's shape
+    and the caller's ``identity`` (``train`` adds the kernel backend)."""
+    group = opt.param_groups[0]
+    out: dict[str, Any] = {
+        "optimizer": _OPTIMIZER_NAMES.get(type(opt), type(opt).__name__),
+        "lr": float(group["lr"]),
+        "batch_size": int(batch_size),
+        "n_mc": int(n_mc),
+        "kl_weight": float(kl_weight),
+        "data_shape": [int(d) for d in X.shape],
+        "replicated": bool(replicated),
+    }
+    # The optimiser's own numeric settings (betas, eps, momentum, alpha, weight decay...).
+    for key, value in group.items():
+        if key in ("params", "lr") or isinstance(value, (bool, str)) or value is None:
+            continue
+        if isinstance(value, (int, float)):
+            out[f"optimizer.{key}"] = float(value)
+        elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
+            out[f"optimizer.{key}"] = [float(v) for v in value]
+    for key, value in (identity or {}).items():
+        out[str(key)] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _check_identity(
+    ckpt: Path, saved: Any, current: Mapping[str, Any], *, exact: bool = True
+) -> None:
+    """Refuse to resume from ``ckpt`` when its identity ``saved`` differs from ``current``.
+
+    With ``exact``, a setting recorded on one side only is a difference too (``False``
+    for the partial identity of a checkpoint written before identities were recorded).
+    """
+    if saved is None:
+        return
+    if not isinstance(saved, Mapping):
+        raise CheckpointError(f"checkpoint {ckpt}: field 'identity' is not a mapping; {_ADVICE}")
+    for key in current:
+        if key in saved and saved[key] != current[key]:
+            raise CheckpointError(
+                f"checkpoint {ckpt} was written by a run with {key}={saved[key]!r}, not "
+                f"{key}={current[key]!r}; resume with {key}={saved[key]!r}, or delete the "
+                "checkpoint (or use another path) to start afresh"
+            )
+    missing = sorted(set(saved) ^ set(current))
+    if exact and missing:
+        key = missing[0]
+        raise CheckpointError(
+            f"checkpoint {ckpt} was written by a run with {key}="
+            f"{saved.get(key, '(not set)')!r}, not {key}={current.get(key, '(not set)')!r}; "
+            "delete the checkpoint (or use another path) to start afresh"
+        )
+
+
+def _legacy_identity(state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The optimiser kind and learning rate of a checkpoint without an identity, read
+    from its optimiser state (``None`` when that state is not readable)."""
+    try:
+        group = state["optimizer"]["param_groups"][0]
+        lr = float(group["lr"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    kind = (
+        Optimizer.SGD.value
+        if "momentum" in group
+        else Optimizer.RMSPROP.value
+        if "alpha" in group
+        else Optimizer.ADAM.value
+    )
+    return {"optimizer": kind, "lr": lr}
+
+
+_ADVICE = "delete it or use another checkpoint path"
+
+
+def _check_fields(ckpt: Path, state: Mapping[str, Any], epochs: int) -> int:
+    """Validate a loaded checkpoint's fields before use; return its epoch.
+
+    ``epoch`` must be an integer in ``[0, epochs]``, ``history`` hold one record per
+    finished epoch, and every tensor of ``model`` and ``optimizer`` be finite (a NaN or an
+    infinity would train on silently).
+    """
+
+    def bad(key: str, why: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint {ckpt}: field {key!r} {why}; {_ADVICE}")
+
+    for key in ("model", "optimizer", "generator", "history", "epoch"):
+        if key not in state:
+            raise bad(key, "is missing")
+    epoch = state["epoch"]
+    if isinstance(epoch, bool) or not isinstance(epoch, int):
+        raise bad("epoch", f"must be an integer, got {epoch!r}")
+    if epoch < 0:
+        raise bad("epoch", f"must be >= 0, got {epoch}")
+    if epoch > epochs:
+        raise CheckpointError(
+            f"checkpoint {ckpt}: field 'epoch' is {epoch}, more than this run's "
+            f"epochs={epochs}; resume with epochs >= {epoch}, or delete the checkpoint "
+            "(or use another path) to start afresh"
+        )
+    history = state["history"]
+    if not isinstance(history, Mapping) or not isinstance(history.get("epoch"), list):
+        raise bad("history", "is not a training history")
+    if history["epoch"] != list(range(1, len(history["epoch"]) + 1)) or (
+        len(history["epoch"]) > epoch
+    ):
+        raise bad("history", f"does not match field 'epoch' ({epoch})")
+    if not isinstance(state["generator"], Tensor) or state["generator"].dtype != torch.uint8:
+        raise bad("generator", "is not a generator state")
+    for key in ("model", "optimizer"):
+        name = _first_non_finite(state[key])
+        if name is not None:
+            raise bad(key, f"holds non-finite values (in {name})")
+    return epoch
+
+
+def _check_shapes(
+    ckpt: Path, state: Mapping[str, Any], model: nn.Module, opt: torch.optim.Optimizer
+) -> None:
+    """The checkpoint's model tensors have the model's shapes, and its optimiser's
+    per-parameter tensors (moments, momentum) their parameter's shape."""
+
+    def bad(key: str, name: str, got: Any, want: Any) -> CheckpointError:
+        return CheckpointError(
+            f"checkpoint {ckpt}: field {key!r} holds {name} of shape {tuple(got)}, the "
+            f"model's is {tuple(want)}; the checkpoint is of another network; {_ADVICE}"
+        )
+
+    if not isinstance(state["model"], Mapping):
+        raise CheckpointError(f"checkpoint {ckpt}: field 'model' is not a state; {_ADVICE}")
+    for name, want in model.state_dict().items():
+        got = state["model"].get(name)
+        if isinstance(got, Tensor) and got.shape != want.shape:
+            raise bad("model", name, got.shape, want.shape)
+    params = [p for group in opt.param_groups for p in group["params"]]
+    saved = state["optimizer"].get("state", {}) if isinstance(state["optimizer"], Mapping) else {}
+    if not isinstance(saved, Mapping):
+        raise CheckpointError(f"checkpoint {ckpt}: field 'optimizer' is not a state; {_ADVICE}")
+    for index, values in saved.items():
+        if not isinstance(index, int) or not 0 <= index < len(params):
+            raise CheckpointError(
+                f"checkpoint {ckpt}: field 'optimizer' holds a state of parameter {index!r}, "
+                f"the model has {len(params)}; {_ADVICE}"
+            )
+        for key, value in values.items() if isinstance(values, Mapping) else ():
+            shape = params[index].shape
+            if isinstance(value, Tensor) and value.dim() > 0 and value.shape != shape:
+                raise bad("optimizer", f"{key} of parameter {index}", value.shape, shape)
+
+
+def _first_non_finite(obj: Any, prefix: str = "") -> str | None:
+    """The key path of the first floating-point tensor in ``obj`` (nested mappings and
+    lists) with a NaN or an infinity; ``None`` when all are finite."""
+    if isinstance(obj, Tensor):
+        if obj.is_floating_point() and not bool(torch.isfinite(obj).all()):
+            return prefix or "(tensor)"
+        return None
+    items: Any = (
+        obj.items() if isinstance(obj, Mapping) else enumerate(obj) if isinstance(obj, list) else ()
+    )
+    for key, value in items:
+        found = _first_non_finite(value, f"{prefix}.{key}" if prefix else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def _resume(
-    ckpt: Path, model: nn.Module, opt: torch.optim.Optimizer, generator: torch.Generator
+    ckpt: Path,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    generator: torch.Generator,
+    identity: Mapping[str, Any],
+    epochs: int,
 ) -> tuple[History, int]:
-    """Load model, optimiser and generator state from ``ckpt``: ``(history, epoch)``."""
+    """Load model, optimiser and generator state from ``ckpt``: ``(history, epoch)``.
+
+    The checkpoint's identity must match ``identity`` and its fields be valid
+    (:func:`_check_fields`) before anything is loaded.
+    """
     state = load_checkpoint(ckpt)
+    saved = state.get("identity")
+    if saved is None:
+        _check_identity(ckpt, _legacy_identity(state), identity, exact=False)
+    else:
+        _check_identity(ckpt, saved, identity)
+    start = _check_fields(ckpt, state, epochs)
+    _check_shapes(ckpt, state, model, opt)
     try:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         generator.set_state(state["generator"])
-        history, start = History(**state["history"]), int(state["epoch"])
+        history = History(**state["history"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise CheckpointError(
             f"checkpoint {ckpt} does not fit this model or training run ({err}); "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from .realdata import (
 from .report import markdown_table, settings_section
 
 __all__ = [
+    "checkpoint_identity",
     "classifier_spec",
     "curve_table",
     "first_rows",
@@ -120,6 +121,7 @@ def _fit_agp(
     y: Tensor,
     ckpt: Path,
     on_epoch: Callable[[int, nn.Module, dict[str, float]], None],
+    identity: Mapping[str, Any] | None = None,
 ) -> None:
     """AGP training (cross-entropy, masks recomputed on Zhu & Gupta's cubic schedule) with a
     checkpoint after every epoch, resumed from ``ckpt`` when it exists."""
@@ -149,6 +151,7 @@ def _fit_agp(
         track_sparsity=False,
         on_step=pruner.step,
         replicated=False,
+        identity=identity,
         checkpoint_extra=lambda: {
             "schedule": schedule,
             "current_sparsity": pruner.current_sparsity,
@@ -164,6 +167,7 @@ def _fit_bayesian(
     y: Tensor,
     ckpt: Path,
     on_epoch: Callable[[int, nn.Module, dict[str, float]], None],
+    identity: Mapping[str, Any] | None = None,
 ) -> None:
     """Variational training (negative ELBO; SVBNN's KL term weighted by ``spec.kl_weight``)
     with a checkpoint after every epoch, resumed from ``ckpt`` when it exists.
@@ -198,6 +202,7 @@ def _fit_bayesian(
         callbacks=[callback],
         track_sparsity=False,
         kl_weight=spec.kl_weight if spec.method == "svbnn" else 1.0,
+        identity=identity,
     )
     set_flip_generator(model, None)
 
@@ -260,6 +265,7 @@ def fit_classifier(
     ckpt: Path,
     book: EpochBook,
     extra: dict[str, Any] | None = None,
+    identity: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` (resuming from ``ckpt``), recording test metrics after every epoch.
 
@@ -276,6 +282,9 @@ def fit_classifier(
         Receives one row per epoch (``method``, ``epoch``, accuracy, sparsity, ...).
     extra : dict, optional
         Columns added to every row.
+    identity : mapping, optional
+        The run's identity (:func:`checkpoint_identity`), saved in every checkpoint: a
+        checkpoint of another run is refused, naming the setting.
 
     Returns
     -------
@@ -289,9 +298,9 @@ def fit_classifier(
     t_start = time.perf_counter()
     record = _epoch_recorder(spec, X_test, y_test, book, extra)
     if spec.method == "agp":
-        _fit_agp(spec, model, X, y, ckpt, record)
+        _fit_agp(spec, model, X, y, ckpt, record, identity)
     else:
-        _fit_bayesian(spec, model, X, y, ckpt, record)
+        _fit_bayesian(spec, model, X, y, ckpt, record, identity)
     return {
         "resumed_from": start,
         "epochs_done": max(spec.epochs, start),
@@ -426,9 +435,23 @@ def run_comparison(
         if method == "svbnn":
             meta["methods"][method]["kl_weight"] = spec.kl_weight
         atomic_write_text(meta_path, json.dumps(meta, indent=2) + "\n")
-        fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book)
+        ident = checkpoint_identity(cfg, method)
+        fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book, identity=ident)
         runs[method] = {**info, **fit, "lr": spec.lr, "seed": spec.seed}
     return {"data": data_info, "runs": runs, "checkpoints": str(ckpt_dir)}
+
+
+def checkpoint_identity(cfg: RunConfig, method: str) -> dict[str, Any]:
+    """The identity a checkpoint of ``method`` in the run ``cfg`` records: the run's
+    (:func:`svbnn_experiments.runner.run_identity`) but for ``epochs`` (a run continues to
+    more epochs; :func:`svbnn.training.train` refuses a checkpoint beyond them), ``--set``
+    values as ``--set KEY``, and the method."""
+    from .runner import run_identity  # runner imports the artifacts, hence this module
+
+    ident = run_identity(cfg)
+    ident.pop("epochs", None)
+    params = ident.pop("params", {})
+    return {**ident, **{f"--set {k}": v for k, v in params.items()}, "method": method}
 
 
 def plot_curves(rows: list[dict[str, Any]], path: Path, title: str) -> None:

@@ -123,7 +123,7 @@ def _add_execution_options(rep: argparse.ArgumentParser) -> None:
         "--jobs",
         type=_positive_int,
         help="worker processes for chunks of replications (default: the usable CPUs; "
-        "--quick: 1); the chunk layout, hence the numbers, follow it",
+        "--quick: 1); changes the speed only, never the numbers",
     )
     where = rep.add_mutually_exclusive_group()
     where.add_argument(
@@ -175,6 +175,12 @@ def _add_mode_options(rep: argparse.ArgumentParser) -> None:
     --estimate-epochs, --no-progress."""
     rep.add_argument(
         "--report-only", action="store_true", help="rebuild report.md and figures from saved CSVs"
+    )
+    rep.add_argument(
+        "--restart",
+        action="store_true",
+        help="the --out folder holds a run with other settings: delete its results and "
+        "checkpoints and start afresh (without it, such a folder is refused)",
     )
     rep.add_argument(
         "--merge",
@@ -242,6 +248,14 @@ def _reproduce(args: argparse.Namespace) -> int:
         from svbnn_experiments.runner import check_run_device
 
         check_run_device(args.device)
+    if args.restart:
+        for given, name in [
+            (args.report_only, "--report-only"),
+            (args.merge, "--merge"),
+            (args.estimate_epochs is not None, "--estimate-epochs"),
+        ]:
+            if given:
+                raise ValueError(f"--restart starts a run afresh; not with {name}")
     overrides = _overrides(args)
     if args.estimate_epochs is not None:
         return _estimate(args, overrides)
@@ -376,10 +390,17 @@ def _reproduce_one(args: argparse.Namespace, name: str, overrides: dict[str, Any
             report_only=args.report_only,
             out=out,
             strict=args.artifact != "all",
+            restart=args.restart,
         )
     wall = time.perf_counter() - t0
     if args.artifact != "all":
         print((folder / "report.md").read_text())
+    if args.report_only:
+        from svbnn_experiments.runner import incomplete_note
+
+        note = incomplete_note(folder)
+        if note is not None:
+            print(f"svbnn: warning: {folder}: {note}", file=sys.stderr)
     print(f"{name}: wrote {folder}/ in {wall:.1f} s", file=sys.stderr)
 
 

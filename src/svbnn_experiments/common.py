@@ -2,12 +2,12 @@
 
 Replications are batched: a *chunk* is a set of replications (each with its own training
 data, drawn from its own seed) that one method fits as a single replicated network. The
-chunk layout depends only on the number of replications, ``--batch`` (the most replicates
-per network) and ``--jobs`` (at least one chunk per worker), and is recorded in
-``settings.json``; for a given layout and ``--seed`` a run is reproducible bit for bit,
-whichever engine runs the chunks (:mod:`svbnn_experiments.engine`): this process,
-``--jobs N`` worker processes or a Dask cluster (:mod:`svbnn_experiments.distributed`,
-where ``--jobs`` is the cluster's worker count unless given).
+chunk layout depends only on the run's settings (the number of replications and
+``--batch``, the most replicates per network), never on ``--jobs`` or a cluster's size,
+and is recorded in ``settings.json``: for given settings and ``--seed`` a run is
+reproducible bit for bit whichever engine runs the chunks
+(:mod:`svbnn_experiments.engine`) and however many workers it has: this process,
+``--jobs N`` worker processes or a Dask cluster (:mod:`svbnn_experiments.distributed`).
 """
 
 from __future__ import annotations
@@ -382,24 +382,22 @@ class ChunkResult:
     coverage_points: dict[str, NDArray[np.bool_]] | None = None
 
 
-def layout_chunks(n_items: int, batch: int, jobs: int) -> list[range]:
-    """Split ``n_items`` replications into near-equal consecutive chunks.
+def layout_chunks(n_items: int, batch: int) -> list[range]:
+    """Split ``n_items`` replications into ``ceil(n_items / batch)`` near-equal consecutive
+    chunks (at most ``batch`` per chunk).
 
-    At most ``batch`` per chunk and at least ``min(jobs, n_items)`` chunks, so that
-    ``jobs`` workers all have work.
-
-    The layout decides the numbers (each chunk is one network with its own seed), so it
-    depends on the number of workers ``jobs`` only, never on the engine that runs the
-    chunks: ``--jobs N``, ``--cluster local:N`` and a Dask scheduler with N worker threads
-    (or ``--scheduler ADDRESS --jobs N`` whatever its size) give the same chunks and the
-    same results. The layout is recorded in ``settings.json`` (``config.jobs``,
-    ``chunks``); rerun with that ``--jobs`` to repeat a run elsewhere.
+    The layout decides the numbers (each chunk is one network with its own seed, and its
+    replicates share that network's random draws), so it depends on the settings only,
+    never on how many workers run the chunks: ``--jobs 1``, ``--jobs N``, ``--cluster
+    local:N`` and a Dask scheduler of any size give the same chunks and the same results.
+    To spread one method's replications over N workers, give ``--batch`` at most
+    ``ceil(reps / N)`` (a setting, recorded in ``settings.json`` with the ``chunks``).
     """
     if n_items < 1:
         raise ValueError("nothing to run")
-    if batch < 1 or jobs < 1:
-        raise ValueError("batch and jobs must be positive")
-    n_chunks = max(math.ceil(n_items / batch), min(jobs, n_items))
+    if batch < 1:
+        raise ValueError("batch must be positive")
+    n_chunks = math.ceil(n_items / batch)
     bounds = np.linspace(0, n_items, n_chunks + 1).round().astype(int)
     return [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 

@@ -4,9 +4,9 @@ The chunks of a simulation artifact (:class:`svbnn_experiments.common.Chunk`, pi
 run as Dask tasks, one per chunk, on an existing scheduler (``--scheduler tcp://HOST:PORT``)
 or on a :class:`distributed.LocalCluster` started for the run (``--cluster local:N``: N
 worker processes, one thread each). The chunk layout, hence every number of the run,
-follows the worker count only (:func:`svbnn_experiments.common.layout_chunks`): the same
-as ``--jobs N``. Tasks of a worker that dies are rescheduled by Dask; a chunk that raises
-is retried :data:`RETRIES` times.
+follows the run's settings only (:func:`svbnn_experiments.common.layout_chunks`), never the
+cluster's size: the same as ``--jobs 1``. Tasks of a worker that dies are rescheduled by
+Dask; a chunk that raises is retried :data:`RETRIES` times.
 
 Dask is an optional dependency (``pip install 'svbnn[distributed]'``), imported only here,
 only when an engine is started.
@@ -246,7 +246,7 @@ def dask_engine(
         ``"local:N"``: start a ``LocalCluster`` of N worker processes with one thread each,
         closed at the end of the block, as ``--cluster``.
     jobs : int, optional
-        The ``--jobs`` given, if any: with ``scheduler``, the chunk layout's worker count
+        The ``--jobs`` given, if any: with ``scheduler``, the engine's worker count
         (else the scheduler's worker threads at connection, waiting up to ``timeout`` for
         the first worker to join).
     timeout : float, optional
@@ -307,15 +307,15 @@ def _close(client: Any, local: Any) -> None:
 
 
 def _local_cluster_size(cluster: str, jobs: int | None) -> int:
-    """The N of ``--cluster local:N``, checked against ``--jobs`` (the layout follows N)."""
+    """The N of ``--cluster local:N``, checked against ``--jobs`` (the workers are N)."""
     try:
         n = parse_cluster(cluster)
     except ValueError as exc:
         raise ValueError(f"--cluster: {exc}") from None
     if jobs is not None and jobs != n:
         raise ValueError(
-            f"--jobs {jobs} disagrees with --cluster {cluster}: the chunk layout follows "
-            f"the {n} worker(s); leave out --jobs"
+            f"--jobs {jobs} disagrees with --cluster {cluster}: the cluster runs {n} "
+            "chunk(s) at once; leave out --jobs"
         )
     return n
 

@@ -45,7 +45,8 @@ class ChunkEngine(Protocol):
     name : str
         As recorded in ``settings.json`` (``"dask:tcp://host:8786"``).
     workers : int
-        Chunks it runs at once: the default ``--jobs`` (chunk layout) of runs it serves.
+        Chunks it runs at once: the default ``--jobs`` of runs it serves (the chunk layout
+        does not depend on it).
     """
 
     workers: int

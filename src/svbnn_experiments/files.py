@@ -36,6 +36,7 @@ __all__ = [
     "atomic_savefig",
     "atomic_write_text",
     "environment_info",
+    "jsonable",
     "lock_output",
     "read_csv",
     "read_settings",
@@ -45,11 +46,13 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------ files & env
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
+    """``obj`` as JSON can hold it: mappings with text keys, lists for tuples, paths as
+    text, numpy scalars and arrays as numbers and lists, non-finite floats as text."""
     if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if isinstance(obj, Path):
         return str(obj)
     if isinstance(obj, np.generic):
@@ -155,7 +158,7 @@ def _suppress_oserror() -> Iterator[None]:
 def write_settings(out: Path, settings: Mapping[str, Any]) -> Path:
     """Write ``settings.json`` atomically (sorted keys, NaN as strings)."""
     return atomic_write_text(
-        out / "settings.json", json.dumps(_jsonable(settings), indent=2, sort_keys=True) + "\n"
+        out / "settings.json", json.dumps(jsonable(settings), indent=2, sort_keys=True) + "\n"
     )
 
 
@@ -353,6 +356,7 @@ def _acquire_lock(path: Path, record: dict[str, Any], folder: Path, option: str)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
+            _refuse_foreign_lock(path, folder, option)
             owner = _read_lock(path)
             if owner is None:
                 continue  # released between our open and our read
@@ -372,7 +376,28 @@ def _acquire_lock(path: Path, record: dict[str, Any], folder: Path, option: str)
             fh.write(json.dumps(record) + "\n")
         break
     else:
-        raise OutputLockedError(f"{option} {folder}: could not lock {path}; try again")
+        raise OutputLockedError(
+            f"{option} {folder}: could not lock {path} (it keeps changing); if no other run "
+            f"writes this folder, delete {path}"
+        )
+
+
+def _refuse_foreign_lock(path: Path, folder: Path, option: str) -> None:
+    """Refuse a lock path that svbnn did not write: a symbolic link (dangling or not) or
+    something other than a regular file; waiting would never end."""
+    if path.is_symlink():
+        try:
+            target = f" to {os.readlink(path)}"
+        except OSError:  # pragma: no cover - removed meanwhile
+            target = ""
+        what = f"a symbolic link{target}"
+    elif path.exists() and not path.is_file():
+        what = "not a regular file"
+    else:
+        return
+    raise OutputLockedError(
+        f"{option} {folder}: {path} is {what}, not a lock svbnn wrote; remove it and run again"
+    )
 
 
 @contextmanager

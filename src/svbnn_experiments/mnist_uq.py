@@ -21,6 +21,7 @@ from svbnn.prediction import sample_outputs
 
 from .classifier_runs import (
     build_on_device,
+    checkpoint_identity,
     classifier_spec,
     fit_classifier,
     load_images,
@@ -124,7 +125,8 @@ def _train_here(
     spec = classifier_spec(cfg, method, "mlp")
     model, info = build_on_device(spec, int(data[0].shape[0]))
     ckpt_dir = cfg.out / "checkpoints"
-    fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book)
+    ident = checkpoint_identity(cfg, method)
+    fit = fit_classifier(spec, model, data, ckpt_dir / f"{method}.pt", book, identity=ident)
     meta = {
         "arch": "mlp",
         "hidden": list(spec.hidden),

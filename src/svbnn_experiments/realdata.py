@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from svbnn.checkpoint import load_checkpoint
+from svbnn.checkpoint import CheckpointError, load_checkpoint
 
 from .files import read_csv, write_csv
 from .paper_values import Value
@@ -138,10 +138,23 @@ def check_real_methods(
 
 
 def checkpoint_epoch(path: Path) -> int:
-    """Epoch stored in a training checkpoint (0 when there is none)."""
+    """Epoch stored in a training checkpoint (0 when there is none).
+
+    Raises
+    ------
+    CheckpointError
+        When the checkpoint's ``epoch`` is not a non-negative integer (the message names
+        the file and the field).
+    """
     if not path.exists():
         return 0
-    return int(load_checkpoint(path)["epoch"])
+    epoch = load_checkpoint(path).get("epoch")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise CheckpointError(
+            f"checkpoint {path}: field 'epoch' must be an integer >= 0, got {epoch!r}; "
+            "delete it or use another output folder"
+        )
+    return epoch
 
 
 class EpochBook:

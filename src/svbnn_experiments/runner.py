@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
@@ -14,13 +16,14 @@ from typing import Any
 
 import torch
 
-from svbnn import check_device
+from svbnn import check_device, get_kernel_backend
 
 from .common import COMMON_DEFAULTS, QUICK_DEFAULTS, Chunk, RunConfig, usable_cpus
 from .engine import active_engine, execute_chunks
 from .files import (
     atomic_write_text,
     environment_info,
+    jsonable,
     lock_output,
     read_csv,
     read_settings,
@@ -36,12 +39,16 @@ __all__ = [
     "RunInterrupted",
     "estimate",
     "format_duration",
+    "incomplete_note",
     "list_text",
     "merge_runs",
     "prepare_out",
     "reproduce",
     "resolve_config",
+    "run_identity",
 ]
+
+logger = logging.getLogger(__name__)
 
 _CONFIG_KEYS = {f.name for f in fields(RunConfig)} - {"artifact", "out", "params", "quick"}
 
@@ -183,12 +190,20 @@ def check_run_device(text: str) -> None:
         raise ValueError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
 
 
+_COUNT_CAPS = {"reps": 10**6, "jobs": 4096, "threads": 4096, "batch": 10**6, "epochs": 10**7}
+"""Upper bounds of the counts: beyond them a run would exhaust memory or never end, so it is
+refused by name before any work."""
+
+
 def _validate(cfg: RunConfig) -> None:
     for name in ("reps", "jobs", "threads", "batch"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"--{name} must be positive, got {getattr(cfg, name)}")
     if cfg.epochs < 0:
         raise ValueError(f"--epochs must be >= 0, got {cfg.epochs}")
+    for name, cap in _COUNT_CAPS.items():
+        if getattr(cfg, name) > cap:
+            raise ValueError(f"--{name} must be at most {cap}, got {getattr(cfg, name)}")
     if cfg.covariates not in ("uniform", "normal"):
         raise ValueError(f"--covariates must be uniform or normal, got {cfg.covariates!r}")
     if cfg.init not in ("torch", "authors"):
@@ -255,13 +270,24 @@ def reproduce(
     report_only: bool = False,
     out: Path | None = None,
     strict: bool = True,
+    restart: bool = False,
 ) -> Path:
     """Run one artifact (or only rebuild its report) and return its output folder.
 
     Every setting is checked before any work. The output folder is locked for the run
     (another run writing it is refused, see :func:`svbnn_experiments.files.lock_output`);
     ``settings.json`` says ``"status"``: ``"running"`` from the start, then ``"complete"``,
-    ``"interrupted"`` (Ctrl-C: :class:`RunInterrupted` is raised) or ``"failed"``.
+    ``"interrupted"`` (Ctrl-C: :class:`RunInterrupted` is raised) or ``"failed"``, and
+    records the run's identity (:func:`run_identity`).
+
+    A folder that holds a run with another identity is refused (one line naming the
+    setting and both values), unless ``restart``: its results and checkpoints are then
+    deleted and the run starts afresh. A folder holding a run with the same identity
+    resumes it (the real-data artifacts continue from their checkpoints, also to a larger
+    ``--epochs``: the same run trained longer).
+
+    ``report_only`` on an incomplete run writes the report with a first line saying so
+    (:func:`incomplete_note`), and logs a warning.
     """
     artifact = get_artifact(name)
     if report_only:
@@ -269,6 +295,7 @@ def reproduce(
     cfg = resolve_config(artifact, overrides, quick=quick, out=out, strict=strict)
     prepare_out(cfg.out)
     with lock_output(cfg.out):
+        _check_folder_identity(cfg, restart)
         torch.set_num_threads(cfg.threads)
         _run_recorded(artifact, cfg)
         try:
@@ -288,7 +315,172 @@ def _report_only(artifact: Artifact, out: Path | None) -> Path:
         raise ValueError(f"--out {folder}: exists and is not a folder")
     with lock_output(folder):
         _rebuild_report(artifact, folder)
+        note = incomplete_note(folder)
+        if note is not None:
+            logger.warning("%s: %s", folder, note)
+            report = folder / "report.md"
+            if report.exists():
+                text = report.read_text(encoding="utf-8")
+                atomic_write_text(report, f"> **{note}**\n\n{text}")
     return folder
+
+
+_NOT_IDENTITY = ("out", "jobs", "threads", "progress", "quick")
+"""Settings that change how fast a run goes, or where it writes, never its numbers."""
+
+
+def run_identity(cfg: RunConfig, kernels: str | None = None) -> dict[str, Any]:
+    """The settings that decide a run's numbers: a folder or checkpoint resumes only a run
+    with the same identity.
+
+    Every :class:`RunConfig` setting (artifact, seed, replications, epochs, methods,
+    ``--batch``, covariates, initialisation, dtype, device and every ``--set`` value)
+    except ``out``, ``jobs``, ``threads``, ``progress`` and ``quick``, plus the kernel
+    backend (``--kernels``).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+    kernels : str, optional
+        The kernel backend's name; the active one (``svbnn.get_kernel_backend()``) when
+        not given.
+
+    Returns
+    -------
+    dict
+        JSON-ready (lists, not tuples): as saved in ``settings.json`` under ``"identity"``.
+    """
+    ident = {k: v for k, v in cfg.as_dict().items() if k not in _NOT_IDENTITY}
+    ident["kernels"] = kernels if kernels is not None else get_kernel_backend().value
+    out: dict[str, Any] = json.loads(json.dumps(jsonable(ident), sort_keys=True))
+    return out
+
+
+def _saved_identity(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The identity of the run recorded in ``settings`` (``settings.json``): saved, or
+    rebuilt from the ``config`` of a folder written before identities were saved;
+    ``None`` when the file records no run."""
+    saved = settings.get("identity")
+    if isinstance(saved, dict):
+        return saved
+    config = settings.get("config")
+    if not isinstance(config, dict):
+        return None
+    ident = {k: v for k, v in config.items() if k not in _NOT_IDENTITY}
+    kernels = settings.get("environment", {}).get("svbnn_kernels")
+    ident["kernels"] = kernels if isinstance(kernels, str) else "eager"
+    out: dict[str, Any] = json.loads(json.dumps(jsonable(ident), sort_keys=True))
+    return out
+
+
+def _option_text(key: str, value: Any) -> str:
+    """A setting as the user gives it: ``--seed 7``, ``--methods svbnn,agp``,
+    ``--set n_train=256``."""
+    if isinstance(value, list) and key == "methods":
+        return f"--methods {','.join(map(str, value))}"
+    if key == "params":
+        return "--set (none)"
+    if key == "artifact":
+        return f"artifact {value}"
+    return f"--{key} {value}"
+
+
+def identity_difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """The first setting in which two run identities differ, as ``"--seed 0, not --seed 7"``
+    (``old``'s value first); ``None`` when they are the same."""
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if key == "params" and isinstance(a, dict) and isinstance(b, dict):
+            for pk in sorted(set(a) | set(b)):
+                if a.get(pk) != b.get(pk):
+                    return (
+                        f"--set {pk}={a.get(pk, '(not set)')}, not "
+                        f"--set {pk}={b.get(pk, '(not set)')}"
+                    )
+        return f"{_option_text(key, a)}, not {_option_text(key, b)}"
+    return None
+
+
+_RUN_STATE = ("checkpoints", "results.csv")
+"""What a run resumes from in its folder: deleted by ``--restart``."""
+
+
+def _check_folder_identity(cfg: RunConfig, restart: bool) -> None:
+    """Refuse a run into a folder holding a run with another identity (``restart``: delete
+    that run's checkpoints and results first); record nothing yet."""
+    folder = cfg.out
+    previous = read_settings(folder) if (folder / "settings.json").exists() else {}
+    had_state = any((folder / name).exists() for name in _RUN_STATE)
+    if not previous and not had_state:
+        return
+    saved = _saved_identity(previous)
+    if saved is not None and _continues(folder, saved, cfg):
+        saved = {**saved, "epochs": cfg.epochs}
+    diff = (
+        identity_difference(saved, run_identity(cfg))
+        if saved is not None
+        else "no recorded settings"
+    )
+    if diff is None:
+        return
+    if not restart:
+        raise ValueError(
+            f"--out {folder} holds a run with {diff}; resume it with its settings, choose "
+            "another --out, or add --restart to delete its results and checkpoints and "
+            "start afresh"
+        )
+    logger.warning("--restart: deleting the run in %s (%s)", folder, diff)
+    for name in _RUN_STATE:
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    (folder / "settings.json").unlink(missing_ok=True)
+
+
+def _continues(folder: Path, saved: Mapping[str, Any], cfg: RunConfig) -> bool:
+    """A run with per-epoch checkpoints in ``folder`` continues to more epochs: ``--epochs``
+    at least the saved run's is the same run, trained longer (fewer is refused)."""
+    old: Any = saved.get("epochs")
+    if not (folder / "checkpoints").is_dir() or not _is_int(old):
+        return False
+    return bool(cfg.epochs >= old)
+
+
+def incomplete_note(folder: Path) -> str | None:
+    """``"incomplete: N of M epochs"`` (or replications) for the run saved in ``folder``
+    when it did not finish; ``None`` for a complete run.
+
+    Read from ``settings.json`` (its ``status`` and planned epochs, replications and
+    methods) and ``results.csv`` (the epochs or replications each method has).
+    """
+    settings = read_settings(folder)
+    status = str(settings.get("status", "complete"))
+    config = settings.get("config", {})
+    rows = read_csv(folder / "results.csv") if (folder / "results.csv").exists() else []
+    methods = [str(m) for m in config.get("methods", [])] or sorted(
+        {str(r.get("method")) for r in rows}
+    )
+    done: int | None = None
+    planned: int | None = None
+    unit = ""
+    if rows and "epoch" in rows[0] and _is_int(config.get("epochs")):
+        unit, planned = "epochs", int(config["epochs"])
+        done = min(
+            (max((int(r["epoch"]) for r in rows if r.get("method") == m), default=0))
+            for m in methods
+        )
+    elif rows and "rep" in rows[0] and _is_int(config.get("reps")):
+        unit, planned = "replications", int(config["reps"])
+        done = min(len({r["rep"] for r in rows if r.get("method") == m}) for m in methods)
+    short = done is not None and planned is not None and done < planned
+    if status == "complete" and not short:
+        return None
+    count = f"{done} of {planned} {unit}" if done is not None else "no saved results"
+    return f"incomplete: {count} (the run is {status}); this report covers only those"
 
 
 def _run_recorded(artifact: Artifact, cfg: RunConfig) -> None:
@@ -299,6 +491,7 @@ def _run_recorded(artifact: Artifact, cfg: RunConfig) -> None:
         "artifact": artifact.name,
         "description": artifact.description,
         "config": cfg.as_dict(),
+        "identity": run_identity(cfg),
         "environment": environment_info(),
         "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -330,6 +523,11 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
     ``settings.json`` is the first part's, with the union of the methods, every part's chunk
     layout, the summed wall time and ``merged_from`` (each part's folder, methods,
     replications, epochs and git commit). Then the report is rebuilt.
+
+    The parts must share their identity (:func:`run_identity`) but for the methods and the
+    ``--set`` options one part has and another has not (a method's own options); ``out``
+    may hold only a merge of the same identity. Otherwise the merge is refused, naming
+    the setting.
     """
     artifact = get_artifact(name)
     if not parts:
@@ -340,9 +538,11 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
     sources = []
     seen: dict[str, Path] = {}
     wall = 0.0
+    identity: dict[str, Any] | None = None
     for part in parts:
         part = Path(part)
         settings, part_rows, methods = _read_part(name, part, seen)
+        identity = _merge_identity(identity, settings, part, parts[0])
         rows += part_rows
         chunks += list(settings.get("chunks", []))
         wall += float(settings.get("wall_time_s", 0.0))
@@ -355,12 +555,49 @@ def merge_runs(name: str, parts: Sequence[Path], out: Path) -> Path:
         "out": str(out),
     }
     merged.update(chunks=chunks, wall_time_s=round(wall, 3), merged_from=sources, status="complete")
+    if identity is not None:
+        merged["identity"] = {**identity, "methods": merged["config"]["methods"]}
     prepare_out(out)
     with lock_output(out):
+        previous = read_settings(out) if (out / "settings.json").exists() else {}
+        old = _saved_identity(previous) if previous else None
+        diff = identity_difference(old, merged["identity"]) if old and identity else None
+        if previous and (old is None or diff is not None):
+            raise ValueError(
+                f"--out {out} holds a run with {diff or 'no recorded settings'}; "
+                "choose another --out for the merge"
+            )
         write_csv(out / "results.csv", rows)
         write_settings(out, merged)
         artifact.report(out)
     return out
+
+
+def _merge_identity(
+    identity: dict[str, Any] | None, settings: Mapping[str, Any], part: Path, first: Path
+) -> dict[str, Any] | None:
+    """The identity of a merge so far (``identity``) with the next part's ``settings``.
+
+    Raises
+    ------
+    ValueError
+        When the part's identity differs from the earlier parts' in a setting other than
+        the methods or a ``--set`` option the earlier parts do not have.
+    """
+    ident = _saved_identity(settings)
+    if ident is None:
+        return identity
+    if identity is None:
+        return dict(ident)
+    ours, new = dict(identity.get("params", {})), dict(ident.get("params", {}))
+    # A --set option of one part only is a method's own option: not compared.
+    theirs = {**ours, **{k: v for k, v in new.items() if k in ours}}
+    diff = identity_difference(
+        identity, {**ident, "methods": identity.get("methods"), "params": theirs}
+    )
+    if diff is not None:
+        raise ValueError(f"--merge {part}: the parts were run with other settings ({diff})")
+    return {**identity, "params": {**new, **ours}}
 
 
 def _read_part(
@@ -371,12 +608,16 @@ def _read_part(
     Refused: a run that is not complete, a run of another artifact, or a method already in
     an earlier part (``seen``, method to part; this part's methods are added to it).
     """
+    if not part.is_dir() or not (part / "settings.json").exists():
+        why = "no such folder" if not part.exists() else "no settings.json there"
+        raise ValueError(f"--merge {part}: no run found ({why})")
     settings = read_settings(part)
     status = settings.get("status", "complete")  # runs before the status field: whole
     if status != "complete":
         raise ValueError(f"--merge {part}: the run there is {status}, not complete")
     if settings.get("artifact") != name:
-        raise ValueError(f"{part} holds a run of {settings.get('artifact')!r}, not {name!r}")
+        other = settings.get("artifact")
+        raise ValueError(f"--merge {part}: holds a run of {other!r}, not {name!r}")
     part_rows = read_csv(part / "results.csv")
     methods = sorted({str(r["method"]) for r in part_rows})
     for m in methods:
@@ -524,8 +765,9 @@ def list_text() -> str:
         "start-up) on a 2-core AMD EPYC with 1 torch thread. full: the paper's settings, "
         "estimated from per-step times measured with --estimate-epochs 200 (`measured` where "
         "the full run was timed), with the default eager kernels. --jobs N (default: the "
-        f"usable CPUs, here {usable_cpus()}; --quick: 1) divides a simulation's training "
-        "time by up to N on free cores; --kernels auto compiles or runs natively the kernels "
-        "of the artifacts' networks (docs/performance.md has step times)."
+        f"usable CPUs, here {usable_cpus()}; --quick: 1) runs up to N of a simulation's "
+        "chunks (one per method and problem, and per --batch replications) at once on free "
+        "cores, without changing its numbers; --kernels auto compiles or runs natively the "
+        "kernels of the artifacts' networks (docs/performance.md has step times)."
     )
     return "\n".join(lines)

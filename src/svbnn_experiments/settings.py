@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["check_setting"]
@@ -26,6 +26,15 @@ class _Range:
         if self.lo is not None and (v < self.lo or (self.lo_open and v == self.lo)):
             return False
         return not (self.hi is not None and (v > self.hi or (self.hi_open and v == self.hi)))
+
+    def broken_text(self, v: float) -> str:
+        """The bound ``v`` breaks, as :meth:`text` writes it (the whole range when it is
+        one value)."""
+        if self.lo is None or self.hi is None or self.lo == self.hi:
+            return self.text()
+        if v < self.lo or (self.lo_open and v == self.lo):
+            return _Range(self.lo, lo_open=self.lo_open).text()
+        return _Range(hi=self.hi, hi_open=self.hi_open).text()
 
     def text(self) -> str:
         def num(x: float) -> str:
@@ -85,6 +94,26 @@ _ARTIFACT_RANGES: dict[tuple[str, str], _Range] = {
     ("fig-linear-toy", "p"): _Range(150),
 }
 
+# Upper bounds of the sizes: a size beyond them would exhaust memory or run for years,
+# so it is refused by name before anything is allocated (not by numpy's out-of-memory).
+_SIZE_CAPS: dict[str, int] = {
+    "n_train": 10**7,
+    "n_test": 10**7,
+    "n_points": 10**6,
+    "coverage_grid": 10**6,
+    "batch_size": 10**7,
+    "p": 10**5,
+    "hidden": 10**5,
+    "fc_hidden": 10**5,
+    "coverage_draws": 10**5,
+    "uq_draws": 10**5,
+    "eval_draws": 10**5,
+    "n_predict": 10**5,
+    "n_mc": 10**4,
+    "default_epochs": 10**7,
+    "late_inverse_cdf_epochs": 10**7,
+}
+
 _SETTING_CHOICES: dict[str, tuple[str, ...]] = {
     "sampler": ("gumbel", "inverse_cdf"),
     "activation": ("relu", "tanh", "sigmoid", "logistic", "identity"),
@@ -103,13 +132,17 @@ def _is_real(v: Any) -> bool:
 
 def _range_for(artifact: str, key: str, example: Any) -> _Range:
     rule = _ARTIFACT_RANGES.get((artifact, key)) or _SETTING_RANGES.get(key)
-    if rule is not None:
-        return rule
-    if _is_int(example):
-        return _Range(1 if example >= 1 else 0)
-    if _is_real(example) and example > 0:
-        return _Range(0.0, lo_open=True)
-    return _Range()
+    if rule is None:
+        if _is_int(example):
+            rule = _Range(1 if example >= 1 else 0)
+        elif _is_real(example) and example > 0:
+            rule = _Range(0.0, lo_open=True)
+        else:
+            rule = _Range()
+    cap = _SIZE_CAPS.get(key)
+    if cap is not None and (rule.hi is None or rule.hi > cap):
+        rule = replace(rule, hi=cap, hi_open=False)
+    return rule
 
 
 def _check_number(where: str, v: Any, example: Any, rule: _Range) -> int | float:
@@ -117,13 +150,14 @@ def _check_number(where: str, v: Any, example: Any, rule: _Range) -> int | float
         if not _is_int(v):
             raise ValueError(f"{where}: expects an integer, got {v!r}")
         if not rule.contains(int(v)):
-            raise ValueError(f"{where}: must be {rule.text()}, got {v!r}")
+            raise ValueError(f"{where}: must be {rule.broken_text(int(v))}, got {v!r}")
         return int(v)
     if not _is_real(v):
         raise ValueError(f"{where}: expects a number, got {v!r}")
     f = float(v)
     if not math.isfinite(f) or not rule.contains(f):
-        what = "finite" if rule.text() == "finite" else f"finite and {rule.text()}"
+        text = rule.broken_text(f) if math.isfinite(f) else rule.text()
+        what = "finite" if text == "finite" else f"finite and {text}"
         raise ValueError(f"{where}: must be {what}, got {v!r}")
     return f
 
@@ -174,11 +208,12 @@ def check_setting(artifact: str, key: str, value: Any, default: Any) -> Any:
     """Check one ``--set`` value against the type and range of the setting's default.
 
     Integer settings take integers only (``1.5`` is refused, not truncated) within their
-    range; float settings take finite numbers within theirs; list settings take a non-empty
-    list of such numbers (or one number, a list of one); text settings take text (one of
-    the allowed values, where there is a fixed set); flags take ``True`` or ``False``. A
-    text ``value`` (from the command line) is first read as a Python literal, except for
-    text settings, which take it as is.
+    range (sizes have an upper bound too: ``n_train`` and ``n_test`` at most 10^7, network
+    widths and ``p`` 10^5, draws 10^5); float settings take finite numbers within theirs;
+    list settings take a non-empty list of such numbers (or one number, a list of one);
+    text settings take text (one of the allowed values, where there is a fixed set); flags
+    take ``True`` or ``False``. A text ``value`` (from the command line) is first read as
+    a Python literal, except for text settings, which take it as is.
 
     Parameters
     ----------

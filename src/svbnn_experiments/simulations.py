@@ -215,7 +215,7 @@ def plan_replications(
     """
     chunks: list[Chunk] = []
     for method in cfg.methods:
-        for ci, rng_ in enumerate(layout_chunks(len(items), cfg.batch, cfg.jobs)):
+        for ci, rng_ in enumerate(layout_chunks(len(items), cfg.batch)):
             chunks.append(
                 _replication_chunk(
                     cfg,
