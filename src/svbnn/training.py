@@ -389,9 +389,8 @@ def train(
         the run that was never interrupted. Every checkpoint records the run's identity
         (the optimiser and its hyperparameters, ``batch_size``, ``n_mc``, ``kl_weight``,
         the data's shape, the kernel backend and ``identity``); a resume under any other
-        value, or from a
-        checkpoint whose epoch exceeds ``epochs``, is refused by a :class:`CheckpointError`
-        naming the setting and both values.
+        value, or from a checkpoint whose epoch exceeds ``epochs``, is refused by a
+        :class:`CheckpointError` naming the setting and both values.
     callbacks : sequence of callables
         Called as ``cb(epoch, model, history)`` after every epoch; a callback that returns
         ``True`` stops training after that epoch (early stopping; the checkpoint, if any, is
