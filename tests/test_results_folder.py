@@ -411,6 +411,7 @@ def test_report_only_on_an_incomplete_run_says_so(
     assert report.startswith("> **incomplete: 1 of 2 replications (the run is interrupted)")
     warning = [line for line in captured.err.splitlines() if "warning" in line]
     assert len(warning) == 1 and "incomplete: 1 of 2 replications" in warning[0]
+    assert captured.err.count("incomplete") == 1  # one line, not the log and the warning
     # The complete run's report has no such line.
     settings["status"] = "complete"
     write_settings(tmp_path, settings)

@@ -287,7 +287,7 @@ def reproduce(
     ``--epochs``: the same run trained longer).
 
     ``report_only`` on an incomplete run writes the report with a first line saying so
-    (:func:`incomplete_note`), and logs a warning.
+    (:func:`incomplete_note`; ``svbnn reproduce --report-only`` prints it as a warning).
     """
     artifact = get_artifact(name)
     if report_only:
@@ -317,7 +317,8 @@ def _report_only(artifact: Artifact, out: Path | None) -> Path:
         _rebuild_report(artifact, folder)
         note = incomplete_note(folder)
         if note is not None:
-            logger.warning("%s: %s", folder, note)
+            # Said in the report; the command line prints it as a warning.
+            logger.info("%s: %s", folder, note)
             report = folder / "report.md"
             if report.exists():
                 text = report.read_text(encoding="utf-8")
