@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,docs]'
 	# svbnn's native loops, built into the package with their SHA-256 (SECURITY.md); without
 	# a C++ compiler svbnn runs torch's kernels instead.
-	$(PY) -m svbnn._native || true
+	$(PY) -m svbnn._engine.native || true
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from svbnn import _native
-from svbnn._network_graph import layer_views
+from svbnn._engine import native as _native
+from svbnn._engine.graphs import layer_views
 from svbnn.nn.spike_slab import SpikeSlabMLP
 from svbnn.training import make_optimizer, replicate_orders
 
@@ -88,7 +88,7 @@ def _network_pieces(
 ) -> tuple[Callable[[], None], Callable[[], None]]:
     """The network pieces of the step: forward + backward on a copy of the current flat
     weights ``mu``, and the same network with plain ``nn.Linear`` weights (``dense``)."""
-    from svbnn.nn._fused import FlatMLP
+    from svbnn._engine.fused import FlatMLP
 
     shapes = tuple((layer.out_features, layer.fan_in) for layer in model.layers())
     theta = (model.mu.detach() * 1.0).requires_grad_()

@@ -2,7 +2,7 @@
 to the dense step a cheaper forward could bring the MNIST step: the measurement behind
 issue 17's missed 1.5x (``docs/performance.md``, "What 1.5x on MNIST would take").
 
-Variants of ``svbnn/_native/fused_forward.cpp`` are made by replacing one piece of the
+Variants of ``svbnn/_engine/native/fused_forward.cpp`` are made by replacing one piece of the
 loop's source (each replacement is checked to apply, so a changed source stops the run
 instead of timing the wrong thing), compiled with the library's flags, and swapped in for
 the library's forward loop one after another, in interleaved rounds in one process, while
@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-from svbnn import _native, kernel_backend
+from svbnn import kernel_backend
+from svbnn._engine import native as _native
 from svbnn_experiments.files import atomic_write_text
 
 from .networks import DENSE, SVBNN, NetSpec, build_step, network_specs
@@ -188,7 +189,7 @@ def measure(
     ``net`` must be one the ``auto`` backend trains with the per-parameter kernels (12,288
     parameters or more; smaller ones run as one compiled graph without this loop)."""
     if not _native.available():
-        raise SystemExit("the native loops do not compile here (see svbnn._native)")
+        raise SystemExit("the native loops do not compile here (see svbnn._engine.native)")
     library = _native._library
     assert library is not None
     per_step: dict[str, list[float]] = {v.name: [] for v in variants}

@@ -2,7 +2,7 @@
 ``sigma = softplus(rho)`` in the compiled draw + KL forward.
 
 Issue 17 asked to reconsider the parametrisation for speed. This times the library's
-kernel (:func:`svbnn._kernels.fused_forward`, compiled) against a prototype of the same
+kernel (:func:`svbnn._engine.kernels.fused_forward`, compiled) against a prototype of the same
 kernel with ``sigma = exp(rho)``: ``log sigma = rho`` needs no logarithm and
 ``d sigma / d rho = sigma`` no sigmoid, so the prototype drops one ``log1p`` and one ``log``
 an element and keeps everything else (noise, gate, KL, saved factors) as it is. The
@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from svbnn._kernel_math import _exp_nonpositive, _softplus_parts, counter_noise
-from svbnn._kernels import _slab_kl, fused_forward
+from svbnn._engine.fused_math import _exp_nonpositive, _softplus_parts, counter_noise
+from svbnn._engine.kernels import _slab_kl, fused_forward
 
 from .timing import paired_ratio, time_interleaved
 

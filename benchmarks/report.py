@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from svbnn._kernels import AUTO_MIN_NUMEL
+from svbnn._engine.kernels import AUTO_MIN_NUMEL
 
 from .networks import (
     BAYESIAN_TORCH,
@@ -287,9 +287,9 @@ def _breakdown_section(report: Report, nets: list[NetSpec]) -> list[str]:
     md.append(
         "With `--kernels auto` a network of narrow layers (at most 16 outputs, ReLU: "
         "Simulation II's) under a Gaussian likelihood runs its step on svbnn's native loops "
-        "as one autograd node (`svbnn.nn._native_step`); another network under "
+        "as one autograd node (`svbnn._engine.native_step`); another network under "
         f"{AUTO_MIN_NUMEL:,} parameters (UCI's) runs its draw, KL, layers and likelihood as "
-        "one compiled graph (`svbnn._network_graph.mlp_negative_elbo`). For those networks "
+        "one compiled graph (`svbnn._engine.graphs.mlp_negative_elbo`). For those networks "
         "the pieces above are the eager kernels of the other path. Larger networks (MNIST) "
         "run the pieces as "
         "timed: the draw + KL function compiled. The memory floor row is what any draw + "

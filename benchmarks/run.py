@@ -36,8 +36,9 @@ from typing import Any
 
 import torch
 
-from svbnn import KernelBackend, _native
-from svbnn._kernels import backend, set_backend
+from svbnn import KernelBackend
+from svbnn._engine import native as _native
+from svbnn._engine.kernels import backend, set_backend
 
 from .breakdown import phase_breakdown, profile_misses, replicate_breakdown
 from .measure import run_inference, run_replicates, run_training
@@ -202,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> Report:
 
 
 def _native_loops() -> str:
-    """Whether the compiled kernels' draw + KL loops run as svbnn._native builds them."""
+    """Whether the compiled kernels' draw + KL loops run as svbnn._engine.native builds them."""
     if backend().value == "eager":
         return "not used (eager kernels)"
     if os.environ.get("SVBNN_NATIVE", "1") == "0":

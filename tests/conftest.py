@@ -15,7 +15,7 @@ torch.set_num_threads(1)
 def native_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that grows by one at every step of svbnn's native training step
     (``NativeNegativeElbo``) from now on."""
-    from svbnn.nn._native_step import NativeNegativeElbo
+    from svbnn._engine.native_step import NativeNegativeElbo
 
     steps: list[int] = []
     real = NativeNegativeElbo.apply

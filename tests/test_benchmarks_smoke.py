@@ -22,7 +22,7 @@ from benchmarks.breakdown import replicate_breakdown
 from benchmarks.memory import memory_child
 from benchmarks.networks import network_specs
 from benchmarks.reference import reference_kl, reference_mlp
-from svbnn import _native
+from svbnn._engine import native as _native
 from svbnn.objectives import spike_slab_kl_reference
 
 
@@ -134,7 +134,7 @@ def test_parametrisation_prototype_matches_the_library_kernel() -> None:
     # on the same sigmas it must compute what the library kernel computes (eager here, the
     # benchmark compiles both). float32 rounding: measured 1.3e-7 relative.
     from benchmarks.parametrisation import fused_forward_log_sigma, max_difference
-    from svbnn._kernels import fused_forward
+    from svbnn._engine.kernels import fused_forward
 
     assert max_difference(fused_forward, fused_forward_log_sigma) < 1e-5
 

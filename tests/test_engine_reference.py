@@ -30,9 +30,9 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 import svbnn
-import svbnn._kernels as K
-from svbnn import _native
-from svbnn._kernel_math import counter_noise
+import svbnn._engine.kernels as K
+from svbnn._engine import native as _native
+from svbnn._engine.fused_math import counter_noise
 from svbnn.nn import SpikeSlabMLP
 from svbnn.objectives import spike_slab_kl
 from svbnn.priors import log1mexp

@@ -12,7 +12,8 @@ import pytest
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from svbnn import SVBNNClassifier, SVBNNRegressor, _native
+from svbnn import SVBNNClassifier, SVBNNRegressor
+from svbnn._engine import native as _native
 from svbnn.estimators import CollapseWarning
 
 # Small budgets keep the file fast; everything else is the default.

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from svbnn import KernelBackend, _native, get_kernel_backend
+from svbnn import KernelBackend, get_kernel_backend
+from svbnn._engine import native as _native
 from svbnn.data import dense_teacher
 from svbnn_experiments import ARTIFACTS, artifact_names, estimate, get_artifact, resolve_config
 from svbnn_experiments import methods as methods_mod

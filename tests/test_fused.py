@@ -1,4 +1,4 @@
-"""The one-loop draw + KL of the compiled backend (svbnn._kernels.fused_*).
+"""The one-loop draw + KL of the compiled backend (svbnn._engine.kernels.fused_*).
 
 Everything here runs the fused formulas eagerly (no compiler needed): the compiled backend
 runs the same Python functions through torch.compile, checked against these in the slow
@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from scipy import stats
 
-import svbnn._kernel_math as KM
-import svbnn._kernels as K
-import svbnn.nn._fused as fused
-import svbnn.nn._fused_paths as fused_paths
-from svbnn._kernel_math import counter_noise
+import svbnn._engine.fused as fused
+import svbnn._engine.fused_math as KM
+import svbnn._engine.kernels as K
+import svbnn._engine.paths as fused_paths
+from svbnn._engine.fused_math import counter_noise
 from svbnn.nn import SpikeSlabMLP, VariationalContainer, set_generator
 from svbnn.objectives import (
     CategoricalLikelihood,

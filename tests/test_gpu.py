@@ -32,8 +32,8 @@ import pytest
 import torch
 from torch import nn
 
-import svbnn._kernel_math as KM
-import svbnn.nn._fused as engine
+import svbnn._engine.fused as engine
+import svbnn._engine.fused_math as KM
 from svbnn import (
     HSBNNRegressor,
     SVBNNClassifier,

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import svbnn
-import svbnn._kernels as K
-import svbnn.nn._fused as engine
-import svbnn.nn._fused_paths as fused_paths
-from svbnn import _native
+import svbnn._engine.fused as engine
+import svbnn._engine.kernels as K
+import svbnn._engine.paths as fused_paths
+from svbnn._engine import native as _native
 from svbnn.nn import SpikeSlabMLP, set_generator
 from svbnn.objectives import GaussianLikelihood
 from svbnn.training import negative_elbo

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.distributions import Bernoulli, Normal, kl_divergence
 
-from svbnn._kernels import log_softplus
+from svbnn._engine.kernels import log_softplus
 from svbnn.nn import SpikeSlabLinear
 from svbnn.objectives import spike_slab_kl, spike_slab_kl_reference
 from svbnn.priors import log1mexp

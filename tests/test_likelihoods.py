@@ -6,12 +6,12 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-import svbnn._kernels as K
-import svbnn.nn._fused as engine
-import svbnn.nn._fused_paths as fused_paths
-from svbnn._network_graph import mlp_negative_elbo
+import svbnn._engine.fused as engine
+import svbnn._engine.kernels as K
+import svbnn._engine.paths as fused_paths
+from svbnn._engine.graphs import mlp_negative_elbo
+from svbnn._engine.native_step import step_likelihood
 from svbnn.nn import SpikeSlabMLP, kl_divergence, set_generator
-from svbnn.nn._native_step import step_likelihood
 from svbnn.objectives import (
     CategoricalLikelihood,
     FastPath,

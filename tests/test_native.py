@@ -1,4 +1,4 @@
-"""svbnn._native: the C++ compiler's build of the fused draw + KL forward gives the inductor
+"""svbnn._engine.native: the C++ compiler's build of the fused draw + KL forward gives the inductor
 kernel's outputs bit for bit, so training is the same with it or without it."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import svbnn._kernels as K
-import svbnn.nn._fused as fused
-import svbnn.nn._fused_paths as fused_paths
-from svbnn import _native
-from svbnn._network_graph import layer_views
+import svbnn._engine.fused as fused
+import svbnn._engine.kernels as K
+import svbnn._engine.paths as fused_paths
+from svbnn._engine import native as _native
+from svbnn._engine.graphs import layer_views
+from svbnn._engine.native_step import native_step_ok, step_likelihood
 from svbnn.nn import SpikeSlabMLP
-from svbnn.nn._native_step import native_step_ok, step_likelihood
 from svbnn.nn.base import set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.prediction import sample_outputs
@@ -204,7 +204,7 @@ def test_the_install_build_is_loaded_only_if_it_matches_the_manifest(
     with open(built, "ab") as f:
         f.write(b"\0")
     monkeypatch.setattr(_native, "_library", None)
-    with caplog.at_level(logging.WARNING, logger="svbnn._native"):
+    with caplog.at_level(logging.WARNING, logger="svbnn._engine.native"):
         assert _native.available()
     assert Path(_native._library._name) != built
     assert not Path(_native._library._name).is_relative_to(tmp_path)
@@ -231,7 +231,7 @@ def test_without_a_compiler_the_inductor_kernel_stays(
     monkeypatch.setattr(_native, "_failed", False)
     monkeypatch.setattr(_native, "BUILD_DIR", tmp_path)
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    with caplog.at_level(logging.WARNING, logger="svbnn._native"):
+    with caplog.at_level(logging.WARNING, logger="svbnn._engine.native"):
         assert not _native.available()
         assert not _native.available()  # tried once
     assert len([r for r in caplog.records if "did not compile" in r.getMessage()]) == 1

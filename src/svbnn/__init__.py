@@ -7,11 +7,11 @@ Inference for Sparse Deep Learning with Theoretical Guarantee".
 import logging
 
 from ._device import check_device
+from ._engine.kernels import Backend as KernelBackend
+from ._engine.kernels import backend as get_kernel_backend
+from ._engine.kernels import backend_scope as kernel_backend
+from ._engine.kernels import set_backend as set_kernel_backend
 from ._estimator_io import EstimatorFileError, load_estimator, save_estimator
-from ._kernels import Backend as KernelBackend
-from ._kernels import backend as get_kernel_backend
-from ._kernels import backend_scope as kernel_backend
-from ._kernels import set_backend as set_kernel_backend
 from .baselines import (
     HSBNNClassifier,
     HSBNNRegressor,

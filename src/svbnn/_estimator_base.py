@@ -29,8 +29,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import Tensor, nn
 
-from . import _native
 from ._device import check_device
+from ._engine import native as _native
+from ._engine.kernels import AUTO_MIN_NUMEL, backend_scope
 from ._estimator_checks import (
     _DTYPES,
     _KERNEL_BACKENDS,
@@ -49,7 +50,6 @@ from ._estimator_checks import (
     _SeedSource,
     _to_numpy,
 )
-from ._kernels import AUTO_MIN_NUMEL, backend_scope
 from .convergence import ConvergenceMonitor, default_max_steps
 from .nn.base import ACTIVATIONS, set_generator
 from .training import History, Optimizer, train

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._kernels import log_softplus
+from ._engine.kernels import log_softplus
 from .objectives import spike_slab_kl
 
 __all__ = [

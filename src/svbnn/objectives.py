@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._kernels import (
+from ._engine.kernels import (
     kernels,
     kl_backward_saved,
     kl_forward,

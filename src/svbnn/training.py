@@ -26,9 +26,9 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from . import _native
 from ._device import check_training_devices
-from ._kernels import Backend, backend, backend_scope, parse_backend
+from ._engine import native as _native
+from ._engine.kernels import Backend, backend, backend_scope, parse_backend
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
 from .selection import sparsity, spike_slab_layers, unresolved_fraction

@@ -517,7 +517,7 @@ def _artifact_kernels(args: argparse.Namespace, name: str) -> str | None:
     names one (``None``: leave the backend as it is)."""
     if args.kernels is not None or "SVBNN_KERNELS" in os.environ:
         return None
-    from svbnn import _native
+    from svbnn._engine import native as _native
     from svbnn_experiments import get_artifact
 
     kernels = get_artifact(name).kernels

@@ -265,7 +265,7 @@ def train_regression(
         lik = GaussianLikelihood(spec.noise_std)
     # The model itself, not wrapped: its (R, m, 1) output goes to the likelihood as it is
     # (log_prob squeezes it), and negative_elbo finds the model's own fused paths (under
-    # auto, Table 2's network trains through svbnn.nn._native_step).
+    # auto, Table 2's network trains through svbnn._engine.native_step).
     train(
         model,
         X.to(spec.torch_dtype),

@@ -9,7 +9,7 @@ Storage: a layer keeps its weights and bias in *one* matrix per variational para
 replicated). One random draw, one fused sampling kernel and one fused KL per layer per
 step, instead of two of each, halves the per-operation overhead that dominates small nets.
 :class:`SpikeSlabMLP` goes further (all layers in one flat tensor, one draw + KL for the
-network): that speed path lives in :mod:`svbnn.nn._fused`.
+network): that speed path lives in :mod:`svbnn._engine.fused`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import _native
-from .._kernels import Backend, backend, softplus
+from .._engine import native as _native
+from .._engine.fused import FusedEngine, GumbelSpikeSlab, run_feature_major
+from .._engine.kernels import Backend, backend, softplus
+from .._engine.paths import native_network
 from ..kl import SpikeSlab, SpikeSlabPrior, kl_divergence
 from ..priors import check_prior_variance, resolve_log_inclusion
-from ._fused import FusedEngine, GumbelSpikeSlab, run_feature_major
-from ._fused_paths import native_network
 from .base import (
     ForwardMode,
     GatedLayer,
@@ -527,7 +527,7 @@ class SpikeSlabMLP(VariationalContainer):
             if i < len(sizes) - 2:
                 mods.append(activation_module(activation))
         self.net = nn.Sequential(*mods)
-        # The fused training path (svbnn/nn/_fused.py) and its caches.
+        # The fused training path (svbnn/_engine/fused.py) and its caches.
         self._fused = FusedEngine()
 
     def layers(self) -> list[SpikeSlabLinear]:

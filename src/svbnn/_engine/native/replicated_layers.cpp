@@ -1,5 +1,5 @@
 // The parts of a replicated network's training step that BLAS and torch's per-operation
-// cost serve poorly, for float32 on the CPU (svbnn._native compiles this file with
+// cost serve poorly, for float32 on the CPU (svbnn._engine.native compiles this file with
 // fused_forward.cpp into one library):
 //
 // * svbnn_gather_rows: a minibatch's rows gathered from the data, with the next rows
@@ -11,7 +11,7 @@
 //   arithmetic when the layer has 7 rows, and the 7 x 7 layers are a dozen small torch
 //   operations each.
 //
-// Nothing is checked here: svbnn._native passes contiguous float32 arrays of the stated
+// Nothing is checked here: svbnn._engine.native passes contiguous float32 arrays of the stated
 // shapes. The sums run in a fixed order (no threads), so a result does not depend on the
 // machine's load or on torch's thread count.
 #include <cstdint>
@@ -323,7 +323,7 @@ struct Backward {
 
 }  // namespace
 
-// A replicated MLP of narrow layers, feature-major, as svbnn._network_graph.mlp_layers runs
+// A replicated MLP of narrow layers, feature-major, as svbnn._engine.graphs.mlp_layers runs
 // it: x (R, m, p) sample-major; n_layers layers of outs[i] outputs on the flat weights
 // theta (R rows theta_stride apart, layer i's rows of in_i weights and a bias); ReLU
 // between the layers where relu, else none. Writes each hidden activation into hs[i]

@@ -4,9 +4,9 @@ Where the per-operation cost dominates (networks of a few thousand parameters), 
 ``auto`` kernel backend runs the draw of every weight, the exact KL, the layers and the
 likelihood as one function that ``torch.compile`` turns into one generated graph forward
 and one backward (:func:`mlp_draw_forward`, :func:`mlp_negative_elbo`; chosen by
-:func:`svbnn._kernels.use_whole_network`). The layers on flat weights
+:func:`svbnn._engine.kernels.use_whole_network`). The layers on flat weights
 (:func:`layer_views`, :func:`mlp_layers`) also serve the eager
-:class:`svbnn.nn._fused.FlatMLP`. Private.
+:class:`svbnn._engine.fused.FlatMLP`. Private.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _native
-from ._kernel_math import counter_noise
-from ._kernels import COMPILE_OPTIONS, kl_sum_forward, softplus
+from . import native as _native
+from .fused_math import counter_noise
+from .kernels import COMPILE_OPTIONS, kl_sum_forward, softplus
 
 __all__ = [
     "activate",

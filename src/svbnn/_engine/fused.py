@@ -11,8 +11,8 @@ computes:
 * :class:`FlatMLP`: the network on the flat weights, writing its weight gradient straight
   into one flat buffer;
 * under the ``auto`` backend, small networks run their whole training forward
-  (:func:`~svbnn._network_graph.mlp_draw_forward`), or their whole negative ELBO with the
-  likelihood (:func:`~svbnn._network_graph.mlp_negative_elbo`), as one compiled graph.
+  (:func:`~svbnn._engine.graphs.mlp_draw_forward`), or their whole negative ELBO with the
+  likelihood (:func:`~svbnn._engine.graphs.mlp_negative_elbo`), as one compiled graph.
 
 :class:`FusedEngine` decides which of these applies and holds their caches (the KL computed
 with the draw, ``log(lambda)`` and ``log(1 - lambda)``, the ELBO's scale tensor). Every path
@@ -27,8 +27,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from .. import _native
-from .._kernels import (
+from ..nn.base import VariationalLayer
+from ..objectives import fast_path_spec, spike_slab_kl
+from ..priors import log1mexp
+from . import native as _native
+from . import paths as _fused_paths
+from .graphs import (
+    layer_views,
+    mlp_draw_forward,
+    mlp_layers,
+    mlp_negative_elbo,
+    whole_network_kernel,
+)
+from .kernels import (
     Backend,
     backend,
     gumbel_backward_saved,
@@ -36,17 +47,8 @@ from .._kernels import (
     kernels,
     use_compiled,
 )
-from .._network_graph import (
-    layer_views,
-    mlp_draw_forward,
-    mlp_layers,
-    mlp_negative_elbo,
-    whole_network_kernel,
-)
-from ..objectives import fast_path_spec, spike_slab_kl
-from ..priors import log1mexp
-from . import _fused_paths
-from ._fused_paths import (
+from .native_step import may_step, native_negative_elbo, native_step_ok, step_likelihood
+from .paths import (
     draw_ok,
     flat_mlp_ok,
     fused_kl_ok,
@@ -55,11 +57,9 @@ from ._fused_paths import (
     native_network,
     whole_network_ok,
 )
-from ._native_step import may_step, native_negative_elbo, native_step_ok, step_likelihood
-from .base import VariationalLayer
 
 if TYPE_CHECKING:
-    from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
+    from ..nn.spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
 __all__ = [
     "FlatMLP",
@@ -128,7 +128,7 @@ class FusedGumbelKL(torch.autograd.Function):
     ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more pass from
     elementwise factors the forward saved. Noise: either ``u, eps`` (drawn from torch's
     generator, eager kernels) or a two-word ``seed`` for the counter-based noise of the
-    compiled kernel (:func:`svbnn._kernel_math.counter_noise`).
+    compiled kernel (:func:`svbnn._engine.fused_math.counter_noise`).
 
     Notes
     -----
@@ -205,7 +205,7 @@ class FlatMLP(torch.autograd.Function):
     straight into one flat buffer.
 
     Each layer reads its rows of ``theta`` as a weight matrix and a bias without copying
-    (:func:`~svbnn._network_graph.layer_views`); the backward copies each layer's weight gradient
+    (:func:`~svbnn._engine.graphs.layer_views`); the backward copies each layer's weight gradient
     (and writes its bias gradient) into the same views of the flat gradient. Through
     ``split`` and per-layer views, autograd would instead zero-fill a padded copy of every
     weight gradient and concatenate them (three extra passes over the parameters), and a
@@ -216,7 +216,7 @@ class FlatMLP(torch.autograd.Function):
     -----
     Shapes: ``theta`` ``(T,)``, ``x`` ``(m, in)``, output ``(m, out)``; replicated
     ``(R, T)``, ``(R, m, in)`` and ``(R, m, out)``, the layers run feature-major
-    (:func:`~svbnn._network_graph.mlp_layers`). ``shapes``: the layers' ``(out, in)``.
+    (:func:`~svbnn._engine.graphs.mlp_layers`). ``shapes``: the layers' ``(out, in)``.
     """
 
     @staticmethod
@@ -444,7 +444,7 @@ class FusedEngine:
     ) -> tuple[Tensor, Tensor, Tensor] | None:
         """One-draw :func:`svbnn.training.negative_elbo` in one piece under the ``auto``
         backend: on svbnn's native loops as one autograd node where they run the network
-        whole under a Gaussian likelihood (:mod:`svbnn.nn._native_step`), else as one
+        whole under a Gaussian likelihood (:mod:`svbnn._engine.native_step`), else as one
         compiled graph with the likelihood where ``auto`` runs this network's training
         forward as one graph: ``(loss, nll, kl / n)``, scalars, or ``(R,)`` for R
         replicates. ``x`` ``(m, p)`` and ``y`` ``(m,)``, or ``(R, m, p)`` and ``(R, m)``.
@@ -525,7 +525,7 @@ class FusedEngine:
     ) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
         """The tensors ``(mu, rho, alpha, seed, log_lam, log_1mlam)`` and the static
         arguments ``(shapes, activation, log_sigma0, var0, tau)`` of
-        :func:`~svbnn._network_graph.mlp_draw_forward`; draws the seed."""
+        :func:`~svbnn._engine.graphs.mlp_draw_forward`; draws the seed."""
         first = layers[0]
         log_lam, log_1mlam = self._log_lams(model, key)
         seed = _counter_seed(model, first)

@@ -1,12 +1,12 @@
-// svbnn's fused draw + KL forward (svbnn._kernels.fused_forward) and its backward
+// svbnn's fused draw + KL forward (svbnn._engine.kernels.fused_forward) and its backward
 // (fused_backward, into the factors) for float32 on the CPU, as plain loops for the C++
-// compiler's auto-vectoriser. svbnn._native compiles it on first
+// compiler's auto-vectoriser. svbnn._engine.native compiles it on first
 // use (-O3 -march=native -ffp-contract=off) and checks nothing here: the caller passes
 // contiguous float32 arrays of rows x n elements (one network: one row; R replicates: R rows)
 // and fresh outputs.
 //
-// Every operation is the one of the Python code (svbnn._kernels.fused_forward,
-// svbnn._kernel_math), in the same order and without contracting multiply-adds, so each
+// Every operation is the one of the Python code (svbnn._engine.kernels.fused_forward,
+// svbnn._engine.fused_math), in the same order and without contracting multiply-adds, so each
 // elementwise output is the same float as the inductor kernel's, bit for bit
 // (tests/test_native.py); only the KL sum adds in another order.
 #include <bit>
@@ -171,7 +171,7 @@ double fused_forward(const float* __restrict mu, const float* __restrict rho,
 SVBNN_EXPORT(svbnn_fused_forward_k2, 2)
 SVBNN_EXPORT(svbnn_fused_forward_k1, 1)
 
-// svbnn._kernels.fused_backward with into_factors: the three gradients over kl_mu, kl_rho,
+// svbnn._engine.kernels.fused_backward with into_factors: the three gradients over kl_mu, kl_rho,
 // kl_alpha, as addcmul's multiply and add (each rounded); rows x n parameters, row r's KL
 // gradient g_kl[r].
 extern "C" void svbnn_fused_backward(const float* __restrict g_theta,

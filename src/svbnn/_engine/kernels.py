@@ -20,7 +20,7 @@ gradients in one function, :func:`fused_forward` (compiled, counter-based noise)
 :func:`fused_forward_given_noise` (eager, torch's generator), and applies them in
 :func:`fused_backward`. With one torch thread, the compiled :func:`fused_forward` and
 :func:`fused_backward` of one float32 network on the CPU run the same loops as built by the
-C++ compiler itself (:mod:`svbnn._native`), which give inductor's outputs bit for bit.
+C++ compiler itself (:mod:`svbnn._engine.native`), which give inductor's outputs bit for bit.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import _native
-from ._kernel_math import _log, _softplus_parts, counter_noise
+from . import native as _native
+from .fused_math import _log, _softplus_parts, counter_noise
 
 __all__ = [
     "AUTO_MIN_NUMEL",
@@ -69,18 +69,18 @@ class Backend(str, Enum):
     step of a small :class:`~svbnn.nn.SpikeSlabMLP` (one network on ``(m, p)`` inputs, or
     R replicates on ``(R, m, p)``) instead runs as one compiled graph with its layers and,
     through :func:`svbnn.training.negative_elbo` with a Gaussian or categorical likelihood,
-    the loss (:func:`~svbnn._network_graph.mlp_negative_elbo`; otherwise the forward
-    alone, :func:`~svbnn._network_graph.mlp_draw_forward`), which pays that overhead once
+    the loss (:func:`~svbnn._engine.graphs.mlp_negative_elbo`; otherwise the forward
+    alone, :func:`~svbnn._engine.graphs.mlp_draw_forward`), which pays that overhead once
     for the whole network (timings: ``docs/performance.md``, "Where the thresholds and
     layouts come from").
 
-    ``NATIVE`` never calls ``torch.compile``: svbnn's own C++ loops (:mod:`svbnn._native`,
+    ``NATIVE`` never calls ``torch.compile``: svbnn's own C++ loops (:mod:`svbnn._engine.native`,
     built by the C++ compiler, see ``SECURITY.md``) run where they serve, at any
     thread count, and the eager kernels elsewhere. They serve the draw + KL of float32 CPU
     parameters, and the whole training step of an MLP of ReLU (or no) activations under a
     Gaussian (known or learned noise) or categorical likelihood, where the network is small
     (one network of fewer than :data:`AUTO_MIN_NUMEL` parameters) or its layers narrow
-    (:mod:`svbnn.nn._native_step`; ``auto`` takes that step for narrow layers only).
+    (:mod:`svbnn._engine.native_step`; ``auto`` takes that step for narrow layers only).
     Without a C++ compiler it is the eager backend. The estimators' ``auto`` fits small
     networks with it: compiling a graph for them costs more than such a fit.
     """
@@ -551,7 +551,7 @@ def use_compiled(numel: int, device: torch.device | None = None) -> bool:
 
 def use_whole_network(numel: int, device: torch.device | None = None) -> bool:
     """Whether a small MLP's training forward runs as one compiled graph
-    (:func:`~svbnn._network_graph.mlp_draw_forward`): the ``auto`` backend, below
+    (:func:`~svbnn._engine.graphs.mlp_draw_forward`): the ``auto`` backend, below
     :data:`AUTO_MIN_NUMEL` parameters (of all replicates, for a replicated network), on the
     CPU."""
     return backend() is Backend.AUTO and numel < AUTO_MIN_NUMEL and _on_cpu(device)
@@ -586,7 +586,7 @@ def _with_native(
     inductor_kernel: Callable[..., Any], any_threads: bool = False
 ) -> Callable[..., Any]:
     """The compiled :func:`fused_forward`: the C++ compiler's build of the same loop
-    (:mod:`svbnn._native`) where it serves the call (one network's or R replicates' float32
+    (:mod:`svbnn._engine.native`) where it serves the call (one network's or R replicates' float32
     parameters on the CPU, one thread), with the same outputs bit for bit, else inductor's
     (timings: ``docs/performance.md``, "The draw + KL loops built by the C++ compiler").
     ``SVBNN_NATIVE=0`` keeps inductor's everywhere."""

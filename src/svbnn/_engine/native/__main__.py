@@ -1,4 +1,4 @@
-"""``python -m svbnn._native``: build svbnn's native loops into the installed package.
+"""``python -m svbnn._engine.native``: build svbnn's native loops into the installed package.
 
 Run at install (``make install``); prints the library's path, or why it was not built (the
 library then compiles them per process, or uses torch's kernels without a compiler).

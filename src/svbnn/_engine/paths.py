@@ -1,4 +1,4 @@
-"""Which of the fast paths of :mod:`svbnn.nn._fused` applies to a
+"""Which of the fast paths of :mod:`svbnn._engine.fused` applies to a
 :class:`~svbnn.nn.SpikeSlabMLP` and its input: the conditions :class:`FusedEngine` checks
 before each training forward. Private.
 """
@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from .. import _native
-from .._kernels import Backend, backend, use_whole_network
-from .base import ACTIVATIONS, ForwardMode, Sampler
+from ..nn.base import ACTIVATIONS, ForwardMode, Sampler
+from . import native as _native
+from .kernels import Backend, backend, use_whole_network
 
 if TYPE_CHECKING:
-    from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
+    from ..nn.spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
 __all__ = [
     "draw_ok",
@@ -101,7 +101,7 @@ def native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
     """Under ``auto`` (or ``native``): whether svbnn's native loops run this network's whole
     training step (a replicated float32 network on the CPU of narrow layers, ReLU or none,
     one prior, under ``auto`` one torch thread: the draw + KL and the layers,
-    :mod:`svbnn._native`). Such a network takes
+    :mod:`svbnn._engine.native`). Such a network takes
     the per-parameter kernels instead of the one-graph step, which compiles first and
     steps slower for such networks (``docs/performance.md``)."""
     mu = model._parameters.get("mu")

@@ -1,4 +1,4 @@
-"""Building blocks of the fused draw + KL kernel (:func:`svbnn._kernels.fused_forward`):
+"""Building blocks of the fused draw + KL kernel (:func:`svbnn._engine.kernels.fused_forward`):
 counter-based noise and inline ``float32`` math.
 
 Private. Written as plain tensor operations so that ``torch.compile`` fuses them into the

@@ -2,9 +2,9 @@
 autograd graph of its pieces. Private.
 
 Under the ``auto`` and ``native`` backends a float32 network of narrow layers (Table 2's
-200-7-7-7-1, replicated or not, :func:`~svbnn.nn._fused_paths.native_loops`), and under
+200-7-7-7-1, replicated or not, :func:`~svbnn._engine.paths.native_loops`), and under
 ``native`` also one network of any widths with fewer than ``AUTO_MIN_NUMEL`` parameters (an
-estimator's 10-50-1), can run its draw + KL and its layers in :mod:`svbnn._native`.
+estimator's 10-50-1), can run its draw + KL and its layers in :mod:`svbnn._engine.native`.
 Through autograd, the step still builds a graph of about a dozen nodes (the draw, the
 network, the Gaussian log-likelihood's operations, the ELBO's sum) and calls two Python
 backward functions, which cost about a fifth of the step of 15 replicates (measured: 2.73
@@ -33,13 +33,13 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .. import _native
-from .._kernels import AUTO_MIN_NUMEL, Backend, backend
 from ..objectives import FastPath, GaussianLikelihood, fast_path_spec
-from ._fused_paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_loops
+from . import native as _native
+from .kernels import AUTO_MIN_NUMEL, Backend, backend
+from .paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_loops
 
 if TYPE_CHECKING:
-    from .spike_slab import SpikeSlabLinear, SpikeSlabMLP
+    from ..nn.spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
 __all__ = [
     "NativeNegativeElbo",
@@ -108,7 +108,7 @@ def native_step_ok(
 ) -> bool:
     """Whether :class:`NativeNegativeElbo` runs this training step: a network the native
     loops run whole (see :func:`may_step` and
-    :func:`~svbnn.nn._fused_paths.native_loops`), a training draw (Gumbel, gradients on),
+    :func:`~svbnn._engine.paths.native_loops`), a training draw (Gumbel, gradients on),
     a likelihood it knows (``spec``, from :func:`step_likelihood`; a learned noise level
     float32 on the CPU), and CPU data ``x`` ``(R, m, p)`` float32 and ``y`` ``(R, m)``
     (float32 for a Gaussian, int64 class indices for a categorical likelihood; one
@@ -140,11 +140,11 @@ class NativeNegativeElbo(torch.autograd.Function):
     """Per-replicate negative ELBO ``(loss, nll, kl / n)`` of one minibatch, each ``(R,)``,
     with the gradient of ``loss`` computed in the forward by the native loops.
 
-    The forward draws the weights and the KL (:func:`svbnn._native.fused_forward`), runs
+    The forward draws the weights and the KL (:func:`svbnn._engine.native.fused_forward`), runs
     the layers forward and back (under a Gaussian likelihood replicate by replicate,
-    :func:`svbnn._native.narrow_mlp_gaussian_step`; under a categorical one all replicates
+    :func:`svbnn._engine.native.narrow_mlp_gaussian_step`; under a categorical one all replicates
     forward, the output's gradient by torch's operations, then all back), the likelihood,
-    and the draw's backward (:func:`svbnn._native.fused_backward`). The backward scales
+    and the draw's backward (:func:`svbnn._engine.native.fused_backward`). The backward scales
     those gradients by each replicate's incoming gradient (1 when the losses are summed:
     the same bits). ``nll`` and ``kl / n`` are not differentiable, as
     :func:`svbnn.training.negative_elbo` returns them detached.

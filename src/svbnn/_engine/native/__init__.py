@@ -1,8 +1,8 @@
 """Loops compiled by the C++ compiler itself (float32, CPU). Private.
 
 * :func:`fused_forward` and :func:`fused_backward` run ``fused_forward.cpp`` (next to this
-  file): the loops of :func:`svbnn._kernels.fused_forward` and
-  :func:`svbnn._kernels.fused_backward`, operation for operation, that the compiler
+  file): the loops of :func:`svbnn._engine.kernels.fused_forward` and
+  :func:`svbnn._engine.kernels.fused_backward`, operation for operation, that the compiler
   vectorises on its own, for one network or R replicates (one torch thread). Their
   elementwise outputs are the inductor kernels' bit for bit (no multiply-adds are
   contracted, every operation rounds as torch's does), so a run is the same whichever of the
@@ -16,7 +16,7 @@
   replicate, for the training step under a Gaussian likelihood.
 
 The library is built with ``$CXX`` (default ``c++``): at install by ``python -m
-svbnn._native`` (``make install`` runs it) into the package's own ``_build`` folder, with its
+svbnn._engine.native`` (``make install`` runs it) into the package's own ``_build`` folder, with its
 SHA-256 in a manifest there, and loaded only if the file matches it; otherwise compiled on
 first use for the process alone, in a private temporary folder (see ``SECURITY.md``). Without
 a compiler, or where it fails, the callers keep torch's operations (:func:`available` says
@@ -124,7 +124,7 @@ def _cpu_signature() -> str:
 
 
 BUILD_DIR = Path(__file__).with_name("_build")
-"""Where ``python -m svbnn._native`` (run by ``make install``) builds the library, inside the
+"""Where ``python -m svbnn._engine.native`` (run by ``make install``) builds the library, inside the
 installed package, beside a manifest of its SHA-256: trusted as the package's own code is."""
 _MANIFEST = "manifest.json"
 
@@ -211,7 +211,7 @@ def _compile() -> ctypes.CDLL:
             return _bind(ctypes.CDLL(str(installed)))
         logger.warning(
             "%s does not match the SHA-256 in svbnn's manifest; not loaded (building a "
-            "private copy; `python -m svbnn._native` rebuilds the installed one)",
+            "private copy; `python -m svbnn._engine.native` rebuilds the installed one)",
             installed,
         )
     with tempfile.TemporaryDirectory(prefix="svbnn-native-") as private:
@@ -336,7 +336,7 @@ def fused_forward(
     prec0: float,
     inv_tau: float,
 ) -> tuple[Tensor, ...]:
-    """:func:`svbnn._kernels.fused_forward` in the compiled library; call it where
+    """:func:`svbnn._engine.kernels.fused_forward` in the compiled library; call it where
     :func:`usable` says so. Same arguments and outputs (``kl`` of shape ``mu.shape[:-1]``)."""
     assert _library is not None
     fn = getattr(_library, _FUNCTIONS[inv_tau])
@@ -371,7 +371,7 @@ def fused_backward(
     kl_rho: Tensor,
     kl_alpha: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`svbnn._kernels.fused_backward` with ``into_factors=True`` in the compiled
+    """:func:`svbnn._engine.kernels.fused_backward` with ``into_factors=True`` in the compiled
     library (where :func:`backward_usable` says so): the gradients over ``kl_mu, kl_rho,
     kl_alpha``, which it returns. ``g_kl``: one value per row (``()``, ``(1,)`` or ``(R, 1)``)."""
     assert _library is not None
@@ -422,7 +422,7 @@ def gather_rows(src: Tensor, rows: Tensor, out: Tensor) -> Tensor:
 
 # The widest layer left to these loops: beyond it, MKL's products win.
 NARROW_MAX_OUT = 16
-# The hidden activations they know (as svbnn._network_graph.activate names them).
+# The hidden activations they know (as svbnn._engine.graphs.activate names them).
 _NARROW_ACTIVATIONS = {"relu": 1, "identity": 0}
 
 
@@ -498,7 +498,7 @@ def _network_args(
 def narrow_mlp_forward(
     theta: Tensor, x: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
 ) -> tuple[list[Tensor], Tensor]:
-    """:func:`svbnn._network_graph.mlp_layers` of R replicates, where
+    """:func:`svbnn._engine.graphs.mlp_layers` of R replicates, where
     :func:`narrow_mlp_usable` says so: the hidden activations ``[x^T, h_1, ...]``
     (``(R, width, m)``, ``x^T`` a view) and the output ``(R, out, m)``, feature-major."""
     assert _library is not None
