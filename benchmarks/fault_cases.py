@@ -1138,6 +1138,26 @@ def _reliability_b_cases() -> list[Case]:
             "error",
             "prior_variance",
         ),
+        *(
+            _token_case(
+                f"32B SVBNNRegressor({setting})",
+                _FIT + f"SVBNNRegressor({setting}, max_iter=2).fit(X, y)",
+                "error",
+                setting.split("=")[0],
+            )
+            for setting in (
+                "temperature=1e-300",
+                "noise_std=1e-300",
+                "kl_weight=1e300",
+                "log_prior_inclusion=-1e300",
+            )
+        ),
+        _token_case(
+            "32B GaussianLikelihood(noise_std=1e-30)",
+            "from svbnn.objectives import GaussianLikelihood; GaussianLikelihood(1e-30)",
+            "error",
+            "noise_std",
+        ),
         _token_case(
             "32B SpikeSlabMLP(prior_variance=1e-300)",
             "from svbnn.nn import SpikeSlabMLP; SpikeSlabMLP(3, (4,), 1, prior_variance=1e-300)",

@@ -121,3 +121,53 @@ def test_the_harness_names_method_and_replications() -> None:
     named = str(caught[0].message)
     assert named.startswith("svbnn on sim2 (p=7, n=300): rep 5 (R^2 -7.5), rep 6 (R^2 -2)")
     assert "rep 4" not in named and named.endswith("the fit diverged")
+
+
+# -- other settings that would make a fit meaningless ------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        (dict(temperature=1e-300), "temperature must lie in"),
+        (dict(noise_std=1e-300), "noise_std=1e-300 is"),
+        (dict(noise_std=1e-30), "noise_std=1e-30 is"),
+        (dict(kl_weight=1e300), "kl_weight must lie in"),
+        (dict(log_prior_inclusion=-1e300), "log_prior_inclusion must be a finite number in"),
+    ],
+)
+def test_settings_outside_float32_range_are_refused_by_name(
+    kwargs: dict[str, float], needle: str
+) -> None:
+    X, y = np.ones((8, 2)), np.arange(8.0)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        SVBNNRegressor(max_iter=1, **kwargs).fit(X, y)
+
+
+def test_constructors_refuse_them_too() -> None:
+    with pytest.raises(ValueError, match="temperature must lie in"):
+        SpikeSlabLinear(3, 2, temperature=1e-300)
+    with pytest.raises(ValueError, match="noise_std must lie in"):
+        GaussianLikelihood(1e-300)
+    with pytest.raises(ValueError, match="log_prior_inclusion"):
+        SpikeSlabMLP(3, (4,), 1, log_prior_inclusion=-1e300)
+    X, y = torch.randn(8, 3), torch.randn(8)
+    with pytest.raises(ValueError, match="kl_weight must lie in"):
+        train(
+            SpikeSlabMLP(3, (4,), 1),
+            X,
+            y,
+            GaussianLikelihood(1.0),
+            epochs=1,
+            batch_size=4,
+            lr=1e-3,
+            kl_weight=1e300,
+        )
+
+
+def test_an_unresolvable_training_r2_is_nan_not_a_false_alarm() -> None:
+    # With s = 1e6 the NLL is about 14.5 and its float32 rounding (1.7e-6) times 2 s^2 is
+    # 3.5e6: the MSE is not known to within var(y), so no R^2 (and no warning) is given.
+    y = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    s2 = 1e12
+    history = History(epoch=[1], nll=[0.5 * math.log(2 * math.pi * s2) + 1.0 / (2 * s2)])
+    r2 = training_r2(GaussianLikelihood(1e6), y, history)
+    assert r2 is not None and math.isnan(r2[0])

@@ -52,7 +52,7 @@ from ._estimator_checks import (
 )
 from .convergence import ConvergenceMonitor, default_max_steps
 from .nn.base import ACTIVATIONS, set_generator
-from .training import History, Optimizer, train
+from .training import History, Optimizer, check_kl_weight, train
 
 logger = logging.getLogger("svbnn.estimators")  # the estimators' messages, one logger
 
@@ -79,7 +79,7 @@ tol : float or None, default 1e-4
     (no warning; with an int ``max_iter``, the paper's fixed number of epochs).
 n_iter_no_change : int, default 10
 kl_weight : float, default 1.0
-    ``w`` in ``nll + w KL / n``; 1 is the exact ELBO.
+    ``w`` in ``nll + w KL / n``, in ``(0, 1e30]``; 1 is the exact ELBO.
 optimizer : {"adam", "rmsprop", "sgd"}, default "adam"
 n_mc_train : int, default 1
     Monte Carlo draws ``K`` per step.
@@ -246,6 +246,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         _check_real("tol", self.tol, low=0.0, low_inclusive=True, allow_none=True)
         _check_int("n_iter_no_change", self.n_iter_no_change, 1)
         _check_real("kl_weight", self.kl_weight, low=0.0)
+        check_kl_weight(self.kl_weight)
         _check_choice("kernel_backend", self.kernel_backend, _KERNEL_BACKENDS)
         _check_int("n_mc_train", self.n_mc_train, 1)
         _check_int("n_samples_predict", self.n_samples_predict, 1)

@@ -27,6 +27,7 @@ from ._estimator_base import _VariationalEstimator
 from ._estimator_checks import (
     _DTYPES,
     _NOISE_INIT,
+    _NOISE_RATIO,
     _check_numeric,
     _check_real,
     _OutputScale,
@@ -53,7 +54,8 @@ noise_std : "auto" or float, default "auto"
     ``"auto"``: the noise sd is learned (a type-II point estimate trained with the
     variational parameters, started at 0.1 sd of y), then set to the value that maximises
     the training rows' posterior-predictive likelihood (``noise_std_``). A float is a
-    known noise sd in ``y``'s units (the paper's setting)."""
+    known noise sd in ``y``'s units (the paper's setting), between 1e-8 and 1e8 times the
+    sd of ``y``."""
 
 _REGRESSION_ATTRIBUTES = """\
 noise_std_ : float
@@ -129,6 +131,14 @@ class _Regression(RegressorMixin, _VariationalEstimator):
             z = (np.asarray(yv, dtype=np.float64) - self._y_mean_) / self._y_scale_
             learn = isinstance(self.noise_std, str)
             noise0 = _NOISE_INIT if learn else float(self.noise_std) / self._y_scale_
+            if not learn and not (_NOISE_RATIO[0] <= noise0 <= _NOISE_RATIO[1]):
+                raise ValueError(
+                    f"noise_std={self.noise_std!r} is {noise0:.3g} times the sd of y "
+                    f"({self._y_scale_:.3g}); it must lie within [{_NOISE_RATIO[0]:g}, "
+                    f"{_NOISE_RATIO[1]:g}] times it (below, the fit stops resolving the "
+                    "data in float32; above, the data no longer inform it), or use "
+                    "noise_std='auto'"
+                )
             lik = self._fit_module(
                 Xv,
                 self._tensor(z, "y"),

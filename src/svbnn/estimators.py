@@ -51,8 +51,13 @@ from ._estimator_tasks import (
     _Regression,
 )
 from .nn.base import Sampler
-from .nn.spike_slab import SpikeSlabMLP
-from .priors import check_prior_variance, mlp_log_lambda_opt, resolve_log_inclusion
+from .nn.spike_slab import SpikeSlabMLP, check_temperature
+from .priors import (
+    LOG_INCLUSION_MIN,
+    check_prior_variance,
+    mlp_log_lambda_opt,
+    resolve_log_inclusion,
+)
 from .selection import (
     ExportReport,
     density,
@@ -72,12 +77,13 @@ prior_inclusion : "opt", "eb" or float, default "opt"
     empirical-Bayes value, the mean ``phi`` (capped at 0.5: better fits on small data, but
     every input then reaches the output with high probability); or a float.
 log_prior_inclusion : float, optional
-    ``log(lambda)``; overrides ``prior_inclusion`` (use it below ~1e-300).
+    ``log(lambda)``, in ``[-1e30, 0)``; overrides ``prior_inclusion`` (use it below
+    ~1e-300).
 prior_variance : float, default 2.0
     Slab variance ``sigma_0^2``, in ``[1e-12, 1e30]``
     (:data:`svbnn.priors.PRIOR_VARIANCE_RANGE`).
 temperature : float, default 0.5
-    Gumbel-softmax temperature.
+    Gumbel-softmax temperature, in ``[1e-30, 1e30]``.
 sampler : {"gumbel", "inverse_cdf"}, default "gumbel"
 init_inclusion : float, default 0.99
     Initial ``phi``.
@@ -135,9 +141,17 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 )
         else:
             _check_real("prior_inclusion", self.prior_inclusion, low=0.0, high=1.0)
-        _check_real("log_prior_inclusion", self.log_prior_inclusion, high=0.0, allow_none=True)
+        _check_real(
+            "log_prior_inclusion",
+            self.log_prior_inclusion,
+            low=LOG_INCLUSION_MIN,
+            low_inclusive=True,
+            high=0.0,
+            allow_none=True,
+        )
         check_prior_variance(self.prior_variance)
         _check_real("temperature", self.temperature, low=0.0)
+        check_temperature(self.temperature)
         _check_real("init_inclusion", self.init_inclusion, low=0.0, high=1.0)
         _check_real("init_mu_range", self.init_mu_range, low=0.0, allow_none=True)
 

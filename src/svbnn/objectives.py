@@ -232,6 +232,11 @@ def _rows(output: Tensor, target_dims: int) -> Tensor:
     return output.squeeze(-1) if output.dim() == target_dims + 1 else output
 
 
+NOISE_STD_RANGE: tuple[float, float] = (1e-18, 1e18)
+"""Noise standard deviations :class:`GaussianLikelihood` accepts (``noise_std^2`` and its
+reciprocal stay inside float32's range)."""
+
+
 class GaussianLikelihood(torch.nn.Module):
     """``y ~ N(f(x), noise_std^2)`` with a known or a learned noise standard deviation.
 
@@ -260,8 +265,12 @@ class GaussianLikelihood(torch.nn.Module):
     def __init__(self, noise_std: float | Tensor = 1.0, learn_noise: bool = False) -> None:
         super().__init__()
         std = torch.as_tensor(noise_std, dtype=torch.float64)
-        if not bool(torch.all(torch.isfinite(std) & (std > 0))):
-            raise ValueError(f"noise_std must be positive, got {noise_std}")
+        low, high = NOISE_STD_RANGE
+        if not bool(torch.all(torch.isfinite(std) & (std >= low) & (std <= high))):
+            raise ValueError(
+                f"noise_std must lie in [{low:g}, {high:g}], got {noise_std}: outside it the "
+                "likelihood's 1/noise_std^2 leaves float32's range"
+            )
         self.learn_noise = bool(learn_noise)
         if self.learn_noise:
             # Parametrised on the log scale: positive, and Adam's steps are relative.

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "LOG_INCLUSION_MIN",
     "PRIOR_VARIANCE_RANGE",
     "check_prior_variance",
     "lambda_opt",
@@ -23,6 +24,10 @@ __all__ = [
     "resolve_log_inclusion",
 ]
 
+
+LOG_INCLUSION_MIN = -1e30
+"""The smallest ``log(lambda)`` accepted: below it the value leaves float32's range (at
+-1e38 a fit's loss becomes infinite at the first epoch)."""
 
 PRIOR_VARIANCE_RANGE: tuple[float, float] = (1e-12, 1e30)
 """The slab (or Gaussian prior) variances ``sigma_0^2`` the layers and estimators accept.
@@ -161,7 +166,8 @@ def resolve_log_inclusion(
     """Turn a prior inclusion given as lambda or as log-lambda into log-lambda.
 
     Exactly one of the two must be given. ``inclusion`` must lie in ``(0, 1)``;
-    ``log_inclusion`` in ``(-inf, 0)`` (e.g. ``-1000``, which no float can hold as lambda).
+    ``log_inclusion`` in ``[LOG_INCLUSION_MIN, 0)`` (e.g. ``-1000``, which no float can hold
+    as lambda).
     """
     if (inclusion is None) == (log_inclusion is None):
         raise ValueError("give exactly one of inclusion (lambda) and log_inclusion (log-lambda)")
@@ -171,8 +177,11 @@ def resolve_log_inclusion(
         return math.log(float(inclusion))
     assert log_inclusion is not None
     value = float(log_inclusion)
-    if not (math.isfinite(value) and value < 0.0):
-        raise ValueError(f"log prior inclusion must be finite and < 0, got {log_inclusion}")
+    if not (math.isfinite(value) and LOG_INCLUSION_MIN <= value < 0.0):
+        raise ValueError(
+            f"log prior inclusion (log_prior_inclusion) must lie in [{LOG_INCLUSION_MIN:g}, 0), "
+            f"got {log_inclusion}"
+        )
     return value
 
 

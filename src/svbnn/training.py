@@ -35,8 +35,10 @@ from .selection import sparsity, spike_slab_layers, unresolved_fraction
 
 __all__ = [
     "DIVERGED_R2",
+    "KL_WEIGHT_MAX",
     "DivergenceWarning",
     "History",
+    "check_kl_weight",
     "training_r2",
     "Optimizer",
     "make_optimizer",
@@ -50,6 +52,19 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+KL_WEIGHT_MAX = 1e30
+"""The largest ``kl_weight`` accepted: above it ``kl_weight * KL`` leaves float32's range
+(at 1e300 the fit fails converting the weight)."""
+
+
+def check_kl_weight(value: float) -> float:
+    """``value`` if it is a KL weight in ``(0, KL_WEIGHT_MAX]``, else a ``ValueError`` naming
+    ``kl_weight``."""
+    if not (0 < value <= KL_WEIGHT_MAX):
+        raise ValueError(f"kl_weight must lie in (0, {KL_WEIGHT_MAX:g}], got {value}")
+    return value
 
 
 DIVERGED_R2 = -1.0
@@ -161,8 +176,7 @@ def negative_elbo(
         Scalars, or ``(R,)`` for a replicated model, all per datum: ``loss = nll + w kl``,
         and ``kl`` the unweighted ``KL / n``.
     """
-    if not (kl_weight > 0 and math.isfinite(kl_weight)):
-        raise ValueError(f"kl_weight must be positive and finite, got {kl_weight}")
+    check_kl_weight(kl_weight)
     if n_mc == 1 and isinstance(model, VariationalContainer):
         # The model's own fused path, where it has one (e.g. a small SpikeSlabMLP under the
         # auto backend: the whole step as one compiled graph), with the KL scale 1 / n
@@ -516,8 +530,9 @@ def training_r2(likelihood: object, y: Tensor, history: History) -> list[float] 
     Returns
     -------
     list of float or None
-        One R^2 per replicate; ``None`` for another likelihood, no epoch, or a ``y`` of
-        zero variance.
+        One R^2 per replicate (NaN where the NLL, recorded in float32, cannot resolve the
+        squared error to within a tenth of ``var(y)``: a noise level far above the
+        residuals); ``None`` for another likelihood, no epoch, or a ``y`` of zero variance.
     """
     from .objectives import GaussianLikelihood
 
@@ -533,7 +548,10 @@ def training_r2(likelihood: object, y: Tensor, history: History) -> list[float] 
         if not bool((var > 0).all()):
             return None
         mse = 2.0 * s2 * (nll - 0.5 * torch.log(2.0 * math.pi * s2))
-        return [float(v) for v in (1.0 - mse / var).reshape(-1)]
+        # The NLL's rounding (float32: relative 1.2e-7) times 2 s^2 is the MSE's.
+        resolution = 2.0 * s2 * nll.abs().clamp(min=1.0) * torch.finfo(torch.float32).eps
+        r2 = torch.where(resolution < 0.1 * var, 1.0 - mse / var, math.nan)
+        return [float(v) for v in r2.reshape(-1)]
 
 
 def _warn_if_diverged(
@@ -573,8 +591,7 @@ def _check_train_args(
         raise ValueError("give exactly one of likelihood and objective")
     if epochs < 0 or batch_size < 1 or n_mc < 1:
         raise ValueError("epochs must be >= 0, batch_size and n_mc >= 1")
-    if not (kl_weight > 0 and math.isfinite(kl_weight)):
-        raise ValueError(f"kl_weight must be positive and finite, got {kl_weight}")
+    check_kl_weight(kl_weight)
 
 
 def _record_epoch(

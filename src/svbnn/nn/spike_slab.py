@@ -166,6 +166,23 @@ def _eager_draws(layer: _SpikeSlabLayer) -> bool | None:
     return False if narrow else None
 
 
+TEMPERATURE_RANGE: tuple[float, float] = (1e-30, 1e30)
+"""Gumbel-softmax temperatures the layers accept (measured: 1e-30 and 1e30 fit, 1e-300 gives
+NaN gates at the first step)."""
+
+
+def check_temperature(value: float) -> float:
+    """``value`` if it is a temperature in :data:`TEMPERATURE_RANGE`, else a ``ValueError``
+    naming ``temperature``."""
+    low, high = TEMPERATURE_RANGE
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ValueError(
+            f"temperature must lie in [{low:g}, {high:g}], got {value}: outside it the "
+            "relaxed gates' logits / temperature leave float32's range (NaN gates)"
+        )
+    return value
+
+
 def _check_layer_args(
     out_features: int,
     fan_in: int,
@@ -177,8 +194,7 @@ def _check_layer_args(
     """Raise ``ValueError`` for a layer argument out of its range."""
     if out_features < 1 or fan_in < 1:
         raise ValueError("layer sizes must be positive")
-    if not (temperature > 0 and math.isfinite(temperature)):
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    check_temperature(temperature)
     if not (0.0 < init_inclusion < 1.0):
         raise ValueError(f"init_inclusion must lie in (0, 1), got {init_inclusion}")
     if n_replicates is not None and n_replicates < 1:
