@@ -1,0 +1,544 @@
+"""Export of a fitted spike-and-slab network: the median model as a plain PyTorch module.
+
+Two exports:
+
+* :func:`export_compact` (the deployment export): the median model of a
+  :class:`~svbnn.nn.SpikeSlabMLP` (or a convolutional ``nn.Sequential``) with every unit
+  that cannot change the output removed and what the removed units contribute folded into
+  the next layer's bias. The result holds only ``torch.nn`` modules and plain tensor ops,
+  each linear layer stored dense (``nn.Linear``) or sparse (:class:`SparseLinear`, a CSR
+  matrix product), whichever runs faster at its density (see :func:`sparse_is_faster`).
+  :func:`to_dense` turns the sparse layers into ``nn.Linear`` for ``torch.export`` and
+  ONNX.
+* :func:`export_sparse`: every spike-and-slab layer of any model replaced by its median
+  model in place, at the original sizes (zeroed weights kept in the shapes).
+"""
+
+import copy
+import io
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .checkpoint import atomic_write_bytes
+from .nn.base import activation_module
+from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabMLP, _SpikeSlabLayer
+
+__all__ = [
+    "SPARSE_DENSITY_BELOW",
+    "SPARSE_MIN_WEIGHTS",
+    "ExportReport",
+    "InputSelect",
+    "OutputAffine",
+    "SparseLinear",
+    "export_compact",
+    "export_onnx",
+    "export_sparse",
+    "module_size_bytes",
+    "sparse_is_faster",
+    "to_dense",
+]
+
+SPARSE_DENSITY_BELOW = 0.05
+"""A linear layer is stored sparse when its density (kept weights / ``out * in``) is below
+this value and it has at least :data:`SPARSE_MIN_WEIGHTS` weights; measured crossover with
+one thread in ``docs/performance.md`` ("Exported networks: dense or sparse layers")."""
+
+SPARSE_MIN_WEIGHTS = 65536
+"""Below ``out * in`` of this size a dense layer wins at every density (a CSR product costs
+a fixed ~10 microseconds per call, more than the whole small dense product at batch 1)."""
+
+
+def sparse_is_faster(n_nonzero: int, out_features: int, in_features: int) -> bool:
+    """The storage rule of :func:`export_compact`: CSR for a large, sparse layer.
+
+    A layer is stored sparse when ``n_nonzero / (out * in) < SPARSE_DENSITY_BELOW`` (5%)
+    and ``out * in >= SPARSE_MIN_WEIGHTS``; dense otherwise. With one thread, a CSR product
+    (``torch.addmm`` on a CSR matrix) beats the dense one at batch 1, 64 and 1000 below
+    about 5% density on a 512 x 784 layer, and at batch 64 and 1000 up to 10-20%; at batch
+    1 a small layer's dense product costs less than the CSR call's fixed cost at any
+    density.
+    """
+    size = out_features * in_features
+    return size >= SPARSE_MIN_WEIGHTS and n_nonzero < SPARSE_DENSITY_BELOW * size
+
+
+class SparseLinear(nn.Module):
+    """Linear layer that stores only its nonzero weights (CSR, compact index types).
+
+    Storage per nonzero in the state dict: the float value plus an int16 column index
+    (int32 when the layer has more than 32767 inputs); one int32 row pointer per output.
+    The CSR matrix of ``forward`` (``weight``, a non-persistent buffer, so it follows
+    ``.to()``) is rebuilt from them on loading. ``forward`` is one
+    ``torch.addmm(bias, W, x^T)`` and can be scripted (``torch.jit.script``); for
+    ``torch.export`` and ONNX convert it with :func:`to_dense`.
+
+    Shapes: input ``(..., in)``, output ``(..., out)``.
+    """
+
+    values: Tensor
+    col_indices: Tensor
+    crow_indices: Tensor
+    bias: Tensor
+    weight: Tensor
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        w = weight.detach()
+        self.in_features = int(w.shape[1])
+        self.out_features = int(w.shape[0])
+        self.has_bias = bias is not None
+        with warnings.catch_warnings():
+            # torch flags sparse CSR as "beta"; the conversion itself is exact.
+            warnings.simplefilter("ignore", UserWarning)
+            csr = w.to_sparse_csr()
+        idx_dtype = torch.int16 if self.in_features <= torch.iinfo(torch.int16).max else torch.int32
+        self.register_buffer("values", csr.values().clone())
+        self.register_buffer("col_indices", csr.col_indices().to(idx_dtype))
+        self.register_buffer("crow_indices", csr.crow_indices().to(torch.int32))
+        b = torch.zeros(self.out_features, dtype=w.dtype, device=w.device)
+        self.register_buffer("bias", b if bias is None else bias.detach().clone())
+        self.register_buffer("weight", self._matrix(), persistent=False)
+
+    def _matrix(self) -> Tensor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(
+                self.crow_indices.to(torch.int64),
+                self.col_indices.to(torch.int64),
+                self.values,
+                size=(self.out_features, self.in_features),
+                check_invariants=False,  # built from a valid CSR by construction
+            )
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self.weight = self._matrix()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "SparseLinear":
+        # A CSR tensor has no storage deepcopy can copy: copy the rest, rebuild it.
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        state = {k: v for k, v in self.__dict__.items() if k != "_buffers"}
+        new.__dict__.update(copy.deepcopy(state, memo))
+        buffers = {k: v for k, v in self._buffers.items() if k != "weight"}
+        new.__dict__["_buffers"] = copy.deepcopy(buffers, memo)
+        new._buffers["weight"] = new._matrix()
+        return new
+
+    def nnz(self) -> int:
+        """Number of stored nonzero weights (biases not counted)."""
+        return int(self.values.numel())
+
+    def dense_weight(self) -> Tensor:
+        """The weight matrix, ``(out, in)``, zeros included."""
+        return self.weight.to_dense()
+
+    def forward(self, x: Tensor) -> Tensor:
+        x2 = x.reshape(-1, self.in_features)
+        # (out, in) @ (in, m): the output comes back transposed, the next layer's x.t()
+        # is then contiguous again.
+        out = torch.addmm(self.bias.unsqueeze(1), self.weight, x2.t()).t()
+        return out.reshape(x.shape[:-1] + (self.out_features,))
+
+
+class InputSelect(nn.Module):
+    """The kept input columns, cast to the network's dtype: ``x[..., index]``.
+
+    Shapes: ``(..., p) -> (..., len(index))``; any floating dtype in, ``like``'s out.
+    """
+
+    index: Tensor
+    like: Tensor
+
+    def __init__(self, index: Tensor, n_features: int, like: Tensor) -> None:
+        super().__init__()
+        self.n_features = int(n_features)
+        self.register_buffer("index", index.to(torch.int64))
+        self.register_buffer("like", torch.empty(0, dtype=like.dtype, device=like.device))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.index_select(-1, self.index).to(self.like)
+
+    def extra_repr(self) -> str:
+        return f"{self.index.numel()} of {self.n_features} inputs"
+
+
+class OutputAffine(nn.Module):
+    """``out[..., 0] * scale + shift``: a one-output network in the units of ``y``.
+
+    Shapes: ``(..., 1) -> (...)``.
+    """
+
+    def __init__(self, scale: float, shift: float) -> None:
+        super().__init__()
+        self.scale = float(scale)
+        self.shift = float(shift)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x[..., 0] * self.scale + self.shift
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:g}, shift={self.shift:g}"
+
+
+@dataclass
+class ExportReport:
+    """What :func:`export_sparse` or :func:`export_compact` produced.
+
+    ``n_nonzero``: kept parameters (weights and biases with ``phi > threshold``);
+    ``n_total``: the model's parameters; ``size_bytes``: ``torch.save`` of the module's
+    state dict. :func:`export_compact` also fills ``layer_shapes`` (``(out, in)`` of each
+    kept linear layer, or conv channels), ``layer_nonzero`` (nonzero weights each),
+    ``layer_storage`` (``"dense"`` or ``"sparse"``) and ``kept_inputs``.
+    """
+
+    n_nonzero: int
+    n_total: int
+    size_bytes: int
+    layer_shapes: list[tuple[int, int]] | None = None
+    layer_nonzero: list[int] | None = None
+    layer_storage: list[str] | None = None
+    kept_inputs: list[int] | None = None
+
+    @property
+    def density(self) -> float:
+        """Fraction of parameters kept."""
+        return self.n_nonzero / self.n_total
+
+    @property
+    def multiply_adds(self) -> int | None:
+        """Multiply-adds per row of the compacted linear layers (nonzero weights)."""
+        return None if self.layer_nonzero is None else sum(self.layer_nonzero)
+
+
+def module_size_bytes(module: nn.Module) -> int:
+    """Size in bytes of ``torch.save(module.state_dict())``."""
+    buf = io.BytesIO()
+    torch.save(module.state_dict(), buf)
+    return buf.getbuffer().nbytes
+
+
+# -- export_sparse: the median model at the original sizes ---------------------------------
+def _plain_conv(child: SpikeSlabConv2d, w: Tensor, b: Tensor | None, like: Tensor) -> nn.Conv2d:
+    """An ``nn.Conv2d`` of ``child``'s geometry with weights ``w`` and bias ``b``."""
+    conv = nn.Conv2d(
+        child.in_channels,
+        child.out_channels,
+        child.kernel_size,
+        child.stride,
+        child.padding,
+        child.dilation,
+        child.groups,
+        bias=b is not None,
+    ).to(like)
+    with torch.no_grad():
+        conv.weight.copy_(w.reshape(child.kernel_shape))
+        if b is not None and conv.bias is not None:
+            conv.bias.copy_(b)
+    return conv
+
+
+def _plain_linear(w: Tensor, b: Tensor | None) -> nn.Linear:
+    """An ``nn.Linear`` holding weights ``w`` ``(out, in)`` and bias ``b``."""
+    lin = nn.Linear(w.shape[1], w.shape[0], bias=b is not None).to(w)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+        if b is not None and lin.bias is not None:
+            lin.bias.copy_(b)
+    lin.requires_grad_(False)
+    return lin
+
+
+def _median(child: _SpikeSlabLayer, threshold: float) -> tuple[Tensor, Tensor | None, int]:
+    """The median model of one layer: weights (layer-shaped), bias, kept count."""
+    if child.n_replicates is not None:
+        raise ValueError("cannot export a replicated model (export one replicate's parameters)")
+    with torch.no_grad():
+        keep = torch.sigmoid(child.alpha) > threshold
+        flat = child.mu * keep
+    w, b = child._split(flat)
+    return w.detach(), None if b is None else b.detach(), int(keep.sum())
+
+
+def _export_layer(child: _SpikeSlabLayer, threshold: float, storage: str) -> tuple[nn.Module, int]:
+    """The median model of one spike-and-slab layer as a plain layer at its size."""
+    w, b, kept = _median(child, threshold)
+    new: nn.Module
+    if isinstance(child, SpikeSlabConv2d):
+        new = _plain_conv(child, w, b, w)
+    elif storage == "sparse":
+        new = SparseLinear(w, b)
+    else:
+        new = _plain_linear(w, b)
+    return new, kept
+
+
+def _check_threshold(threshold: float) -> None:
+    if not 0.0 <= float(threshold) < 1.0:
+        raise ValueError(f"threshold must be in [0, 1), got {threshold!r}")
+
+
+def export_sparse(
+    model: nn.Module, threshold: float = 0.5, storage: str = "sparse"
+) -> tuple[nn.Module, ExportReport]:
+    """Turn a fitted model into a plain PyTorch module: the selected network.
+
+    Every spike-and-slab layer is replaced by its median model: weights ``mu`` on edges
+    with ``phi > threshold``, zero elsewhere (biases alike). Linear layers become
+    :class:`SparseLinear` (``storage="sparse"``) or ``nn.Linear`` (``storage="dense"``);
+    convolutions become ``nn.Conv2d`` with zeroed kernels. Replicated models cannot be
+    exported (export one replicate's parameters instead). Nothing is removed: for a
+    smaller, faster network use :func:`export_compact`.
+
+    Returns
+    -------
+    module : nn.Module
+        A deep copy of ``model`` with plain layers, in eval mode.
+    report : ExportReport
+        Nonzero and total parameter counts and the size on disk of the module.
+    """
+    if storage not in ("sparse", "dense"):
+        raise ValueError(f"storage must be 'sparse' or 'dense', got {storage!r}")
+    _check_threshold(threshold)
+    out = copy.deepcopy(model)
+    nnz = total = 0
+
+    def replace(parent: nn.Module) -> None:
+        nonlocal nnz, total
+        for name, child in parent.named_children():
+            if isinstance(child, _SpikeSlabLayer):
+                new, kept = _export_layer(child, threshold, storage)
+                nnz += kept
+                total += child.n_params()
+                setattr(parent, name, new)
+            else:
+                replace(child)
+
+    replace(out)
+    for module in out.modules():
+        release = getattr(module, "_release_flat_storage", None)
+        if release is not None:
+            release()
+    out.eval()
+    for p in out.parameters():
+        p.requires_grad_(False)
+    return out, ExportReport(nnz, total, module_size_bytes(out))
+
+
+# -- export_compact: only the units that reach the output ----------------------------------
+def _compact_mlp(
+    weights: list[Tensor], biases: list[Tensor], activation: nn.Module
+) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """Remove the units that cannot change the output; fold constant units into biases.
+
+    Parameters
+    ----------
+    weights : list of Tensor, each ``(out_l, in_l)``
+        Median-model weights (zeros where ``phi <= threshold``), float64.
+    biases : list of Tensor, each ``(out_l,)``
+    activation : nn.Module
+        The hidden activation.
+
+    Returns
+    -------
+    inputs : Tensor of int64
+        Kept input columns.
+    weights, biases : lists of Tensor
+        The compacted layers (the last keeps every output). A unit is kept when some kept
+        input reaches it through nonzero weights (else it is the constant
+        ``activation(bias)``, whose contribution is added to the next layer's biases) and
+        it reaches some output. A network whose output depends on no input keeps one input
+        with zero weights, so that the module still takes ``x``.
+    """
+    W = [w.clone() for w in weights]
+    B = [b.clone() for b in biases]
+    n = len(W)
+    # Forward: which units depend on the inputs; the others are constants, folded.
+    live = torch.ones(W[0].shape[1], dtype=torch.bool, device=W[0].device)
+    lives = [live]
+    for k in range(n):
+        if k > 0:
+            const = activation(B[k - 1][~live])  # the value of each constant unit
+            B[k] = B[k] + W[k][:, ~live] @ const
+            W[k][:, ~live] = 0.0
+        if k < n - 1:
+            live = (W[k] != 0).any(dim=1)
+            lives.append(live)
+    # Backward: which units reach an output through nonzero weights (and depend on x).
+    useful = torch.ones(W[-1].shape[0], dtype=torch.bool, device=W[0].device)
+    keeps = [useful]
+    for k in range(n - 1, -1, -1):
+        useful = lives[k] & (W[k][useful] != 0).any(dim=0)
+        keeps.insert(0, useful)
+    if not bool(keeps[0].any()):
+        # Constant network: the outputs are the last biases (every hidden unit that
+        # reaches an output is a folded constant). Keep one input and one unit per hidden
+        # layer, all with zero weights and biases, so that the module still takes x.
+        zero = W[0].new_zeros
+        Wc = [zero(1, 1) for _ in range(n - 1)] + [zero(W[-1].shape[0], 1)]
+        Bc = [zero(1) for _ in range(n - 1)] + [B[-1]]
+        return torch.zeros(1, dtype=torch.int64, device=W[0].device), Wc, Bc
+    inputs = torch.nonzero(keeps[0]).flatten()
+    Wc = [W[k][keeps[k + 1]][:, keeps[k]] for k in range(n)]
+    Bc = [B[k][keeps[k + 1]] for k in range(n)]
+    return inputs, Wc, Bc
+
+
+def _linear_layer(w: Tensor, b: Tensor, storage: str) -> tuple[nn.Module, str]:
+    nnz = int((w != 0).sum())
+    if storage == "auto":
+        storage = "sparse" if sparse_is_faster(nnz, w.shape[0], w.shape[1]) else "dense"
+    if storage == "sparse":
+        return SparseLinear(w, b), storage
+    return _plain_linear(w, b), storage
+
+
+def export_compact(
+    model: nn.Module, threshold: float = 0.5, storage: str = "auto"
+) -> tuple[nn.Sequential, ExportReport]:
+    """The median model with only the units that can change its output: small and fast.
+
+    The median model keeps ``mu`` on the edges with ``phi > threshold`` (weights and
+    biases) and zero elsewhere. Compaction then drops every input without a kept edge to a
+    unit that reaches the output, every hidden unit that no kept input reaches (it
+    outputs the constant ``activation(bias)``, whose contribution to the next layer is
+    added to that layer's biases) and every hidden unit with no kept path to an output.
+    The outputs are the median model's up to floating-point rounding.
+
+    Parameters
+    ----------
+    model : SpikeSlabMLP
+        A fitted, not replicated :class:`~svbnn.nn.SpikeSlabMLP`.
+    threshold : float, default 0.5
+        Gate threshold on ``phi``.
+    storage : {"auto", "dense", "sparse"}, default "auto"
+        Each compacted linear layer as ``nn.Linear`` or :class:`SparseLinear`; ``"auto"``
+        chooses per layer by :func:`sparse_is_faster`.
+
+    Returns
+    -------
+    module : nn.Sequential
+        ``InputSelect`` (the kept columns of ``x``, cast to the network's dtype), then
+        ``nn.Linear`` / :class:`SparseLinear` layers with the activation between them, in
+        eval mode, no gradients. Shapes: ``(m, p) -> (m, out)`` for any floating ``x``.
+        ``torch.jit.script`` accepts it; ``torch.export`` and ONNX take
+        :func:`to_dense` of it.
+    report : ExportReport
+        Counts (``n_nonzero``, ``n_total``: the median model's and the model's
+        parameters), size on disk and, per compacted layer, its shape, nonzero weights
+        and storage.
+    """
+    if storage not in ("auto", "sparse", "dense"):
+        raise ValueError(f"storage must be 'auto', 'sparse' or 'dense', got {storage!r}")
+    _check_threshold(threshold)
+    if isinstance(model, SpikeSlabMLP):
+        return _export_compact_mlp(model, threshold, storage)
+    raise TypeError(f"model must be a SpikeSlabMLP, got {type(model).__name__}")
+
+
+def _export_compact_mlp(
+    model: SpikeSlabMLP, threshold: float, storage: str
+) -> tuple[nn.Sequential, ExportReport]:
+    layers = model.layers()
+    medians = [_median(layer, threshold) for layer in layers]
+    dtype = layers[0].mu.dtype
+    device = layers[0].mu.device
+    weights = [w.double() for w, _, _ in medians]
+    biases = [
+        torch.zeros(w.shape[0], dtype=torch.float64, device=device) if b is None else b.double()
+        for w, b, _ in medians
+    ]
+    act = activation_module(model.activation)
+    inputs, Wc, Bc = _compact_mlp(weights, biases, act)
+    mods: list[nn.Module] = [InputSelect(inputs, model.in_features, weights[0].to(dtype))]
+    shapes, nonzero, kinds = [], [], []
+    for k, (w, b) in enumerate(zip(Wc, Bc, strict=True)):
+        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage)
+        mods.append(layer)
+        if k < len(Wc) - 1:
+            mods.append(activation_module(model.activation))
+        shapes.append((int(w.shape[0]), int(w.shape[1])))
+        nonzero.append(int((w != 0).sum()))
+        kinds.append(kind)
+    out = nn.Sequential(*mods).eval()
+    report = ExportReport(
+        n_nonzero=sum(k for _, _, k in medians),
+        n_total=model.n_params(),
+        size_bytes=module_size_bytes(out),
+        layer_shapes=shapes,
+        layer_nonzero=nonzero,
+        layer_storage=kinds,
+        kept_inputs=[int(i) for i in inputs],
+    )
+    return out, report
+
+
+def to_dense(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` with every :class:`SparseLinear` as an ``nn.Linear``.
+
+    The form ``torch.export.export`` and ``torch.onnx.export`` take (neither traces a
+    sparse CSR product); same outputs up to floating-point rounding.
+    """
+    out = copy.deepcopy(module)
+
+    def replace(parent: nn.Module) -> None:
+        for name, child in parent.named_children():
+            if isinstance(child, SparseLinear):
+                setattr(parent, name, _plain_linear(child.dense_weight(), child.bias))
+            else:
+                replace(child)
+
+    if isinstance(out, SparseLinear):
+        return _plain_linear(out.dense_weight(), out.bias)
+    replace(out)
+    return out.eval()
+
+
+_ONNX_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def export_onnx(
+    module: nn.Module, path: str | os.PathLike[str], n_features: int, dtype: str = "float32"
+) -> None:
+    """Write ``module`` (e.g. from :func:`export_compact`) as an ONNX model, atomically.
+
+    The graph takes one input ``x`` of shape ``(batch, n_features)`` (any batch) and
+    ``dtype``, and returns ``y``; :class:`SparseLinear` layers are stored dense
+    (:func:`to_dense`). Needs the ``onnx`` and ``onnxscript`` packages (extra ``export``).
+
+    Parameters
+    ----------
+    module : nn.Module
+        Takes ``(batch, n_features)`` inputs.
+    path : str or path-like
+        Output file (``.onnx``).
+    n_features : int
+        Columns of ``x``.
+    dtype : {"float32", "float64"}, default "float32"
+        The input's element type (the module casts to its own inside).
+    """
+    if dtype not in _ONNX_DTYPES:
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
+        raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+    dense = to_dense(module).cpu()
+    example = torch.zeros(2, n_features, dtype=_ONNX_DTYPES[dtype])
+    batch = torch.export.Dim("batch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            dense,
+            (example,),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_shapes=({0: batch},),
+            dynamo=True,
+            verbose=False,
+        )
+    assert program is not None
+    atomic_write_bytes(path, program.model_proto.SerializeToString())
