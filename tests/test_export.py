@@ -7,12 +7,16 @@ import copy
 import io
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import NotFittedError
 
+from svbnn import SVBNNClassifier, SVBNNRegressor
 from svbnn.export import (
     InputSelect,
     SparseLinear,
@@ -200,3 +204,77 @@ def test_errors() -> None:
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match="dtype"):
             export_onnx(export_compact(_net())[0], "x.onnx", n_features=40, dtype="int8")
+
+
+# ------------------------------------------------------------------------ estimators
+def _noisy(X: np.ndarray, seed: int = 0) -> np.ndarray:
+    """``X`` standardised, with 10 added N(0, 1) noise columns."""
+    rng = np.random.default_rng(seed)
+    Z = (X - X.mean(0)) / np.where(X.std(0) > 0, X.std(0), 1.0)
+    return np.hstack([Z, rng.normal(size=(len(X), 10))])
+
+
+def _fit(est: Any, X: np.ndarray, y: np.ndarray) -> Any:
+    with warnings.catch_warnings():  # short fits: unconverged is not the point here
+        warnings.simplefilter("ignore")
+        return est.fit(X, y)
+
+
+def test_regressor_export_takes_raw_inputs_in_float64_and_float32(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 6)) * 3.0 + 5.0
+    y = 100.0 + 20.0 * X[:, 0] - 10.0 * X[:, 1] + rng.normal(size=200)
+    est = _fit(SVBNNRegressor(hidden_layer_sizes=(16,), max_iter=15, random_state=0), X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = est.export()
+    # The median model of the fitted network, mapped to y's units, on all columns.
+    x64 = torch.from_numpy(X)
+    want = _median(est.module_, x64.to(next(est.module_.parameters()).dtype))[:, 0]
+    want = want.double() * est._y_scale_ + est._y_mean_
+    out = module(x64)
+    assert out.shape == (200,)
+    tol = 1e-5 * float(want.abs().max())
+    torch.testing.assert_close(out.double(), want, rtol=0, atol=tol)
+    torch.testing.assert_close(module(x64.float()).double(), want, rtol=0, atol=tol)
+    # Close to the posterior mean in y's units (a short fit: loose).
+    assert float(np.sqrt(np.mean((out.numpy() - est.predict(X)) ** 2))) < 0.5 * np.std(y)
+    with pytest.raises(ValueError, match="columns"):
+        module(x64[:, :5])
+    path = tmp_path / "reg.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.export_onnx(path)
+    got = ort.InferenceSession(str(path)).run(None, {"x": X})[0]
+    np.testing.assert_allclose(got, out.numpy(), rtol=0, atol=1e-5 * float(np.abs(got).max()))
+
+
+def test_classifier_export_onnx_agrees_with_predict_proba(tmp_path: Path) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = _noisy(X)
+    rng = np.random.default_rng(1)
+    test = rng.permutation(len(X))[:150]
+    train = np.setdiff1d(np.arange(len(X)), test)
+    est = _fit(
+        SVBNNClassifier(hidden_layer_sizes=(16,), max_iter=150, random_state=0),
+        X[train],
+        y[train],
+    )
+    with warnings.catch_warnings():  # unresolved gates after a short fit
+        warnings.simplefilter("ignore")
+        module = est.export()
+        path = tmp_path / "clf.onnx"
+        est.export_onnx(path, dtype="float32")
+    sess = ort.InferenceSession(str(path))
+    proba = sess.run(None, {"x": X[test].astype(np.float32)})[0]
+    np.testing.assert_allclose(proba, module(torch.from_numpy(X[test])).numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-5)
+    agree = np.mean(est.classes_[proba.argmax(1)] == est.predict(X[test]))
+    assert agree >= 0.99
+    with pytest.raises(ValueError, match="dtype"):
+        est.export_onnx(tmp_path / "bad.onnx", dtype="float16")
+
+
+def test_export_before_fit_raises() -> None:
+    with pytest.raises(NotFittedError):
+        SVBNNClassifier().export()

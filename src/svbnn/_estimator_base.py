@@ -188,6 +188,10 @@ class _VariationalEstimator(BaseEstimator, ABC):
         """``module`` with outputs in the units of ``y`` (a regressor rescales)."""
         return module
 
+    def _export_head(self) -> list[nn.Module]:
+        """The layers an exported network ends with (the task's; none here)."""
+        return []
+
     # -- helpers -------------------------------------------------------------------------
     def _check_params(self) -> None:
         """Validate every hyperparameter; sets nothing, so a refusal leaves ``self`` as it was."""

@@ -15,6 +15,7 @@ estimators (:mod:`svbnn.baselines`) are other families on the same pieces.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ from ._estimator_tasks import (
     _Classification,
     _Regression,
 )
+from .export import export_compact, export_onnx
 from .nn.base import Sampler
 from .nn.spike_slab import SpikeSlabMLP
 from .priors import mlp_log_lambda_opt, resolve_log_inclusion
@@ -210,6 +212,11 @@ class _SpikeSlabFamily(_VariationalEstimator):
             Sizes of the exported model.
         """
         check_is_fitted(self, "module_")
+        self._warn_if_unresolved()
+        module, report = export_sparse(self.module_, storage=storage)
+        return self._in_user_units(module), report
+
+    def _warn_if_unresolved(self) -> None:
         unresolved = float(unresolved_fraction(self.module_))
         if unresolved > _UNRESOLVED_EXPORT:
             warnings.warn(
@@ -217,10 +224,55 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 "the exported median model may predict unlike the posterior. Fit longer "
                 "(see converged_ and history_.unresolved).",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        module, report = export_sparse(self.module_, storage=storage)
-        return self._in_user_units(module), report
+
+    def export(self, storage: str = "auto") -> nn.Sequential:
+        """The median model, compacted, as a standard module on the estimator's inputs.
+
+        The module takes what ``predict`` takes, as a tensor: ``X`` of shape
+        ``(n, n_features_in_)`` with every column, float32 or float64 (cast inside); it
+        keeps the selected columns itself (:func:`svbnn.export.export_compact`: the
+        inputs and units that cannot change the output are gone). It returns a
+        regressor's predictions in ``y``'s units, ``(n,)``, or a classifier's class
+        probabilities ``(n, n_classes)`` (columns in ``classes_`` order). These are the
+        median model's (edges with ``phi > 0.5``, weights ``mu``), not the posterior mean
+        ``predict`` averages over draws; how far apart they are is measured in the user
+        guide ("Exporting a fitted model"). Warns (``UserWarning``) when more than 1% of
+        the gates are unresolved.
+
+        Parameters
+        ----------
+        storage : {"auto", "dense", "sparse"}, default "auto"
+            Per layer ``nn.Linear`` or CSR (:func:`svbnn.export.sparse_is_faster`).
+
+        Returns
+        -------
+        torch.nn.Sequential
+            In eval mode, no gradients; ``torch.jit.script`` accepts it, ``torch.export``
+            and ONNX take :func:`svbnn.export.to_dense` of it (as :meth:`export_onnx`).
+        """
+        check_is_fitted(self, "module_")
+        self._warn_if_unresolved()
+        module, _ = export_compact(self.module_, storage=storage)
+        return nn.Sequential(*module, *self._export_head()).eval()
+
+    def export_onnx(self, path: str | os.PathLike[str], dtype: str = "float64") -> None:
+        """Write :meth:`export`'s module as an ONNX model (needs the ``export`` extra).
+
+        The graph's input ``x`` is ``(batch, n_features_in_)`` of ``dtype`` (all columns,
+        as ``predict`` takes them), its output ``y`` :meth:`export`'s. Run it with
+        onnxruntime: ``InferenceSession(path).run(None, {"x": X})[0]``.
+
+        Parameters
+        ----------
+        path : str or path-like
+            Output file, written atomically.
+        dtype : {"float64", "float32"}, default "float64"
+            Element type of the input ``x``.
+        """
+        module = self.export()
+        export_onnx(module, path, n_features=int(self.n_features_in_), dtype=dtype)
 
 
 _FILL = dict(

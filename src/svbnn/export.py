@@ -162,6 +162,10 @@ class InputSelect(nn.Module):
         self.register_buffer("like", torch.empty(0, dtype=like.dtype, device=like.device))
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.n_features:
+            raise ValueError(
+                f"x has {x.shape[-1]} columns; the network was fitted on {self.n_features}"
+            )
         return x.index_select(-1, self.index).to(self.like)
 
     def extra_repr(self) -> str:
