@@ -140,6 +140,7 @@ def test_constant_network_keeps_one_input() -> None:
 
 def test_storage_rule() -> None:
     assert sparse_is_faster(1000, 512, 784)  # 0.25% of a large layer
+    assert sparse_is_faster(20_000, 512, 784) and not sparse_is_faster(20_000, 512, 784, 1)
     assert not sparse_is_faster(100_000, 512, 784)  # 25%
     assert not sparse_is_faster(10, 30, 30)  # small: dense at any density
     model = _net(p=784, hidden=(512,), out=10, keep=0.01, dtype=torch.float32)
@@ -193,6 +194,8 @@ def test_torch_export_and_onnxruntime_agree(storage: str, tmp_path: Path) -> Non
 def test_errors() -> None:
     with pytest.raises(ValueError, match="storage"):
         export_compact(_net(), storage="csr")
+    with pytest.raises(ValueError, match="batch_size"):
+        export_compact(_net(), batch_size=0)
     with pytest.raises(ValueError, match="threshold"):
         export_compact(_net(), threshold=1.5)
     with pytest.raises(TypeError, match="SpikeSlabMLP"):

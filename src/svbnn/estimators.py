@@ -227,7 +227,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 stacklevel=3,
             )
 
-    def export(self, storage: str = "auto") -> nn.Sequential:
+    def export(self, storage: str = "auto", batch_size: int = 64) -> nn.Sequential:
         """The median model, compacted, as a standard module on the estimator's inputs.
 
         The module takes what ``predict`` takes, as a tensor: ``X`` of shape
@@ -245,6 +245,8 @@ class _SpikeSlabFamily(_VariationalEstimator):
         ----------
         storage : {"auto", "dense", "sparse"}, default "auto"
             Per layer ``nn.Linear`` or CSR (:func:`svbnn.export.sparse_is_faster`).
+        batch_size : int, default 64
+            The batch size the module will mostly run at (chooses the storage).
 
         Returns
         -------
@@ -254,7 +256,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         """
         check_is_fitted(self, "module_")
         self._warn_if_unresolved()
-        module, _ = export_compact(self.module_, storage=storage)
+        module, _ = export_compact(self.module_, storage=storage, batch_size=batch_size)
         return nn.Sequential(*module, *self._export_head()).eval()
 
     def export_onnx(self, path: str | os.PathLike[str], dtype: str = "float64") -> None:

@@ -30,7 +30,9 @@ from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabMLP, _SpikeSlabLayer
 
 __all__ = [
     "SPARSE_DENSITY_BELOW",
+    "SPARSE_DENSITY_BELOW_SINGLE",
     "SPARSE_MIN_WEIGHTS",
+    "SPARSE_MIN_WEIGHTS_SINGLE",
     "ExportReport",
     "InputSelect",
     "OutputAffine",
@@ -43,27 +45,43 @@ __all__ = [
     "to_dense",
 ]
 
-SPARSE_DENSITY_BELOW = 0.05
-"""A linear layer is stored sparse when its density (kept weights / ``out * in``) is below
-this value and it has at least :data:`SPARSE_MIN_WEIGHTS` weights; measured crossover with
-one thread in ``docs/performance.md`` ("Exported networks: dense or sparse layers")."""
+SPARSE_DENSITY_BELOW = 0.10
+"""At batches of 16 rows and more, a linear layer is stored sparse when its density (kept
+weights / ``out * in``) is below this value and it has at least
+:data:`SPARSE_MIN_WEIGHTS` weights (see :func:`sparse_is_faster`)."""
 
 SPARSE_MIN_WEIGHTS = 65536
-"""Below ``out * in`` of this size a dense layer wins at every density (a CSR product costs
-a fixed ~10 microseconds per call, more than the whole small dense product at batch 1)."""
+"""Smallest ``out * in`` stored sparse at batches of 16 rows and more."""
+
+SPARSE_DENSITY_BELOW_SINGLE = 0.02
+"""At batches below 16 rows: the density below which a layer of at least
+:data:`SPARSE_MIN_WEIGHTS_SINGLE` weights is stored sparse."""
+
+SPARSE_MIN_WEIGHTS_SINGLE = 262144
+"""Smallest ``out * in`` stored sparse at batches below 16 rows."""
 
 
-def sparse_is_faster(n_nonzero: int, out_features: int, in_features: int) -> bool:
+def sparse_is_faster(
+    n_nonzero: int, out_features: int, in_features: int, batch_size: int = 64
+) -> bool:
     """The storage rule of :func:`export_compact`: CSR for a large, sparse layer.
 
-    A layer is stored sparse when ``n_nonzero / (out * in) < SPARSE_DENSITY_BELOW`` (5%)
-    and ``out * in >= SPARSE_MIN_WEIGHTS``; dense otherwise. With one thread, a CSR product
-    (``torch.addmm`` on a CSR matrix) beats the dense one at batch 1, 64 and 1000 below
-    about 5% density on a 512 x 784 layer, and at batch 64 and 1000 up to 10-20%; at batch
-    1 a small layer's dense product costs less than the CSR call's fixed cost at any
-    density.
+    With ``size = out * in`` and ``density = n_nonzero / size``: at ``batch_size >= 16``
+    a layer is stored sparse when ``density < 10%`` and ``size >= 65536`` (256 x 256);
+    at smaller batches when ``density < 2%`` and ``size >= 262144`` (512 x 512). Dense
+    otherwise.
+
+    The rule follows the crossover measured with one thread (``torch.addmm`` on a CSR
+    matrix against ``F.linear``; ``python -m benchmarks.export_latency --crossover``,
+    ``docs/performance.md``, "Exported networks: dense or sparse layers"): at batch 64
+    and 1000 CSR is faster below 10% density on layers of 256 x 256 and more (1.1-1.8x at
+    10%, 1.6-3.5x at 5%), and slower from 20%; at batch 1 CSR is faster only on layers of
+    512 x 512 and more below 2-5% density (a CSR call's fixed cost exceeds a small
+    layer's whole dense product at any density).
     """
     size = out_features * in_features
+    if batch_size < 16:
+        return size >= SPARSE_MIN_WEIGHTS_SINGLE and n_nonzero < SPARSE_DENSITY_BELOW_SINGLE * size
     return size >= SPARSE_MIN_WEIGHTS and n_nonzero < SPARSE_DENSITY_BELOW * size
 
 
@@ -393,17 +411,18 @@ def _compact_mlp(
     return inputs, Wc, Bc
 
 
-def _linear_layer(w: Tensor, b: Tensor, storage: str) -> tuple[nn.Module, str]:
+def _linear_layer(w: Tensor, b: Tensor, storage: str, batch_size: int) -> tuple[nn.Module, str]:
     nnz = int((w != 0).sum())
     if storage == "auto":
-        storage = "sparse" if sparse_is_faster(nnz, w.shape[0], w.shape[1]) else "dense"
+        fast = sparse_is_faster(nnz, w.shape[0], w.shape[1], batch_size)
+        storage = "sparse" if fast else "dense"
     if storage == "sparse":
         return SparseLinear(w, b), storage
     return _plain_linear(w, b), storage
 
 
 def export_compact(
-    model: nn.Module, threshold: float = 0.5, storage: str = "auto"
+    model: nn.Module, threshold: float = 0.5, storage: str = "auto", batch_size: int = 64
 ) -> tuple[nn.Sequential, ExportReport]:
     """The median model with only the units that can change its output: small and fast.
 
@@ -422,7 +441,9 @@ def export_compact(
         Gate threshold on ``phi``.
     storage : {"auto", "dense", "sparse"}, default "auto"
         Each compacted linear layer as ``nn.Linear`` or :class:`SparseLinear`; ``"auto"``
-        chooses per layer by :func:`sparse_is_faster`.
+        chooses per layer by :func:`sparse_is_faster` at ``batch_size``.
+    batch_size : int, default 64
+        The batch size the module will mostly run at (``"auto"`` storage only).
 
     Returns
     -------
@@ -440,13 +461,15 @@ def export_compact(
     if storage not in ("auto", "sparse", "dense"):
         raise ValueError(f"storage must be 'auto', 'sparse' or 'dense', got {storage!r}")
     _check_threshold(threshold)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if isinstance(model, SpikeSlabMLP):
-        return _export_compact_mlp(model, threshold, storage)
+        return _export_compact_mlp(model, threshold, storage, batch_size)
     raise TypeError(f"model must be a SpikeSlabMLP, got {type(model).__name__}")
 
 
 def _export_compact_mlp(
-    model: SpikeSlabMLP, threshold: float, storage: str
+    model: SpikeSlabMLP, threshold: float, storage: str, batch_size: int
 ) -> tuple[nn.Sequential, ExportReport]:
     layers = model.layers()
     medians = [_median(layer, threshold) for layer in layers]
@@ -462,7 +485,7 @@ def _export_compact_mlp(
     mods: list[nn.Module] = [InputSelect(inputs, model.in_features, weights[0].to(dtype))]
     shapes, nonzero, kinds = [], [], []
     for k, (w, b) in enumerate(zip(Wc, Bc, strict=True)):
-        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage)
+        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage, batch_size)
         mods.append(layer)
         if k < len(Wc) - 1:
             mods.append(activation_module(model.activation))
