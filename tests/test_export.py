@@ -281,3 +281,55 @@ def test_classifier_export_onnx_agrees_with_predict_proba(tmp_path: Path) -> Non
 def test_export_before_fit_raises() -> None:
     with pytest.raises(NotFittedError):
         SVBNNClassifier().export()
+
+
+def _cnn(padding2: int, seed: int = 0) -> torch.nn.Sequential:
+    """A small version of the paper's CNN, gates resolved at random (30% kept)."""
+    from svbnn.nn import SpikeSlabConv2d, SpikeSlabLinear
+
+    g = torch.Generator().manual_seed(seed)
+    kw = {"generator": g, "dtype": F64}
+    model = torch.nn.Sequential(
+        SpikeSlabConv2d(1, 6, 3, padding=1, **kw),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        SpikeSlabConv2d(6, 8, 3, padding=padding2, **kw),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        SpikeSlabLinear(8 * (4 + 2 * padding2 - 2) ** 2, 12, **kw),
+        torch.nn.ReLU(),
+        SpikeSlabLinear(12, 3, **kw),
+    )
+    for layer in model:
+        if hasattr(layer, "alpha"):
+            on = torch.rand(layer.alpha.shape, generator=g, dtype=F64) < 0.3
+            with torch.no_grad():
+                layer.alpha.copy_(torch.where(on, 3.0, -3.0))
+    conv1 = model[0]
+    with torch.no_grad():  # channels 0-1 dead: kernels off, biases on (constants)
+        conv1.alpha[:2, :9] = -3.0
+        conv1.alpha[:2, 9] = 3.0
+        conv1.mu[:2, 9] = torch.tensor([0.5, -0.5], dtype=F64)
+    return model
+
+
+@pytest.mark.parametrize("padding2", [0, 1])
+def test_conv_export_drops_dead_channels(padding2: int, tmp_path: Path) -> None:
+    model = _cnn(padding2)
+    x = torch.randn(5, 1, 8, 8, generator=torch.Generator().manual_seed(7), dtype=F64)
+    with forward_mode(model, "median"), torch.no_grad():
+        want = model(x)
+    module, report = export_compact(model)
+    torch.testing.assert_close(module(x), want, rtol=1e-12, atol=1e-12)
+    convs = [m for m in module if isinstance(m, torch.nn.Conv2d)]
+    assert convs[0].out_channels < 6 and convs[1].in_channels == convs[0].out_channels
+    # Channel 1 (constant relu(-0.5) = 0) is dropped in both cases; channel 0 (constant
+    # 0.5) only where the next convolution has no padding (folded into its bias).
+    assert convs[0].out_channels <= (4 if padding2 == 0 else 5)
+    assert bool((convs[0].weight != 0).flatten(1).any(dim=1).all()) or padding2 == 1
+    assert report.layer_shapes is not None
+    m32 = module.float()
+    path = tmp_path / "cnn.onnx"
+    torch.onnx.export(m32, (x.float(),), str(path), input_names=["x"], dynamo=True, verbose=False)
+    got = ort.InferenceSession(str(path)).run(None, {"x": x.float().numpy()})[0]
+    np.testing.assert_allclose(got, m32(x.float()).detach().numpy(), rtol=0, atol=1e-5)

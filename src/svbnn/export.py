@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from .checkpoint import atomic_write_bytes
 from .nn.base import activation_module
-from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabMLP, _SpikeSlabLayer
+from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP, _SpikeSlabLayer
 
 __all__ = [
     "SPARSE_DENSITY_BELOW",
@@ -433,10 +433,23 @@ def export_compact(
     added to that layer's biases) and every hidden unit with no kept path to an output.
     The outputs are the median model's up to floating-point rounding.
 
+    In a convolutional network each ``SpikeSlabConv2d`` becomes an ``nn.Conv2d`` without
+    its dead output channels: a channel whose kernel is all zero is the constant
+    ``activation(bias)``, added to the next layer's biases when that is exact (the next
+    convolution has no padding, or the next layer is the linear one after the flatten)
+    or dropped when the constant is 0; a channel with no nonzero weight into a kept
+    channel of the next layer is dropped too, and so are the matching input channels of
+    the next layer. The layers after the flatten are compacted as an MLP (the flattened
+    features that reach the output are selected by an ``InputSelect``).
+
     Parameters
     ----------
-    model : SpikeSlabMLP
-        A fitted, not replicated :class:`~svbnn.nn.SpikeSlabMLP`.
+    model : SpikeSlabMLP or nn.Sequential
+        A fitted, not replicated :class:`~svbnn.nn.SpikeSlabMLP`; or a convolutional
+        ``nn.Sequential``: :class:`~svbnn.nn.SpikeSlabConv2d` layers (``groups=1``) with
+        activations, ``nn.MaxPool2d`` or ``nn.Dropout`` between them, an ``nn.Flatten``,
+        then :class:`~svbnn.nn.SpikeSlabLinear` layers with one kind of activation
+        (the paper's CNN).
     threshold : float, default 0.5
         Gate threshold on ``phi``.
     storage : {"auto", "dense", "sparse"}, default "auto"
@@ -465,7 +478,14 @@ def export_compact(
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if isinstance(model, SpikeSlabMLP):
         return _export_compact_mlp(model, threshold, storage, batch_size)
-    raise TypeError(f"model must be a SpikeSlabMLP, got {type(model).__name__}")
+    if isinstance(model, nn.Sequential) and any(
+        isinstance(m, SpikeSlabConv2d) for m in model.children()
+    ):
+        return _export_compact_conv(model, threshold, storage, batch_size)
+    raise TypeError(
+        "model must be a SpikeSlabMLP or an nn.Sequential of SpikeSlabConv2d layers, "
+        f"got {type(model).__name__}"
+    )
 
 
 def _export_compact_mlp(
@@ -569,3 +589,145 @@ def export_onnx(
         )
     assert program is not None
     atomic_write_bytes(path, program.model_proto.SerializeToString())
+
+
+# -- convolutional networks -----------------------------------------------------------------
+_PASS_THROUGH = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Identity, nn.MaxPool2d, nn.Dropout)
+
+
+def _export_compact_conv(
+    model: nn.Sequential, threshold: float, storage: str, batch_size: int
+) -> tuple[nn.Sequential, ExportReport]:
+    """:func:`export_compact` of ``[conv, act, pool]* , Flatten, [linear, act]*``."""
+    children = list(model.children())
+    flat_at = next((i for i, m in enumerate(children) if isinstance(m, nn.Flatten)), None)
+    if flat_at is None:
+        raise TypeError("a convolutional model must have an nn.Flatten before its linear layers")
+    head, tail = children[:flat_at], children[flat_at + 1 :]
+    for m in head:
+        if not isinstance(m, (SpikeSlabConv2d, *_PASS_THROUGH)):
+            raise TypeError(f"cannot compact a convolutional model holding {type(m).__name__}")
+        if isinstance(m, SpikeSlabConv2d) and m.groups != 1:
+            raise ValueError("cannot compact a grouped convolution (groups > 1)")
+    lins = [m for m in tail if isinstance(m, SpikeSlabLinear)]
+    acts = [m for m in tail if not isinstance(m, SpikeSlabLinear)]
+    if not lins or not all(
+        isinstance(m, (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Identity)) for m in acts
+    ):
+        raise TypeError("after nn.Flatten: SpikeSlabLinear layers and activations only")
+    convs = [m for m in head if isinstance(m, SpikeSlabConv2d)]
+    med = [_median(c, threshold) for c in convs]
+    W = [
+        w.reshape(c.kernel_shape).double().clone() for c, (w, _, _) in zip(convs, med, strict=True)
+    ]
+    B = [
+        torch.zeros(w.shape[0], dtype=torch.float64, device=w.device) if b is None else b.double()
+        for w, b, _ in med
+    ]
+    lw, lb, _ = _median(lins[0], threshold)
+    W1 = lw.double().clone()
+    B1 = (torch.zeros(W1.shape[0], dtype=torch.float64) if lb is None else lb.double()).to(W1)
+    per = W1.shape[1] // W[-1].shape[0]  # flattened features per channel of the last conv
+
+    def act_after(conv: SpikeSlabConv2d) -> nn.Module:
+        i = head.index(conv)
+        nxt = head[i + 1] if i + 1 < len(head) else None
+        return nxt if isinstance(nxt, (nn.ReLU, nn.Tanh, nn.Sigmoid)) else nn.Identity()
+
+    # Forward: a channel with an all-zero kernel is the constant activation(bias); fold it
+    # into the next layer's bias where that is exact (a convolution without padding, or
+    # the linear layer after the flatten), then zero its outgoing weights.
+    for k, conv in enumerate(convs):
+        dead = ~(W[k] != 0).flatten(1).any(dim=1)
+        const = act_after(conv)(B[k])
+        for j in torch.nonzero(dead).flatten().tolist():
+            c = float(const[j])
+            if k + 1 < len(convs):
+                pad = convs[k + 1].padding
+                no_pad = pad in (0, (0, 0)) or pad == "valid"
+                if no_pad:
+                    B[k + 1] += W[k + 1][:, j].sum(dim=(1, 2)) * c
+                if no_pad or c == 0.0:
+                    W[k + 1][:, j] = 0.0
+            else:
+                span = slice(j * per, (j + 1) * per)
+                B1 += W1[:, span].sum(dim=1) * c
+                W1[:, span] = 0.0
+    # Backward: keep the channels with a nonzero outgoing weight into a kept channel.
+    keep_cols = (W1 != 0).any(dim=0)
+    keeps: list[Tensor] = [keep_cols.reshape(-1, per).any(dim=1)]
+    for k in range(len(convs) - 1, 0, -1):
+        nxt = W[k][keeps[0]]
+        keeps.insert(0, (nxt != 0).flatten(2).any(dim=2).any(dim=0))
+    new_head: list[nn.Module] = []
+    ci = 0
+    shapes: list[tuple[int, int]] = []
+    nonzero: list[int] = []
+    kinds: list[str] = []
+    prev_keep: Tensor | None = None
+    dtype = med[0][0].dtype
+    for m in head:
+        if not isinstance(m, SpikeSlabConv2d):
+            new_head.append(copy.deepcopy(m))
+            continue
+        keep = keeps[ci]
+        if not bool(keep.any()):
+            keep = keep.clone()
+            keep[0] = True  # a constant network: one channel, zero weights
+            W[ci][0] = 0.0
+            B[ci][0] = 0.0
+        w = W[ci][keep] if prev_keep is None else W[ci][keep][:, prev_keep]
+        plain = nn.Conv2d(
+            w.shape[1],
+            w.shape[0],
+            m.kernel_size,
+            m.stride,
+            m.padding,
+            m.dilation,
+            bias=True,
+        ).to(device=w.device, dtype=dtype)
+        with torch.no_grad():
+            plain.weight.copy_(w)
+            assert plain.bias is not None
+            plain.bias.copy_(B[ci][keep])
+        plain.requires_grad_(False)
+        new_head.append(plain)
+        shapes.append((int(w.shape[0]), int(w.shape[1])))
+        nonzero.append(int((w != 0).sum()))
+        kinds.append("dense")
+        prev_keep = keep
+        ci += 1
+    assert prev_keep is not None
+    cols = prev_keep.repeat_interleave(per)
+    # The linear tail on the kept channels' features, compacted as an MLP.
+    tail_w = [W1[:, cols]] + [_median(lin, threshold)[0].double() for lin in lins[1:]]
+    tail_b = [B1] + [
+        torch.zeros(lin.out_features, dtype=torch.float64, device=W1.device)
+        if (b := _median(lin, threshold)[1]) is None
+        else b.double()
+        for lin in lins[1:]
+    ]
+    act = acts[0] if acts else nn.Identity()
+    inputs, Wc, Bc = _compact_mlp(tail_w, tail_b, act)
+    like = torch.empty(0, dtype=dtype, device=W1.device)
+    mods: list[nn.Module] = [*new_head, nn.Flatten(), InputSelect(inputs, int(cols.sum()), like)]
+    for k, (w, b) in enumerate(zip(Wc, Bc, strict=True)):
+        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage, batch_size)
+        mods.append(layer)
+        if k < len(Wc) - 1:
+            mods.append(copy.deepcopy(act))
+        shapes.append((int(w.shape[0]), int(w.shape[1])))
+        nonzero.append(int((w != 0).sum()))
+        kinds.append(kind)
+    out = nn.Sequential(*mods).eval()
+    layers = [*convs, *lins]
+    report = ExportReport(
+        n_nonzero=sum(_median(m, threshold)[2] for m in layers),
+        n_total=sum(m.n_params() for m in layers),
+        size_bytes=module_size_bytes(out),
+        layer_shapes=shapes,
+        layer_nonzero=nonzero,
+        layer_storage=kinds,
+        kept_inputs=[int(i) for i in inputs],
+    )
+    return out, report
