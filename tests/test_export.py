@@ -333,3 +333,25 @@ def test_conv_export_drops_dead_channels(padding2: int, tmp_path: Path) -> None:
     torch.onnx.export(m32, (x.float(),), str(path), input_names=["x"], dynamo=True, verbose=False)
     got = ort.InferenceSession(str(path)).run(None, {"x": x.float().numpy()})[0]
     np.testing.assert_allclose(got, m32(x.float()).detach().numpy(), rtol=0, atol=1e-5)
+
+
+def test_predictive_export_is_predict(tmp_path: Path) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = _noisy(X)[:200]
+    y = y[:200]
+    clf = _fit(SVBNNClassifier(hidden_layer_sizes=(8,), max_iter=10, random_state=0), X, y)
+    module = clf.export_predictive(n_samples=7)
+    got = module(torch.from_numpy(X)).numpy()
+    np.testing.assert_allclose(got, clf.predict_proba(X, n_samples=7), rtol=0, atol=1e-12)
+    path = tmp_path / "pred.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.export_onnx(path, predictive=True)
+    onnx_out = ort.InferenceSession(str(path)).run(None, {"x": X})[0]
+    np.testing.assert_allclose(onnx_out, clf.predict_proba(X), rtol=0, atol=1e-5)
+    reg = _fit(SVBNNRegressor(hidden_layer_sizes=(8,), max_iter=10, random_state=0), X, 5 * y + 2)
+    X32 = X.astype(np.float32)
+    out = reg.export_predictive()(torch.from_numpy(X32)).numpy()
+    np.testing.assert_allclose(out, reg.predict(X32), rtol=0, atol=1e-9)
+    with pytest.raises(ValueError, match="n_samples"):
+        reg.export_predictive(n_samples=0)

@@ -192,6 +192,10 @@ class _VariationalEstimator(BaseEstimator, ABC):
         """The layers an exported network ends with (the task's; none here)."""
         return []
 
+    def _predictive_head(self) -> list[nn.Module]:
+        """The layers after an exported batch of draws ``(K, n, out)`` (the task's)."""
+        return []
+
     # -- helpers -------------------------------------------------------------------------
     def _check_params(self) -> None:
         """Validate every hyperparameter; sets nothing, so a refusal leaves ``self`` as it was."""

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 from sklearn.utils.validation import check_is_fitted
-from torch import nn
+from torch import Tensor, nn
 
 from ._estimator_base import (
     _COMMON_ATTRIBUTES,
@@ -48,9 +48,10 @@ from ._estimator_tasks import (
     _Classification,
     _Regression,
 )
-from .export import export_compact, export_onnx
-from .nn.base import Sampler
+from .export import export_compact, export_draws, export_onnx
+from .nn.base import Sampler, forward_mode, frozen_sample
 from .nn.spike_slab import SpikeSlabMLP
+from .prediction import _evaluation
 from .priors import mlp_log_lambda_opt, resolve_log_inclusion
 from .selection import (
     ExportReport,
@@ -259,7 +260,33 @@ class _SpikeSlabFamily(_VariationalEstimator):
         module, _ = export_compact(self.module_, storage=storage, batch_size=batch_size)
         return nn.Sequential(*module, *self._export_head()).eval()
 
-    def export_onnx(self, path: str | os.PathLike[str], dtype: str = "float64") -> None:
+    def export_predictive(self, n_samples: int | None = None) -> nn.Sequential:
+        """``predict``'s posterior draws as one standard module: the posterior mean.
+
+        The module holds the ``n_samples`` (default ``n_samples_predict``) weight draws
+        ``predict`` / ``predict_proba`` use, batched (:func:`svbnn.export.export_draws`),
+        in float64, and averages over them as they do: a regressor's posterior mean in
+        ``y``'s units ``(n,)``, a classifier's predictive probabilities
+        ``(n, n_classes)``. It returns their values up to floating-point rounding, on
+        the same inputs as :meth:`export`, at the cost of ``n_samples`` dense networks
+        (the inputs no draw uses are dropped).
+        """
+        check_is_fitted(self, "module_")
+        H = self._draws(n_samples)
+        model = self._module64()
+        assert isinstance(model, SpikeSlabMLP)
+        draws: list[list[tuple[Tensor, Tensor | None]]] = []
+        # The draws predict makes: the same generator, consumed in the same order.
+        with _evaluation(model, self._predict_generator()), forward_mode(model, "sample"):
+            for _ in range(H):
+                with frozen_sample(model):
+                    draws.append([_frozen_weights(layer) for layer in model.layers()])
+        body = export_draws(draws, self.activation, int(self.n_features_in_))
+        return nn.Sequential(*body, *self._predictive_head()).eval()
+
+    def export_onnx(
+        self, path: str | os.PathLike[str], dtype: str = "float64", predictive: bool = False
+    ) -> None:
         """Write :meth:`export`'s module as an ONNX model (needs the ``export`` extra).
 
         The graph's input ``x`` is ``(batch, n_features_in_)`` of ``dtype`` (all columns,
@@ -272,9 +299,20 @@ class _SpikeSlabFamily(_VariationalEstimator):
             Output file, written atomically.
         dtype : {"float64", "float32"}, default "float64"
             Element type of the input ``x``.
+        predictive : bool, default False
+            Write :meth:`export_predictive`'s module (``predict``'s posterior mean)
+            instead of the median model.
         """
-        module = self.export()
+        module = self.export_predictive() if predictive else self.export()
         export_onnx(module, path, n_features=int(self.n_features_in_), dtype=dtype)
+
+
+def _frozen_weights(layer: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """The weights a layer holds under :func:`~svbnn.nn.frozen_sample`."""
+    frozen: tuple[Tensor, Tensor | None] | None = layer.__dict__.get("_frozen")
+    if frozen is None:
+        raise RuntimeError("no frozen sample on the layer")
+    return frozen
 
 
 _FILL = dict(

@@ -33,11 +33,15 @@ __all__ = [
     "SPARSE_DENSITY_BELOW_SINGLE",
     "SPARSE_MIN_WEIGHTS",
     "SPARSE_MIN_WEIGHTS_SINGLE",
+    "DrawLinear",
+    "ExpandDraws",
     "ExportReport",
     "InputSelect",
+    "MeanDraws",
     "OutputAffine",
     "SparseLinear",
     "export_compact",
+    "export_draws",
     "export_onnx",
     "export_sparse",
     "module_size_bytes",
@@ -731,3 +735,97 @@ def _export_compact_conv(
         kept_inputs=[int(i) for i in inputs],
     )
     return out, report
+
+
+# -- the predictive distribution: K posterior draws as one module ---------------------------
+class DrawLinear(nn.Module):
+    """``K`` linear layers applied to ``K`` stacks of rows: ``bias + x @ weight``.
+
+    ``weight`` ``(K, in, out)`` (transposed), ``bias`` ``(K, 1, out)``. Shapes:
+    ``(K, n, in) -> (K, n, out)``.
+    """
+
+    weight: Tensor
+    bias: Tensor
+
+    def __init__(self, weights: Tensor, biases: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight", weights.detach().transpose(1, 2).contiguous())
+        self.register_buffer("bias", biases.detach().unsqueeze(1).clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class ExpandDraws(nn.Module):
+    """``(n, p) -> (K, n, p)``: the same rows for each of ``K`` draws (a view)."""
+
+    def __init__(self, n_draws: int) -> None:
+        super().__init__()
+        self.n_draws = int(n_draws)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.unsqueeze(0).expand(self.n_draws, x.shape[0], x.shape[1])
+
+
+class MeanDraws(nn.Module):
+    """``(K, n, ...) -> (n, ...)``: the average over the draws."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.mean(dim=0)
+
+
+def _bias_or_zeros(b: Tensor | None, w: Tensor) -> Tensor:
+    return w.new_zeros(w.shape[1]) if b is None else b
+
+
+def export_draws(
+    draws: list[list[tuple[Tensor, Tensor | None]]],
+    activation: str,
+    n_features: int,
+    dtype: torch.dtype | None = None,
+) -> nn.Sequential:
+    """``K`` posterior draws of an MLP as one batched module, ``(n, p) -> (K, n, out)``.
+
+    Parameters
+    ----------
+    draws : list of K lists of ``(weight (out, in), bias (out,) or None)``
+        Each draw's layers, input to output (e.g. recorded under
+        :func:`~svbnn.nn.frozen_sample`).
+    activation : str
+        The hidden activation.
+    n_features : int
+        Columns of the inputs; those without a nonzero first-layer weight in any draw are
+        dropped (an ``InputSelect`` first).
+    dtype : torch.dtype, optional
+        The module's dtype (default the draws').
+
+    Returns
+    -------
+    nn.Sequential
+        ``InputSelect``, ``ExpandDraws``, then ``DrawLinear`` layers with the activation
+        between them. Cost: ``K`` times a dense network of the draws' sizes (less the
+        dropped inputs).
+    """
+    if not draws:
+        raise ValueError("draws must hold at least one posterior draw")
+    n_layers = len(draws[0])
+    stacked = []
+    for k in range(n_layers):
+        w = torch.stack([d[k][0] for d in draws])
+        b = torch.stack([_bias_or_zeros(d[k][1], w) for d in draws])
+        stacked.append((w, b))
+    dt = stacked[0][0].dtype if dtype is None else dtype
+    used = (stacked[0][0] != 0).any(dim=0).any(dim=0)
+    if not bool(used.any()):
+        used[0] = True
+    inputs = torch.nonzero(used).flatten()
+    like = torch.empty(0, dtype=dt, device=stacked[0][0].device)
+    mods: list[nn.Module] = [InputSelect(inputs, n_features, like), ExpandDraws(len(draws))]
+    for k, (w, b) in enumerate(stacked):
+        if k == 0:
+            w = w[:, :, used]
+        mods.append(DrawLinear(w.to(dt), b.to(dt)))
+        if k < n_layers - 1:
+            mods.append(activation_module(activation))
+    return nn.Sequential(*mods).eval()
