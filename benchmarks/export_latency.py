@@ -271,6 +271,11 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
             info["torch_export"] = "ok"
         except Exception as err:  # noqa: BLE001 - recorded, not raised
             info["torch_export"] = f"failed: {type(err).__name__}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pred_module = est.export_predictive()
+            est.export_onnx(tmp / f"{name}-pred.onnx", predictive=True)
+        pred_onnx = ort.InferenceSession(str(tmp / f"{name}-pred.onnx")).run(None, {"x": Xte})[0]
         out = ort.InferenceSession(str(path)).run(None, {"x": Xte})[0]
         with torch.inference_mode():
             mod_out = module(xt).numpy()
@@ -284,6 +289,10 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
             info["accuracy_predict"] = float(np.mean(est.classes_[proba.argmax(1)] == yte))
             info["accuracy_export"] = float(np.mean(est.classes_[out.argmax(1)] == yte))
             info["max_abs_proba_diff"] = float(np.abs(out - proba).max())
+            info["predictive_class_agreement"] = float(
+                np.mean(pred_onnx.argmax(1) == proba.argmax(1))
+            )
+            info["predictive_max_abs_diff"] = float(np.abs(pred_onnx - proba).max())
         else:
             pred = est.predict(Xte)
             sd = float(np.std(ytr))
@@ -293,6 +302,7 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
             info["max_abs_export_vs_predict_over_sd_y"] = float(np.abs(out - pred).max() / sd)
             info["rmse_predict_over_sd_y"] = float(np.sqrt(np.mean((pred - yte) ** 2)) / sd)
             info["rmse_export_over_sd_y"] = float(np.sqrt(np.mean((out - yte) ** 2)) / sd)
+            info["predictive_max_abs_diff_over_sd_y"] = float(np.abs(pred_onnx - pred).max() / sd)
         dense = dense_median(est.module_)
         head = est._export_head()
         dense_full = nn.Sequential(*dense, *head).eval()
@@ -315,6 +325,20 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
             warnings.simplefilter("ignore")
             exports = {b: est.export(batch_size=b) for b in BATCHES}
         rows += latency_rows(name, dense_full, exports, X.shape[1], rounds, tmp, macs)
+        # The predictive export (n_samples_predict draws, float64) against the dense median
+        # model, PyTorch, at batch 1 and 1000.
+        for batch in (1, 1000):
+            xb = torch.from_numpy(Xte[np.arange(batch) % len(Xte)].astype(np.float32))
+
+            def fwd(m: nn.Module, x: torch.Tensor = xb) -> None:
+                with torch.inference_mode():
+                    m(x)
+
+            tt = time_pair(
+                {"dense": lambda d=dense_full: fwd(d), "pred": lambda m=pred_module: fwd(m)}, rounds
+            )
+            info[f"predictive_ms_batch{batch}"] = tt["pred"].median * 1e3
+            info[f"dense_ms_batch{batch}"] = tt["dense"].median * 1e3
         infos.append(info)
     return {"info": infos, "rows": rows}
 
