@@ -252,8 +252,9 @@ class _SpikeSlabFamily(_VariationalEstimator):
         Returns
         -------
         torch.nn.Sequential
-            In eval mode, no gradients; ``torch.jit.script`` accepts it, ``torch.export``
-            and ONNX take :func:`svbnn.export.to_dense` of it (as :meth:`export_onnx`).
+            In eval mode, no gradients; ``torch.jit.script`` and ``torch.export`` (at a
+            fixed batch size when a layer is sparse) accept it; for a dynamic batch and
+            ONNX use :func:`svbnn.export.to_dense` of it (as :meth:`export_onnx` does).
         """
         check_is_fitted(self, "module_")
         self._warn_if_unresolved()

@@ -1,6 +1,6 @@
 """Export of a fitted spike-and-slab network: the median model as a plain PyTorch module.
 
-Two exports:
+Three exports:
 
 * :func:`export_compact` (the deployment export): the median model of a
   :class:`~svbnn.nn.SpikeSlabMLP` (or a convolutional ``nn.Sequential``) with every unit
@@ -8,8 +8,10 @@ Two exports:
   the next layer's bias. The result holds only ``torch.nn`` modules and plain tensor ops,
   each linear layer stored dense (``nn.Linear``) or sparse (:class:`SparseLinear`, a CSR
   matrix product), whichever runs faster at its density (see :func:`sparse_is_faster`).
-  :func:`to_dense` turns the sparse layers into ``nn.Linear`` for ``torch.export`` and
-  ONNX.
+  :func:`to_dense` turns the sparse layers into ``nn.Linear`` for ``torch.export`` at a
+  dynamic batch size and for ONNX (:func:`export_onnx`).
+* :func:`export_draws`: posterior weight draws batched as one module (the posterior mean
+  ``predict`` computes; the estimators' ``export_predictive``).
 * :func:`export_sparse`: every spike-and-slab layer of any model replaced by its median
   model in place, at the original sizes (zeroed weights kept in the shapes).
 """
@@ -468,8 +470,8 @@ def export_compact(
         ``InputSelect`` (the kept columns of ``x``, cast to the network's dtype), then
         ``nn.Linear`` / :class:`SparseLinear` layers with the activation between them, in
         eval mode, no gradients. Shapes: ``(m, p) -> (m, out)`` for any floating ``x``.
-        ``torch.jit.script`` accepts it; ``torch.export`` and ONNX take
-        :func:`to_dense` of it.
+        ``torch.jit.script`` and ``torch.export`` (at a fixed batch size when a layer is
+        sparse) accept it; for a dynamic batch and ONNX use :func:`to_dense` of it.
     report : ExportReport
         Counts (``n_nonzero``, ``n_total``: the median model's and the model's
         parameters), size on disk and, per compacted layer, its shape, nonzero weights
