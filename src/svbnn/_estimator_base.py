@@ -233,6 +233,14 @@ class _VariationalEstimator(BaseEstimator, ABC):
         est: _S = load_estimator(path, device=device, expected=cls)
         return est
 
+    def _export_head(self) -> list[nn.Module]:
+        """The layers an exported network ends with (the task's; none here)."""
+        return []
+
+    def _predictive_head(self) -> list[nn.Module]:
+        """The layers after an exported batch of draws ``(K, n, out)`` (the task's)."""
+        return []
+
     # -- helpers -------------------------------------------------------------------------
     def _check_params(self) -> None:
         """Validate every hyperparameter; sets nothing, so a refusal leaves ``self`` as it was."""

@@ -34,6 +34,7 @@ from ._estimator_checks import (
     _SeedSource,
     _to_numpy,
 )
+from .export import MeanDraws, OutputAffine
 from .objectives import CategoricalLikelihood, GaussianLikelihood, PoissonLikelihood
 from .prediction import (
     credible_interval,
@@ -276,6 +277,14 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         )
         return self._to_user(lo), self._to_user(hi)
 
+    def _export_head(self) -> list[nn.Module]:
+        """The layers after an exported network: its output in ``y``'s units, ``(n,)``."""
+        return [OutputAffine(self._y_scale_, self._y_mean_)]
+
+    def _predictive_head(self) -> list[nn.Module]:
+        """After the batched draws: their mean, in ``y``'s units, ``(n,)``."""
+        return [MeanDraws(), OutputAffine(self._y_scale_, self._y_mean_)]
+
     def _in_user_units(self, module: nn.Module) -> nn.Module:
         if self._y_scale_ != 1.0 or self._y_mean_ != 0.0:
             return _OutputScale(module, self._y_scale_, self._y_mean_).eval()
@@ -349,6 +358,14 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 f"every class with equal probability ({uniform:.3g})"
             )
         return None
+
+    def _export_head(self) -> list[nn.Module]:
+        """The layers after an exported network: class probabilities, ``(n, C)``."""
+        return [nn.Softmax(dim=-1)]
+
+    def _predictive_head(self) -> list[nn.Module]:
+        """After the batched draws: the average of their softmax vectors, ``(n, C)``."""
+        return [nn.Softmax(dim=-1), MeanDraws()]
 
     def predict_proba(
         self, X: ArrayLike, n_samples: int | None = None

@@ -16,6 +16,7 @@ estimators (:mod:`svbnn.baselines`) are other families on the same pieces.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 from sklearn.utils.validation import check_is_fitted
-from torch import nn
+from torch import Tensor, nn
 
 from ._estimator_base import (
     _COMMON_ATTRIBUTES,
@@ -50,8 +51,10 @@ from ._estimator_tasks import (
     _PoissonRegression,
     _Regression,
 )
-from .nn.base import Sampler
+from .export import export_compact, export_draws, export_onnx
+from .nn.base import Sampler, forward_mode, frozen_sample
 from .nn.spike_slab import SpikeSlabMLP, check_temperature
+from .prediction import _evaluation
 from .priors import (
     LOG_INCLUSION_MIN,
     check_prior_variance,
@@ -228,6 +231,11 @@ class _SpikeSlabFamily(_VariationalEstimator):
             Sizes of the exported model.
         """
         check_is_fitted(self, "module_")
+        self._warn_if_unresolved()
+        module, report = export_sparse(self.module_, storage=storage)
+        return self._in_user_units(module), report
+
+    def _warn_if_unresolved(self) -> None:
         unresolved = float(unresolved_fraction(self.module_))
         if unresolved > _UNRESOLVED_EXPORT:
             warnings.warn(
@@ -235,10 +243,95 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 "the exported median model may predict unlike the posterior. Fit longer "
                 "(see converged_ and history_.unresolved).",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        module, report = export_sparse(self.module_, storage=storage)
-        return self._in_user_units(module), report
+
+    def export(self, storage: str = "auto", batch_size: int = 64) -> nn.Sequential:
+        """The median model, compacted, as a standard module on the estimator's inputs.
+
+        The module takes what ``predict`` takes, as a tensor: ``X`` of shape
+        ``(n, n_features_in_)`` with every column, float32 or float64 (cast inside); it
+        keeps the selected columns itself (:func:`svbnn.export.export_compact`: the
+        inputs and units that cannot change the output are gone). It returns a
+        regressor's predictions in ``y``'s units, ``(n,)``, or a classifier's class
+        probabilities ``(n, n_classes)`` (columns in ``classes_`` order). These are the
+        median model's (edges with ``phi > 0.5``, weights ``mu``), not the posterior mean
+        ``predict`` averages over draws; how far apart they are is measured in the user
+        guide ("Exporting a fitted model"). Warns (``UserWarning``) when more than 1% of
+        the gates are unresolved.
+
+        Parameters
+        ----------
+        storage : {"auto", "dense", "sparse"}, default "auto"
+            Per layer ``nn.Linear`` or CSR (:func:`svbnn.export.sparse_is_faster`).
+        batch_size : int, default 64
+            The batch size the module will mostly run at (chooses the storage).
+
+        Returns
+        -------
+        torch.nn.Sequential
+            In eval mode, no gradients; ``torch.jit.script`` and ``torch.export`` (at a
+            fixed batch size when a layer is sparse) accept it; for a dynamic batch and
+            ONNX use :func:`svbnn.export.to_dense` of it (as :meth:`export_onnx` does).
+        """
+        check_is_fitted(self, "module_")
+        self._warn_if_unresolved()
+        module, _ = export_compact(self.module_, storage=storage, batch_size=batch_size)
+        return nn.Sequential(*module, *self._export_head()).eval()
+
+    def export_predictive(self, n_samples: int | None = None) -> nn.Sequential:
+        """``predict``'s posterior draws as one standard module: the posterior mean.
+
+        The module holds the ``n_samples`` (default ``n_samples_predict``) weight draws
+        ``predict`` / ``predict_proba`` use, batched (:func:`svbnn.export.export_draws`),
+        in float64, and averages over them as they do: a regressor's posterior mean in
+        ``y``'s units ``(n,)``, a classifier's predictive probabilities
+        ``(n, n_classes)``. It returns their values up to floating-point rounding, on
+        the same inputs as :meth:`export`, at the cost of ``n_samples`` dense networks
+        (the inputs no draw uses are dropped).
+        """
+        check_is_fitted(self, "module_")
+        H = self._draws(n_samples)
+        model = self._module64()
+        assert isinstance(model, SpikeSlabMLP)
+        draws: list[list[tuple[Tensor, Tensor | None]]] = []
+        # The draws predict makes: the same generator, consumed in the same order.
+        with _evaluation(model, self._predict_generator()), forward_mode(model, "sample"):
+            for _ in range(H):
+                with frozen_sample(model):
+                    draws.append([_frozen_weights(layer) for layer in model.layers()])
+        body = export_draws(draws, self.activation, int(self.n_features_in_))
+        return nn.Sequential(*body, *self._predictive_head()).eval()
+
+    def export_onnx(
+        self, path: str | os.PathLike[str], dtype: str = "float64", predictive: bool = False
+    ) -> None:
+        """Write :meth:`export`'s module as an ONNX model (needs the ``export`` extra).
+
+        The graph's input ``x`` is ``(batch, n_features_in_)`` of ``dtype`` (all columns,
+        as ``predict`` takes them), its output ``y`` :meth:`export`'s. Run it with
+        onnxruntime: ``InferenceSession(path).run(None, {"x": X})[0]``.
+
+        Parameters
+        ----------
+        path : str or path-like
+            Output file, written atomically.
+        dtype : {"float64", "float32"}, default "float64"
+            Element type of the input ``x``.
+        predictive : bool, default False
+            Write :meth:`export_predictive`'s module (``predict``'s posterior mean)
+            instead of the median model.
+        """
+        module = self.export_predictive() if predictive else self.export()
+        export_onnx(module, path, n_features=int(self.n_features_in_), dtype=dtype)
+
+
+def _frozen_weights(layer: nn.Module) -> tuple[Tensor, Tensor | None]:
+    """The weights a layer holds under :func:`~svbnn.nn.frozen_sample`."""
+    frozen: tuple[Tensor, Tensor | None] | None = layer.__dict__.get("_frozen")
+    if frozen is None:
+        raise RuntimeError("no frozen sample on the layer")
+    return frozen
 
 
 _FILL = dict(

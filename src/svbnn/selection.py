@@ -1,21 +1,21 @@
-"""Posterior summaries of spike-and-slab networks: sparsity, variable selection, sparse export."""
+"""Posterior summaries of spike-and-slab networks: sparsity, variable selection.
+
+``export_sparse``, ``SparseLinear``, ``ExportReport`` and ``module_size_bytes`` live in
+:mod:`svbnn.export` and are re-exported here for existing callers.
+"""
 
 from __future__ import annotations
 
-import copy
-import io
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
+from .export import ExportReport, SparseLinear, export_sparse, module_size_bytes
 from .nn.base import GatedLayer, is_gated_layer
-from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear
+from .nn.spike_slab import SpikeSlabLinear
 
 __all__ = [
     "ExportReport",
@@ -161,196 +161,3 @@ def fpr_fnr(
     fpr = fp / n_irrelevant if n_irrelevant else 0.0
     fnr = fn / len(rel) if rel else 0.0
     return fpr, fnr
-
-
-class SparseLinear(nn.Module):
-    """Linear layer that stores only its nonzero weights (CSR, compact index types).
-
-    Storage per nonzero: the float value plus an int16 column index (int32 when the layer
-    has more than 32767 inputs); one int32 row pointer per output. The CSR matrix used by
-    ``forward`` is rebuilt once after loading.
-
-    Shapes: input ``(..., in)``, output ``(..., out)``.
-    """
-
-    values: Tensor
-    col_indices: Tensor
-    crow_indices: Tensor
-    bias: Tensor | None
-
-    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
-        super().__init__()
-        w = weight.detach()
-        self.in_features = int(w.shape[1])
-        self.out_features = int(w.shape[0])
-        with warnings.catch_warnings():
-            # torch flags sparse CSR as "beta"; the conversion itself is exact.
-            warnings.simplefilter("ignore", UserWarning)
-            csr = w.to_sparse_csr()
-        idx_dtype = torch.int16 if self.in_features <= torch.iinfo(torch.int16).max else torch.int32
-        self.register_buffer("values", csr.values().clone())
-        self.register_buffer("col_indices", csr.col_indices().to(idx_dtype))
-        self.register_buffer("crow_indices", csr.crow_indices().to(torch.int32))
-        self.register_buffer("bias", None if bias is None else bias.detach().clone())
-        self._csr: Tensor | None = None
-
-    def _matrix(self) -> Tensor:
-        if self._csr is None:
-            self._csr = torch.sparse_csr_tensor(
-                self.crow_indices.to(torch.int64),
-                self.col_indices.to(torch.int64),
-                self.values,
-                size=(self.out_features, self.in_features),
-                check_invariants=False,  # built from a valid CSR by construction
-            )
-        return self._csr
-
-    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        self._csr = None
-        super()._load_from_state_dict(*args, **kwargs)
-
-    def _apply(self, fn: Any, recurse: bool = True) -> SparseLinear:
-        # .to(device), .cuda(), .double() replace the buffers: the cached matrix, built
-        # from the old ones, would stay on the old device or dtype.
-        self._csr = None
-        return super()._apply(fn, recurse)
-
-    def nnz(self) -> int:
-        """Number of stored nonzero weights (biases not counted)."""
-        return int(self.values.numel())
-
-    def forward(self, x: Tensor) -> Tensor:
-        shape = x.shape
-        x2 = x.reshape(-1, self.in_features)
-        out = torch.sparse.mm(self._matrix(), x2.t()).t()
-        if self.bias is not None:
-            out = out + self.bias
-        return out.reshape(*shape[:-1], self.out_features)
-
-
-@dataclass
-class ExportReport:
-    """What :func:`export_sparse` produced."""
-
-    n_nonzero: int
-    n_total: int
-    size_bytes: int
-
-    @property
-    def density(self) -> float:
-        """Fraction of parameters kept."""
-        return self.n_nonzero / self.n_total
-
-
-def module_size_bytes(module: nn.Module) -> int:
-    """Size in bytes of ``torch.save(module.state_dict())``."""
-    buf = io.BytesIO()
-    torch.save(module.state_dict(), buf)
-    return buf.getbuffer().nbytes
-
-
-def _plain_conv(child: SpikeSlabConv2d, w: Tensor, b: Tensor | None, like: Tensor) -> nn.Conv2d:
-    """An ``nn.Conv2d`` of ``child``'s geometry with weights ``w`` and bias ``b``."""
-    conv = nn.Conv2d(
-        child.in_channels,
-        child.out_channels,
-        child.kernel_size,
-        child.stride,
-        child.padding,
-        child.dilation,
-        child.groups,
-        bias=b is not None,
-    ).to(like)
-    with torch.no_grad():
-        conv.weight.copy_(w.reshape(child.kernel_shape))
-        if b is not None and conv.bias is not None:
-            conv.bias.copy_(b)
-    return conv
-
-
-def _plain_linear(w: Tensor, b: Tensor | None, like: Tensor) -> nn.Linear:
-    """An ``nn.Linear`` with weights ``w`` ``(out, in)`` and bias ``b``."""
-    lin = nn.Linear(w.shape[1], w.shape[0], bias=b is not None).to(like)
-    with torch.no_grad():
-        lin.weight.copy_(w)
-        if b is not None and lin.bias is not None:
-            lin.bias.copy_(b)
-    return lin
-
-
-def _export_layer(child: GatedLayer, threshold: float, storage: str) -> tuple[nn.Module, int]:
-    """The median model of one spike-and-slab layer as a plain layer.
-
-    Parameters
-    ----------
-    child : spike-and-slab layer
-        Not replicated.
-    threshold : float
-        Edges with ``phi > threshold`` keep ``mu``; the others are zero.
-    storage : {"sparse", "dense"}
-        Linear layers as :class:`SparseLinear` or ``nn.Linear``.
-
-    Returns
-    -------
-    module : nn.Module
-    nnz : int
-        Kept parameters (weights and biases).
-    """
-    if child.n_replicates is not None:
-        raise ValueError("cannot export a replicated model")
-    with torch.no_grad():
-        keep = torch.sigmoid(child.alpha) > threshold
-    w, b = child.median_weights(threshold)
-    new: nn.Module
-    if isinstance(child, SpikeSlabConv2d):
-        new = _plain_conv(child, w, b, w)
-    elif storage == "sparse":
-        new = SparseLinear(w, b)
-    else:
-        new = _plain_linear(w, b, w)
-    return new, int(keep.sum())
-
-
-def export_sparse(
-    model: nn.Module, threshold: float = 0.5, storage: str = "sparse"
-) -> tuple[nn.Module, ExportReport]:
-    """Turn a fitted model into a plain PyTorch module: the selected network.
-
-    Every spike-and-slab layer is replaced by its median model: weights ``mu`` on edges
-    with ``phi > threshold``, zero elsewhere (biases alike). Linear layers become
-    :class:`SparseLinear` (``storage="sparse"``) or ``nn.Linear`` (``storage="dense"``);
-    convolutions become ``nn.Conv2d`` with zeroed kernels. Replicated models cannot be
-    exported (export one replicate's parameters instead).
-
-    Returns
-    -------
-    module : nn.Module
-        A deep copy of ``model`` with plain layers, in eval mode.
-    report : ExportReport
-        Nonzero and total parameter counts and the size on disk of the module.
-    """
-    if storage not in ("sparse", "dense"):
-        raise ValueError(f"storage must be 'sparse' or 'dense', got {storage!r}")
-    out = copy.deepcopy(model)
-    nnz = total = 0
-
-    def replace(parent: nn.Module) -> None:
-        nonlocal nnz, total
-        for name, child in parent.named_children():
-            if is_gated_layer(child):
-                new, kept = _export_layer(child, threshold, storage)
-                nnz += kept
-                total += child.n_params()
-                setattr(parent, name, new)
-            else:
-                replace(child)
-
-    replace(out)
-    for module in out.modules():
-        release = getattr(module, "_release_flat_storage", None)
-        if release is not None:
-            release()
-    out.eval()
-    for p in out.parameters():
-        p.requires_grad_(False)
-    return out, ExportReport(nnz, total, module_size_bytes(out))

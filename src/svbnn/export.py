@@ -1,0 +1,836 @@
+"""Export of a fitted spike-and-slab network: the median model as a plain PyTorch module.
+
+Three exports:
+
+* :func:`export_compact` (the deployment export): the median model of a
+  :class:`~svbnn.nn.SpikeSlabMLP` (or a convolutional ``nn.Sequential``) with every unit
+  that cannot change the output removed and what the removed units contribute folded into
+  the next layer's bias. The result holds only ``torch.nn`` modules and plain tensor ops,
+  each linear layer stored dense (``nn.Linear``) or sparse (:class:`SparseLinear`, a CSR
+  matrix product), whichever runs faster at its density (see :func:`sparse_is_faster`).
+  :func:`to_dense` turns the sparse layers into ``nn.Linear`` for ``torch.export`` at a
+  dynamic batch size and for ONNX (:func:`export_onnx`).
+* :func:`export_draws`: posterior weight draws batched as one module (the posterior mean
+  ``predict`` computes; the estimators' ``export_predictive``).
+* :func:`export_sparse`: every spike-and-slab layer of any model replaced by its median
+  model in place, at the original sizes (zeroed weights kept in the shapes).
+"""
+
+import copy
+import io
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .checkpoint import atomic_write_bytes
+from .nn.base import GatedLayer, activation_module, is_gated_layer
+from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP, _SpikeSlabLayer
+
+__all__ = [
+    "SPARSE_DENSITY_BELOW",
+    "SPARSE_DENSITY_BELOW_SINGLE",
+    "SPARSE_MIN_WEIGHTS",
+    "SPARSE_MIN_WEIGHTS_SINGLE",
+    "DrawLinear",
+    "ExpandDraws",
+    "ExportReport",
+    "InputSelect",
+    "MeanDraws",
+    "OutputAffine",
+    "SparseLinear",
+    "export_compact",
+    "export_draws",
+    "export_onnx",
+    "export_sparse",
+    "module_size_bytes",
+    "sparse_is_faster",
+    "to_dense",
+]
+
+SPARSE_DENSITY_BELOW = 0.10
+"""At batches of 16 rows and more, a linear layer is stored sparse when its density (kept
+weights / ``out * in``) is below this value and it has at least
+:data:`SPARSE_MIN_WEIGHTS` weights (see :func:`sparse_is_faster`)."""
+
+SPARSE_MIN_WEIGHTS = 65536
+"""Smallest ``out * in`` stored sparse at batches of 16 rows and more."""
+
+SPARSE_DENSITY_BELOW_SINGLE = 0.02
+"""At batches below 16 rows: the density below which a layer of at least
+:data:`SPARSE_MIN_WEIGHTS_SINGLE` weights is stored sparse."""
+
+SPARSE_MIN_WEIGHTS_SINGLE = 262144
+"""Smallest ``out * in`` stored sparse at batches below 16 rows."""
+
+
+def sparse_is_faster(
+    n_nonzero: int, out_features: int, in_features: int, batch_size: int = 64
+) -> bool:
+    """The storage rule of :func:`export_compact`: CSR for a large, sparse layer.
+
+    With ``size = out * in`` and ``density = n_nonzero / size``: at ``batch_size >= 16``
+    a layer is stored sparse when ``density < 10%`` and ``size >= 65536`` (256 x 256);
+    at smaller batches when ``density < 2%`` and ``size >= 262144`` (512 x 512). Dense
+    otherwise.
+
+    The rule follows the crossover measured with one thread (``torch.addmm`` on a CSR
+    matrix against ``F.linear``; ``python -m benchmarks.export_latency --crossover``,
+    ``docs/performance.md``, "Exported networks: dense or sparse layers"): at batch 64
+    and 1000 CSR is faster below 10% density on layers of 256 x 256 and more (1.1-1.8x at
+    10%, 1.6-3.5x at 5%), and slower from 20%; at batch 1 CSR is faster only on layers of
+    512 x 512 and more below 2-5% density (a CSR call's fixed cost exceeds a small
+    layer's whole dense product at any density).
+    """
+    size = out_features * in_features
+    if batch_size < 16:
+        return size >= SPARSE_MIN_WEIGHTS_SINGLE and n_nonzero < SPARSE_DENSITY_BELOW_SINGLE * size
+    return size >= SPARSE_MIN_WEIGHTS and n_nonzero < SPARSE_DENSITY_BELOW * size
+
+
+class SparseLinear(nn.Module):
+    """Linear layer that stores only its nonzero weights (CSR, compact index types).
+
+    Storage per nonzero in the state dict: the float value plus an int16 column index
+    (int32 when the layer has more than 32767 inputs); one int32 row pointer per output.
+    The CSR matrix of ``forward`` (``weight``, a non-persistent buffer, so it follows
+    ``.to()``) is rebuilt from them on loading. ``forward`` is one
+    ``torch.addmm(bias, W, x^T)`` and can be scripted (``torch.jit.script``); for
+    ``torch.export`` and ONNX convert it with :func:`to_dense`.
+
+    Shapes: input ``(..., in)``, output ``(..., out)``.
+    """
+
+    values: Tensor
+    col_indices: Tensor
+    crow_indices: Tensor
+    bias: Tensor
+    weight: Tensor
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        w = weight.detach()
+        self.in_features = int(w.shape[1])
+        self.out_features = int(w.shape[0])
+        self.has_bias = bias is not None
+        with warnings.catch_warnings():
+            # torch flags sparse CSR as "beta"; the conversion itself is exact.
+            warnings.simplefilter("ignore", UserWarning)
+            csr = w.to_sparse_csr()
+        idx_dtype = torch.int16 if self.in_features <= torch.iinfo(torch.int16).max else torch.int32
+        self.register_buffer("values", csr.values().clone())
+        self.register_buffer("col_indices", csr.col_indices().to(idx_dtype))
+        self.register_buffer("crow_indices", csr.crow_indices().to(torch.int32))
+        b = torch.zeros(self.out_features, dtype=w.dtype, device=w.device)
+        self.register_buffer("bias", b if bias is None else bias.detach().clone())
+        self.register_buffer("weight", self._matrix(), persistent=False)
+
+    def _matrix(self) -> Tensor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(
+                self.crow_indices.to(torch.int64),
+                self.col_indices.to(torch.int64),
+                self.values,
+                size=(self.out_features, self.in_features),
+                check_invariants=False,  # built from a valid CSR by construction
+            )
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self.weight = self._matrix()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "SparseLinear":
+        # A CSR tensor has no storage deepcopy can copy: copy the rest, rebuild it.
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        state = {k: v for k, v in self.__dict__.items() if k != "_buffers"}
+        new.__dict__.update(copy.deepcopy(state, memo))
+        buffers = {k: v for k, v in self._buffers.items() if k != "weight"}
+        new.__dict__["_buffers"] = copy.deepcopy(buffers, memo)
+        new._buffers["weight"] = new._matrix()
+        return new
+
+    def nnz(self) -> int:
+        """Number of stored nonzero weights (biases not counted)."""
+        return int(self.values.numel())
+
+    def dense_weight(self) -> Tensor:
+        """The weight matrix, ``(out, in)``, zeros included."""
+        return self.weight.to_dense()
+
+    def forward(self, x: Tensor) -> Tensor:
+        x2 = x.reshape(-1, self.in_features)
+        # (out, in) @ (in, m): the output comes back transposed, the next layer's x.t()
+        # is then contiguous again.
+        out = torch.addmm(self.bias.unsqueeze(1), self.weight, x2.t()).t()
+        return out.reshape(x.shape[:-1] + (self.out_features,))
+
+
+class InputSelect(nn.Module):
+    """The kept input columns, cast to the network's dtype: ``x[..., index]``.
+
+    Shapes: ``(..., p) -> (..., len(index))``; any floating dtype in, ``like``'s out.
+    """
+
+    index: Tensor
+    like: Tensor
+
+    def __init__(self, index: Tensor, n_features: int, like: Tensor) -> None:
+        super().__init__()
+        self.n_features = int(n_features)
+        self.register_buffer("index", index.to(torch.int64))
+        self.register_buffer("like", torch.empty(0, dtype=like.dtype, device=like.device))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.n_features:
+            raise ValueError(
+                f"x has {x.shape[-1]} columns; the network was fitted on {self.n_features}"
+            )
+        return x.index_select(-1, self.index).to(self.like)
+
+    def extra_repr(self) -> str:
+        return f"{self.index.numel()} of {self.n_features} inputs"
+
+
+class OutputAffine(nn.Module):
+    """``out[..., 0] * scale + shift``: a one-output network in the units of ``y``.
+
+    Shapes: ``(..., 1) -> (...)``.
+    """
+
+    def __init__(self, scale: float, shift: float) -> None:
+        super().__init__()
+        self.scale = float(scale)
+        self.shift = float(shift)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x[..., 0] * self.scale + self.shift
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:g}, shift={self.shift:g}"
+
+
+@dataclass
+class ExportReport:
+    """What :func:`export_sparse` or :func:`export_compact` produced.
+
+    ``n_nonzero``: kept parameters (weights and biases with ``phi > threshold``);
+    ``n_total``: the model's parameters; ``size_bytes``: ``torch.save`` of the module's
+    state dict. :func:`export_compact` also fills ``layer_shapes`` (``(out, in)`` of each
+    kept linear layer, or conv channels), ``layer_nonzero`` (nonzero weights each),
+    ``layer_storage`` (``"dense"`` or ``"sparse"``) and ``kept_inputs``.
+    """
+
+    n_nonzero: int
+    n_total: int
+    size_bytes: int
+    layer_shapes: list[tuple[int, int]] | None = None
+    layer_nonzero: list[int] | None = None
+    layer_storage: list[str] | None = None
+    kept_inputs: list[int] | None = None
+
+    @property
+    def density(self) -> float:
+        """Fraction of parameters kept."""
+        return self.n_nonzero / self.n_total
+
+    @property
+    def multiply_adds(self) -> int | None:
+        """Multiply-adds per row of the compacted linear layers (nonzero weights)."""
+        return None if self.layer_nonzero is None else sum(self.layer_nonzero)
+
+
+def module_size_bytes(module: nn.Module) -> int:
+    """Size in bytes of ``torch.save(module.state_dict())``."""
+    buf = io.BytesIO()
+    torch.save(module.state_dict(), buf)
+    return buf.getbuffer().nbytes
+
+
+# -- export_sparse: the median model at the original sizes ---------------------------------
+def _plain_conv(child: SpikeSlabConv2d, w: Tensor, b: Tensor | None, like: Tensor) -> nn.Conv2d:
+    """An ``nn.Conv2d`` of ``child``'s geometry with weights ``w`` and bias ``b``."""
+    conv = nn.Conv2d(
+        child.in_channels,
+        child.out_channels,
+        child.kernel_size,
+        child.stride,
+        child.padding,
+        child.dilation,
+        child.groups,
+        bias=b is not None,
+    ).to(like)
+    with torch.no_grad():
+        conv.weight.copy_(w.reshape(child.kernel_shape))
+        if b is not None and conv.bias is not None:
+            conv.bias.copy_(b)
+    return conv
+
+
+def _plain_linear(w: Tensor, b: Tensor | None) -> nn.Linear:
+    """An ``nn.Linear`` holding weights ``w`` ``(out, in)`` and bias ``b``."""
+    lin = nn.Linear(w.shape[1], w.shape[0], bias=b is not None).to(w)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+        if b is not None and lin.bias is not None:
+            lin.bias.copy_(b)
+    lin.requires_grad_(False)
+    return lin
+
+
+def _median(child: GatedLayer, threshold: float) -> tuple[Tensor, Tensor | None, int]:
+    """The median model of one gated layer: weights (a convolution's as ``(out, fan_in)``
+    rows), bias, kept count."""
+    if child.n_replicates is not None:
+        raise ValueError("cannot export a replicated model (export one replicate's parameters)")
+    with torch.no_grad():
+        keep = torch.sigmoid(child.alpha) > threshold
+        if isinstance(child, _SpikeSlabLayer):
+            w, b = child._split(child.mu * keep)
+        else:  # another gated family: its own median model
+            w, b = child.median_weights(threshold)
+    return w.detach(), None if b is None else b.detach(), int(keep.sum())
+
+
+def _export_layer(child: GatedLayer, threshold: float, storage: str) -> tuple[nn.Module, int]:
+    """The median model of one spike-and-slab layer as a plain layer at its size."""
+    w, b, kept = _median(child, threshold)
+    new: nn.Module
+    if isinstance(child, SpikeSlabConv2d):
+        new = _plain_conv(child, w, b, w)
+    elif storage == "sparse":
+        new = SparseLinear(w, b)
+    else:
+        new = _plain_linear(w, b)
+    return new, kept
+
+
+def _check_threshold(threshold: float) -> None:
+    if not 0.0 <= float(threshold) < 1.0:
+        raise ValueError(f"threshold must be in [0, 1), got {threshold!r}")
+
+
+def export_sparse(
+    model: nn.Module, threshold: float = 0.5, storage: str = "sparse"
+) -> tuple[nn.Module, ExportReport]:
+    """Turn a fitted model into a plain PyTorch module: the selected network.
+
+    Every spike-and-slab layer is replaced by its median model: weights ``mu`` on edges
+    with ``phi > threshold``, zero elsewhere (biases alike). Linear layers become
+    :class:`SparseLinear` (``storage="sparse"``) or ``nn.Linear`` (``storage="dense"``);
+    convolutions become ``nn.Conv2d`` with zeroed kernels. Replicated models cannot be
+    exported (export one replicate's parameters instead). Nothing is removed: for a
+    smaller, faster network use :func:`export_compact`.
+
+    Returns
+    -------
+    module : nn.Module
+        A deep copy of ``model`` with plain layers, in eval mode.
+    report : ExportReport
+        Nonzero and total parameter counts and the size on disk of the module.
+    """
+    if storage not in ("sparse", "dense"):
+        raise ValueError(f"storage must be 'sparse' or 'dense', got {storage!r}")
+    _check_threshold(threshold)
+    out = copy.deepcopy(model)
+    nnz = total = 0
+
+    def replace(parent: nn.Module) -> None:
+        nonlocal nnz, total
+        for name, child in parent.named_children():
+            if is_gated_layer(child):
+                new, kept = _export_layer(child, threshold, storage)
+                nnz += kept
+                total += child.n_params()
+                setattr(parent, name, new)
+            else:
+                replace(child)
+
+    replace(out)
+    for module in out.modules():
+        release = getattr(module, "_release_flat_storage", None)
+        if release is not None:
+            release()
+    out.eval()
+    for p in out.parameters():
+        p.requires_grad_(False)
+    return out, ExportReport(nnz, total, module_size_bytes(out))
+
+
+# -- export_compact: only the units that reach the output ----------------------------------
+def _compact_mlp(
+    weights: list[Tensor], biases: list[Tensor], activation: nn.Module
+) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """Remove the units that cannot change the output; fold constant units into biases.
+
+    Parameters
+    ----------
+    weights : list of Tensor, each ``(out_l, in_l)``
+        Median-model weights (zeros where ``phi <= threshold``), float64.
+    biases : list of Tensor, each ``(out_l,)``
+    activation : nn.Module
+        The hidden activation.
+
+    Returns
+    -------
+    inputs : Tensor of int64
+        Kept input columns.
+    weights, biases : lists of Tensor
+        The compacted layers (the last keeps every output). A unit is kept when some kept
+        input reaches it through nonzero weights (else it is the constant
+        ``activation(bias)``, whose contribution is added to the next layer's biases) and
+        it reaches some output. A network whose output depends on no input keeps one input
+        with zero weights, so that the module still takes ``x``.
+    """
+    W = [w.clone() for w in weights]
+    B = [b.clone() for b in biases]
+    n = len(W)
+    # Forward: which units depend on the inputs; the others are constants, folded.
+    live = torch.ones(W[0].shape[1], dtype=torch.bool, device=W[0].device)
+    lives = [live]
+    for k in range(n):
+        if k > 0:
+            const = activation(B[k - 1][~live])  # the value of each constant unit
+            B[k] = B[k] + W[k][:, ~live] @ const
+            W[k][:, ~live] = 0.0
+        if k < n - 1:
+            live = (W[k] != 0).any(dim=1)
+            lives.append(live)
+    # Backward: which units reach an output through nonzero weights (and depend on x).
+    useful = torch.ones(W[-1].shape[0], dtype=torch.bool, device=W[0].device)
+    keeps = [useful]
+    for k in range(n - 1, -1, -1):
+        useful = lives[k] & (W[k][useful] != 0).any(dim=0)
+        keeps.insert(0, useful)
+    if not bool(keeps[0].any()):
+        # Constant network: the outputs are the last biases (every hidden unit that
+        # reaches an output is a folded constant). Keep one input and one unit per hidden
+        # layer, all with zero weights and biases, so that the module still takes x.
+        zero = W[0].new_zeros
+        Wc = [zero(1, 1) for _ in range(n - 1)] + [zero(W[-1].shape[0], 1)]
+        Bc = [zero(1) for _ in range(n - 1)] + [B[-1]]
+        return torch.zeros(1, dtype=torch.int64, device=W[0].device), Wc, Bc
+    inputs = torch.nonzero(keeps[0]).flatten()
+    Wc = [W[k][keeps[k + 1]][:, keeps[k]] for k in range(n)]
+    Bc = [B[k][keeps[k + 1]] for k in range(n)]
+    return inputs, Wc, Bc
+
+
+def _linear_layer(w: Tensor, b: Tensor, storage: str, batch_size: int) -> tuple[nn.Module, str]:
+    nnz = int((w != 0).sum())
+    if storage == "auto":
+        fast = sparse_is_faster(nnz, w.shape[0], w.shape[1], batch_size)
+        storage = "sparse" if fast else "dense"
+    if storage == "sparse":
+        return SparseLinear(w, b), storage
+    return _plain_linear(w, b), storage
+
+
+def export_compact(
+    model: nn.Module, threshold: float = 0.5, storage: str = "auto", batch_size: int = 64
+) -> tuple[nn.Sequential, ExportReport]:
+    """The median model with only the units that can change its output: small and fast.
+
+    The median model keeps ``mu`` on the edges with ``phi > threshold`` (weights and
+    biases) and zero elsewhere. Compaction then drops every input without a kept edge to a
+    unit that reaches the output, every hidden unit that no kept input reaches (it
+    outputs the constant ``activation(bias)``, whose contribution to the next layer is
+    added to that layer's biases) and every hidden unit with no kept path to an output.
+    The outputs are the median model's up to floating-point rounding.
+
+    In a convolutional network each ``SpikeSlabConv2d`` becomes an ``nn.Conv2d`` without
+    its dead output channels: a channel whose kernel is all zero is the constant
+    ``activation(bias)``, added to the next layer's biases when that is exact (the next
+    convolution has no padding, or the next layer is the linear one after the flatten)
+    or dropped when the constant is 0; a channel with no nonzero weight into a kept
+    channel of the next layer is dropped too, and so are the matching input channels of
+    the next layer. The layers after the flatten are compacted as an MLP (the flattened
+    features that reach the output are selected by an ``InputSelect``).
+
+    Parameters
+    ----------
+    model : SpikeSlabMLP or nn.Sequential
+        A fitted, not replicated :class:`~svbnn.nn.SpikeSlabMLP`; or a convolutional
+        ``nn.Sequential``: :class:`~svbnn.nn.SpikeSlabConv2d` layers (``groups=1``) with
+        activations, ``nn.MaxPool2d`` or ``nn.Dropout`` between them, an ``nn.Flatten``,
+        then :class:`~svbnn.nn.SpikeSlabLinear` layers with one kind of activation
+        (the paper's CNN).
+    threshold : float, default 0.5
+        Gate threshold on ``phi``.
+    storage : {"auto", "dense", "sparse"}, default "auto"
+        Each compacted linear layer as ``nn.Linear`` or :class:`SparseLinear`; ``"auto"``
+        chooses per layer by :func:`sparse_is_faster` at ``batch_size``.
+    batch_size : int, default 64
+        The batch size the module will mostly run at (``"auto"`` storage only).
+
+    Returns
+    -------
+    module : nn.Sequential
+        ``InputSelect`` (the kept columns of ``x``, cast to the network's dtype), then
+        ``nn.Linear`` / :class:`SparseLinear` layers with the activation between them, in
+        eval mode, no gradients. Shapes: ``(m, p) -> (m, out)`` for any floating ``x``.
+        ``torch.jit.script`` and ``torch.export`` (at a fixed batch size when a layer is
+        sparse) accept it; for a dynamic batch and ONNX use :func:`to_dense` of it.
+    report : ExportReport
+        Counts (``n_nonzero``, ``n_total``: the median model's and the model's
+        parameters), size on disk and, per compacted layer, its shape, nonzero weights
+        and storage.
+    """
+    if storage not in ("auto", "sparse", "dense"):
+        raise ValueError(f"storage must be 'auto', 'sparse' or 'dense', got {storage!r}")
+    _check_threshold(threshold)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if isinstance(model, SpikeSlabMLP):
+        return _export_compact_mlp(model, threshold, storage, batch_size)
+    if isinstance(model, nn.Sequential) and any(
+        isinstance(m, SpikeSlabConv2d) for m in model.children()
+    ):
+        return _export_compact_conv(model, threshold, storage, batch_size)
+    raise TypeError(
+        "model must be a SpikeSlabMLP or an nn.Sequential of SpikeSlabConv2d layers, "
+        f"got {type(model).__name__}"
+    )
+
+
+def _export_compact_mlp(
+    model: SpikeSlabMLP, threshold: float, storage: str, batch_size: int
+) -> tuple[nn.Sequential, ExportReport]:
+    layers = model.layers()
+    medians = [_median(layer, threshold) for layer in layers]
+    dtype = layers[0].mu.dtype
+    device = layers[0].mu.device
+    weights = [w.double() for w, _, _ in medians]
+    biases = [
+        torch.zeros(w.shape[0], dtype=torch.float64, device=device) if b is None else b.double()
+        for w, b, _ in medians
+    ]
+    act = activation_module(model.activation)
+    inputs, Wc, Bc = _compact_mlp(weights, biases, act)
+    mods: list[nn.Module] = [InputSelect(inputs, model.in_features, weights[0].to(dtype))]
+    shapes, nonzero, kinds = [], [], []
+    for k, (w, b) in enumerate(zip(Wc, Bc, strict=True)):
+        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage, batch_size)
+        mods.append(layer)
+        if k < len(Wc) - 1:
+            mods.append(activation_module(model.activation))
+        shapes.append((int(w.shape[0]), int(w.shape[1])))
+        nonzero.append(int((w != 0).sum()))
+        kinds.append(kind)
+    out = nn.Sequential(*mods).eval()
+    report = ExportReport(
+        n_nonzero=sum(k for _, _, k in medians),
+        n_total=model.n_params(),
+        size_bytes=module_size_bytes(out),
+        layer_shapes=shapes,
+        layer_nonzero=nonzero,
+        layer_storage=kinds,
+        kept_inputs=[int(i) for i in inputs],
+    )
+    return out, report
+
+
+def to_dense(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` with every :class:`SparseLinear` as an ``nn.Linear``.
+
+    The form ``torch.export.export`` and ``torch.onnx.export`` take (neither traces a
+    sparse CSR product); same outputs up to floating-point rounding.
+    """
+    out = copy.deepcopy(module)
+
+    def replace(parent: nn.Module) -> None:
+        for name, child in parent.named_children():
+            if isinstance(child, SparseLinear):
+                setattr(parent, name, _plain_linear(child.dense_weight(), child.bias))
+            else:
+                replace(child)
+
+    if isinstance(out, SparseLinear):
+        return _plain_linear(out.dense_weight(), out.bias)
+    replace(out)
+    return out.eval()
+
+
+_ONNX_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def export_onnx(
+    module: nn.Module, path: str | os.PathLike[str], n_features: int, dtype: str = "float32"
+) -> None:
+    """Write ``module`` (e.g. from :func:`export_compact`) as an ONNX model, atomically.
+
+    The graph takes one input ``x`` of shape ``(batch, n_features)`` (any batch) and
+    ``dtype``, and returns ``y``; :class:`SparseLinear` layers are stored dense
+    (:func:`to_dense`). Needs the ``onnx`` and ``onnxscript`` packages (extra ``export``).
+
+    Parameters
+    ----------
+    module : nn.Module
+        Takes ``(batch, n_features)`` inputs.
+    path : str or path-like
+        Output file (``.onnx``).
+    n_features : int
+        Columns of ``x``.
+    dtype : {"float32", "float64"}, default "float32"
+        The input's element type (the module casts to its own inside).
+    """
+    if dtype not in _ONNX_DTYPES:
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    if isinstance(n_features, bool) or not isinstance(n_features, int) or n_features < 1:
+        raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+    dense = to_dense(module).cpu()
+    example = torch.zeros(2, n_features, dtype=_ONNX_DTYPES[dtype])
+    batch = torch.export.Dim("batch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            dense,
+            (example,),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_shapes=({0: batch},),
+            dynamo=True,
+            verbose=False,
+        )
+    assert program is not None
+    atomic_write_bytes(path, program.model_proto.SerializeToString())
+
+
+# -- convolutional networks -----------------------------------------------------------------
+_PASS_THROUGH = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Identity, nn.MaxPool2d, nn.Dropout)
+
+
+def _export_compact_conv(
+    model: nn.Sequential, threshold: float, storage: str, batch_size: int
+) -> tuple[nn.Sequential, ExportReport]:
+    """:func:`export_compact` of ``[conv, act, pool]* , Flatten, [linear, act]*``."""
+    children = list(model.children())
+    flat_at = next((i for i, m in enumerate(children) if isinstance(m, nn.Flatten)), None)
+    if flat_at is None:
+        raise TypeError("a convolutional model must have an nn.Flatten before its linear layers")
+    head, tail = children[:flat_at], children[flat_at + 1 :]
+    for m in head:
+        if not isinstance(m, (SpikeSlabConv2d, *_PASS_THROUGH)):
+            raise TypeError(f"cannot compact a convolutional model holding {type(m).__name__}")
+        if isinstance(m, SpikeSlabConv2d) and m.groups != 1:
+            raise ValueError("cannot compact a grouped convolution (groups > 1)")
+    lins = [m for m in tail if isinstance(m, SpikeSlabLinear)]
+    acts = [m for m in tail if not isinstance(m, SpikeSlabLinear)]
+    if not lins or not all(
+        isinstance(m, (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Identity)) for m in acts
+    ):
+        raise TypeError("after nn.Flatten: SpikeSlabLinear layers and activations only")
+    convs = [m for m in head if isinstance(m, SpikeSlabConv2d)]
+    med = [_median(c, threshold) for c in convs]
+    W = [
+        w.reshape(c.kernel_shape).double().clone() for c, (w, _, _) in zip(convs, med, strict=True)
+    ]
+    B = [
+        torch.zeros(w.shape[0], dtype=torch.float64, device=w.device) if b is None else b.double()
+        for w, b, _ in med
+    ]
+    lw, lb, _ = _median(lins[0], threshold)
+    W1 = lw.double().clone()
+    B1 = (torch.zeros(W1.shape[0], dtype=torch.float64) if lb is None else lb.double()).to(W1)
+    per = W1.shape[1] // W[-1].shape[0]  # flattened features per channel of the last conv
+
+    def act_after(conv: SpikeSlabConv2d) -> nn.Module:
+        i = head.index(conv)
+        nxt = head[i + 1] if i + 1 < len(head) else None
+        return nxt if isinstance(nxt, (nn.ReLU, nn.Tanh, nn.Sigmoid)) else nn.Identity()
+
+    # Forward: a channel with an all-zero kernel is the constant activation(bias); fold it
+    # into the next layer's bias where that is exact (a convolution without padding, or
+    # the linear layer after the flatten), then zero its outgoing weights.
+    for k, conv in enumerate(convs):
+        dead = ~(W[k] != 0).flatten(1).any(dim=1)
+        const = act_after(conv)(B[k])
+        for j in torch.nonzero(dead).flatten().tolist():
+            c = float(const[j])
+            if k + 1 < len(convs):
+                pad = convs[k + 1].padding
+                no_pad = pad in (0, (0, 0)) or pad == "valid"
+                if no_pad:
+                    B[k + 1] += W[k + 1][:, j].sum(dim=(1, 2)) * c
+                if no_pad or c == 0.0:
+                    W[k + 1][:, j] = 0.0
+            else:
+                span = slice(j * per, (j + 1) * per)
+                B1 += W1[:, span].sum(dim=1) * c
+                W1[:, span] = 0.0
+    # Backward: keep the channels with a nonzero outgoing weight into a kept channel.
+    keep_cols = (W1 != 0).any(dim=0)
+    keeps: list[Tensor] = [keep_cols.reshape(-1, per).any(dim=1)]
+    for k in range(len(convs) - 1, 0, -1):
+        nxt = W[k][keeps[0]]
+        keeps.insert(0, (nxt != 0).flatten(2).any(dim=2).any(dim=0))
+    new_head: list[nn.Module] = []
+    ci = 0
+    shapes: list[tuple[int, int]] = []
+    nonzero: list[int] = []
+    kinds: list[str] = []
+    prev_keep: Tensor | None = None
+    dtype = med[0][0].dtype
+    for m in head:
+        if not isinstance(m, SpikeSlabConv2d):
+            new_head.append(copy.deepcopy(m))
+            continue
+        keep = keeps[ci]
+        if not bool(keep.any()):
+            keep = keep.clone()
+            keep[0] = True  # a constant network: one channel, zero weights
+            W[ci][0] = 0.0
+            B[ci][0] = 0.0
+        w = W[ci][keep] if prev_keep is None else W[ci][keep][:, prev_keep]
+        plain = nn.Conv2d(
+            w.shape[1],
+            w.shape[0],
+            m.kernel_size,
+            m.stride,
+            m.padding,
+            m.dilation,
+            bias=True,
+        ).to(device=w.device, dtype=dtype)
+        with torch.no_grad():
+            plain.weight.copy_(w)
+            assert plain.bias is not None
+            plain.bias.copy_(B[ci][keep])
+        plain.requires_grad_(False)
+        new_head.append(plain)
+        shapes.append((int(w.shape[0]), int(w.shape[1])))
+        nonzero.append(int((w != 0).sum()))
+        kinds.append("dense")
+        prev_keep = keep
+        ci += 1
+    assert prev_keep is not None
+    cols = prev_keep.repeat_interleave(per)
+    # The linear tail on the kept channels' features, compacted as an MLP.
+    tail_w = [W1[:, cols]] + [_median(lin, threshold)[0].double() for lin in lins[1:]]
+    tail_b = [B1] + [
+        torch.zeros(lin.out_features, dtype=torch.float64, device=W1.device)
+        if (b := _median(lin, threshold)[1]) is None
+        else b.double()
+        for lin in lins[1:]
+    ]
+    act = acts[0] if acts else nn.Identity()
+    inputs, Wc, Bc = _compact_mlp(tail_w, tail_b, act)
+    like = torch.empty(0, dtype=dtype, device=W1.device)
+    mods: list[nn.Module] = [*new_head, nn.Flatten(), InputSelect(inputs, int(cols.sum()), like)]
+    for k, (w, b) in enumerate(zip(Wc, Bc, strict=True)):
+        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage, batch_size)
+        mods.append(layer)
+        if k < len(Wc) - 1:
+            mods.append(copy.deepcopy(act))
+        shapes.append((int(w.shape[0]), int(w.shape[1])))
+        nonzero.append(int((w != 0).sum()))
+        kinds.append(kind)
+    out = nn.Sequential(*mods).eval()
+    layers = [*convs, *lins]
+    report = ExportReport(
+        n_nonzero=sum(_median(m, threshold)[2] for m in layers),
+        n_total=sum(m.n_params() for m in layers),
+        size_bytes=module_size_bytes(out),
+        layer_shapes=shapes,
+        layer_nonzero=nonzero,
+        layer_storage=kinds,
+        kept_inputs=[int(i) for i in inputs],
+    )
+    return out, report
+
+
+# -- the predictive distribution: K posterior draws as one module ---------------------------
+class DrawLinear(nn.Module):
+    """``K`` linear layers applied to ``K`` stacks of rows: ``bias + x @ weight``.
+
+    ``weight`` ``(K, in, out)`` (transposed), ``bias`` ``(K, 1, out)``. Shapes:
+    ``(K, n, in) -> (K, n, out)``.
+    """
+
+    weight: Tensor
+    bias: Tensor
+
+    def __init__(self, weights: Tensor, biases: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight", weights.detach().transpose(1, 2).contiguous())
+        self.register_buffer("bias", biases.detach().unsqueeze(1).clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class ExpandDraws(nn.Module):
+    """``(n, p) -> (K, n, p)``: the same rows for each of ``K`` draws (a view)."""
+
+    def __init__(self, n_draws: int) -> None:
+        super().__init__()
+        self.n_draws = int(n_draws)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.unsqueeze(0).expand(self.n_draws, x.shape[0], x.shape[1])
+
+
+class MeanDraws(nn.Module):
+    """``(K, n, ...) -> (n, ...)``: the average over the draws."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.mean(dim=0)
+
+
+def _bias_or_zeros(b: Tensor | None, w: Tensor) -> Tensor:
+    return w.new_zeros(w.shape[1]) if b is None else b
+
+
+def export_draws(
+    draws: list[list[tuple[Tensor, Tensor | None]]],
+    activation: str,
+    n_features: int,
+    dtype: torch.dtype | None = None,
+) -> nn.Sequential:
+    """``K`` posterior draws of an MLP as one batched module, ``(n, p) -> (K, n, out)``.
+
+    Parameters
+    ----------
+    draws : list of K lists of ``(weight (out, in), bias (out,) or None)``
+        Each draw's layers, input to output (e.g. recorded under
+        :func:`~svbnn.nn.frozen_sample`).
+    activation : str
+        The hidden activation.
+    n_features : int
+        Columns of the inputs; those without a nonzero first-layer weight in any draw are
+        dropped (an ``InputSelect`` first).
+    dtype : torch.dtype, optional
+        The module's dtype (default the draws').
+
+    Returns
+    -------
+    nn.Sequential
+        ``InputSelect``, ``ExpandDraws``, then ``DrawLinear`` layers with the activation
+        between them. Cost: ``K`` times a dense network of the draws' sizes (less the
+        dropped inputs).
+    """
+    if not draws:
+        raise ValueError("draws must hold at least one posterior draw")
+    n_layers = len(draws[0])
+    stacked = []
+    for k in range(n_layers):
+        w = torch.stack([d[k][0] for d in draws])
+        b = torch.stack([_bias_or_zeros(d[k][1], w) for d in draws])
+        stacked.append((w, b))
+    dt = stacked[0][0].dtype if dtype is None else dtype
+    used = (stacked[0][0] != 0).any(dim=0).any(dim=0)
+    if not bool(used.any()):
+        used[0] = True
+    inputs = torch.nonzero(used).flatten()
+    like = torch.empty(0, dtype=dt, device=stacked[0][0].device)
+    mods: list[nn.Module] = [InputSelect(inputs, n_features, like), ExpandDraws(len(draws))]
+    for k, (w, b) in enumerate(stacked):
+        if k == 0:
+            w = w[:, :, used]
+        mods.append(DrawLinear(w.to(dt), b.to(dt)))
+        if k < n_layers - 1:
+            mods.append(activation_module(activation))
+    return nn.Sequential(*mods).eval()

@@ -1,0 +1,357 @@
+"""svbnn.export: the compacted median model, its standard-module exports and the
+estimators' export on raw inputs."""
+
+from __future__ import annotations
+
+import copy
+import io
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from sklearn.datasets import load_breast_cancer
+from sklearn.exceptions import NotFittedError
+
+from svbnn import SVBNNClassifier, SVBNNRegressor
+from svbnn.export import (
+    InputSelect,
+    SparseLinear,
+    export_compact,
+    export_onnx,
+    sparse_is_faster,
+    to_dense,
+)
+from svbnn.nn import SpikeSlabMLP, forward_mode
+
+F64 = torch.float64
+
+
+def _net(
+    p: int = 40,
+    hidden: tuple[int, ...] = (30, 20),
+    out: int = 3,
+    keep: float = 0.1,
+    activation: str = "relu",
+    dtype: torch.dtype = F64,
+    seed: int = 0,
+) -> SpikeSlabMLP:
+    """A network whose gates are resolved at random: ``phi`` 0.95 on a ``keep`` fraction."""
+    g = torch.Generator().manual_seed(seed)
+    model = SpikeSlabMLP(p, hidden, out, activation=activation, generator=g, dtype=dtype)
+    for layer in model.layers():
+        on = torch.rand(layer.alpha.shape, generator=g, dtype=dtype) < keep
+        with torch.no_grad():
+            layer.alpha.copy_(torch.where(on, 3.0, -3.0))
+            layer.mu.normal_(0.0, 1.0, generator=g)
+    return model
+
+
+def _median(model: SpikeSlabMLP, x: torch.Tensor) -> torch.Tensor:
+    with forward_mode(model, "median"), torch.no_grad():
+        return model(x)
+
+
+def _set_layer(model: SpikeSlabMLP, k: int, w: torch.Tensor, b: torch.Tensor) -> None:
+    """Layer ``k``'s median model: weights ``w``, biases ``b`` (zeros are gated off)."""
+    layer = model.layers()[k]
+    flat = torch.cat([w, b[:, None]], dim=1).to(layer.mu)
+    with torch.no_grad():
+        layer.mu.copy_(flat)
+        layer.alpha.copy_(torch.where(flat != 0, 5.0, -5.0))
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid"])
+@pytest.mark.parametrize("storage", ["auto", "dense", "sparse"])
+@pytest.mark.parametrize("keep", [0.03, 0.1, 0.5])
+def test_compact_is_the_median_model(activation: str, storage: str, keep: float) -> None:
+    model = _net(keep=keep, activation=activation)
+    x = torch.randn(17, 40, generator=torch.Generator().manual_seed(1), dtype=F64)
+    module, report = export_compact(model, storage=storage)
+    torch.testing.assert_close(module(x), _median(model, x), rtol=1e-12, atol=1e-12)
+    assert report.layer_shapes is not None and report.kept_inputs is not None
+    assert report.layer_shapes[-1][0] == 3
+    assert report.layer_shapes[0][1] == len(report.kept_inputs) <= 40
+    assert not any(p.requires_grad for p in module.parameters())
+
+
+def test_compact_float32_within_rounding_and_takes_float64() -> None:
+    model = _net(dtype=torch.float32, keep=0.2)
+    x = torch.randn(9, 40, generator=torch.Generator().manual_seed(2))
+    module, _ = export_compact(model)
+    want = _median(model, x)
+    # float32 sums in another order: a few ulps of the outputs' scale.
+    tol = 1e-5 * float(want.abs().max())
+    torch.testing.assert_close(module(x), want, rtol=0, atol=tol)
+    out64 = module(x.double())
+    assert out64.dtype == torch.float32
+    torch.testing.assert_close(out64, module(x), rtol=0, atol=0)
+
+
+def test_dead_units_are_dropped_and_constants_folded() -> None:
+    # 5 inputs -> 4 hidden -> 3 hidden -> 2 outputs, built by hand:
+    # input 4 has no edge; hidden1 unit 2 has no input edge but a bias (a constant);
+    # hidden1 unit 3 has an input edge but no outgoing one; hidden2 unit 1 reaches no
+    # output; input 3 only feeds hidden1 unit 3 (dead), so it is dropped too.
+    model = SpikeSlabMLP(5, (4, 3), 2, dtype=F64, generator=torch.Generator().manual_seed(0))
+    w1 = torch.tensor(
+        [[1.0, -2.0, 0, 0, 0], [0, 0.5, 1.5, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 3.0, 0]], dtype=F64
+    )
+    b1 = torch.tensor([0.1, -0.2, 0.7, 0.3], dtype=F64)
+    w2 = torch.tensor([[1.0, 0, 2.0, 0], [0, 1.0, 0, 0], [0.5, -1.0, 1.0, 0]], dtype=F64)
+    b2 = torch.tensor([0.0, 0.4, -0.1], dtype=F64)
+    w3 = torch.tensor([[1.0, 0, 2.0], [-1.0, 0, 0.5]], dtype=F64)
+    b3 = torch.tensor([0.2, -0.3], dtype=F64)
+    for k, (w, b) in enumerate([(w1, b1), (w2, b2), (w3, b3)]):
+        _set_layer(model, k, w, b)
+    module, report = export_compact(model, storage="dense")
+    assert report.kept_inputs == [0, 1, 2]
+    assert report.layer_shapes == [(2, 3), (2, 2), (2, 2)]
+    assert isinstance(module[0], InputSelect)
+    x = torch.randn(11, 5, generator=torch.Generator().manual_seed(3), dtype=F64)
+    torch.testing.assert_close(module(x), _median(model, x), rtol=1e-12, atol=1e-12)
+    # hidden2's biases carry the constant unit: relu(0.7) * [2, 0, 1] added.
+    torch.testing.assert_close(module[3].bias, torch.tensor([1.4, -0.1 + 0.7], dtype=F64))
+    # Every kept hidden unit has an incoming and an outgoing nonzero weight.
+    lins = [m for m in module if isinstance(m, torch.nn.Linear)]
+    for a, b in zip(lins[:-1], lins[1:], strict=True):
+        assert bool((a.weight != 0).any(dim=1).all()) and bool((b.weight != 0).any(dim=0).all())
+    # The dropped inputs do not move the median model.
+    x2 = x.clone()
+    x2[:, 3:] = torch.randn(11, 2, dtype=F64)
+    torch.testing.assert_close(_median(model, x2), _median(model, x), rtol=0, atol=0)
+
+
+def test_constant_network_keeps_one_input() -> None:
+    model = _net(activation="sigmoid")
+    layer = model.layers()[0]
+    with torch.no_grad():
+        layer.alpha[:, :40] = -5.0  # no input edge: every output is a constant
+    x = torch.randn(6, 40, generator=torch.Generator().manual_seed(4), dtype=F64)
+    module, report = export_compact(model)
+    assert report.kept_inputs == [0]
+    want = _median(model, x)
+    torch.testing.assert_close(module(x), want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(want, want[:1].expand_as(want))
+
+
+def test_storage_rule() -> None:
+    assert sparse_is_faster(1000, 512, 784)  # 0.25% of a large layer
+    assert sparse_is_faster(20_000, 512, 784) and not sparse_is_faster(20_000, 512, 784, 1)
+    assert not sparse_is_faster(100_000, 512, 784)  # 25%
+    assert not sparse_is_faster(10, 30, 30)  # small: dense at any density
+    model = _net(p=784, hidden=(512,), out=10, keep=0.01, dtype=torch.float32)
+    _, report = export_compact(model)
+    assert report.layer_storage is not None and report.layer_shapes is not None
+    for (o, i), nnz, kind in zip(
+        report.layer_shapes, report.layer_nonzero or [], report.layer_storage, strict=True
+    ):
+        assert kind == ("sparse" if sparse_is_faster(nnz, o, i) else "dense")
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_sparse_module_scripts_saves_and_copies() -> None:
+    model = _net(keep=0.05)
+    module, report = export_compact(model, storage="sparse")
+    x = torch.randn(5, 40, generator=torch.Generator().manual_seed(5), dtype=F64)
+    want = module(x)
+    assert any(isinstance(m, SparseLinear) for m in module)
+    torch.testing.assert_close(torch.jit.script(module)(x), want, rtol=0, atol=0)
+    torch.testing.assert_close(copy.deepcopy(module)(x), want, rtol=0, atol=0)
+    torch.testing.assert_close(to_dense(module)(x), want, rtol=1e-12, atol=1e-12)
+    buf = io.BytesIO()
+    torch.save(module.state_dict(), buf)
+    buf.seek(0)
+    again, _ = export_compact(_net(keep=0.05), storage="sparse")
+    again.load_state_dict(torch.load(buf, weights_only=True))
+    torch.testing.assert_close(again(x), want, rtol=0, atol=0)
+    assert report.size_bytes > 0
+
+
+@pytest.mark.parametrize("storage", ["dense", "sparse"])
+def test_torch_export_and_onnxruntime_agree(storage: str, tmp_path: Path) -> None:
+    model = _net(keep=0.1, dtype=torch.float32)
+    module, _ = export_compact(model, storage=storage)
+    x = torch.randn(8, 40, generator=torch.Generator().manual_seed(6))
+    want = module(x)
+    # A CSR product traces at a fixed batch only; to_dense's module at any batch.
+    ep = torch.export.export(module, (x,))
+    torch.testing.assert_close(ep.module()(x), want, rtol=1e-6, atol=1e-6)
+    batch = torch.export.Dim("batch")
+    ep = torch.export.export(to_dense(module), (x,), dynamic_shapes=({0: batch},))
+    torch.testing.assert_close(ep.module()(x[:3]), want[:3], rtol=1e-6, atol=1e-6)
+    path = tmp_path / "net.onnx"
+    export_onnx(module, path, n_features=40)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for rows in (x, x[:1]):
+        got = sess.run(None, {"x": rows.numpy()})[0]
+        np.testing.assert_allclose(got, module(rows).numpy(), rtol=0, atol=1e-5)
+
+
+def test_errors() -> None:
+    with pytest.raises(ValueError, match="storage"):
+        export_compact(_net(), storage="csr")
+    with pytest.raises(ValueError, match="batch_size"):
+        export_compact(_net(), batch_size=0)
+    with pytest.raises(ValueError, match="threshold"):
+        export_compact(_net(), threshold=1.5)
+    with pytest.raises(TypeError, match="SpikeSlabMLP"):
+        export_compact(torch.nn.Linear(3, 2))  # type: ignore[arg-type]
+    rep = SpikeSlabMLP(4, (3,), 1, n_replicates=2)
+    with pytest.raises(ValueError, match="replicated"):
+        export_compact(rep)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="dtype"):
+            export_onnx(export_compact(_net())[0], "x.onnx", n_features=40, dtype="int8")
+
+
+# ------------------------------------------------------------------------ estimators
+def _noisy(X: np.ndarray, seed: int = 0) -> np.ndarray:
+    """``X`` standardised, with 10 added N(0, 1) noise columns."""
+    rng = np.random.default_rng(seed)
+    Z = (X - X.mean(0)) / np.where(X.std(0) > 0, X.std(0), 1.0)
+    return np.hstack([Z, rng.normal(size=(len(X), 10))])
+
+
+def _fit(est: Any, X: np.ndarray, y: np.ndarray) -> Any:
+    with warnings.catch_warnings():  # short fits: unconverged is not the point here
+        warnings.simplefilter("ignore")
+        return est.fit(X, y)
+
+
+def test_regressor_export_takes_raw_inputs_in_float64_and_float32(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 6)) * 3.0 + 5.0
+    y = 100.0 + 20.0 * X[:, 0] - 10.0 * X[:, 1] + rng.normal(size=200)
+    est = _fit(SVBNNRegressor(hidden_layer_sizes=(16,), max_iter=15, random_state=0), X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = est.export()
+    # The median model of the fitted network, mapped to y's units, on all columns.
+    x64 = torch.from_numpy(X)
+    want = _median(est.module_, x64.to(next(est.module_.parameters()).dtype))[:, 0]
+    want = want.double() * est._y_scale_ + est._y_mean_
+    out = module(x64)
+    assert out.shape == (200,)
+    tol = 1e-5 * float(want.abs().max())
+    torch.testing.assert_close(out.double(), want, rtol=0, atol=tol)
+    torch.testing.assert_close(module(x64.float()).double(), want, rtol=0, atol=tol)
+    # Close to the posterior mean in y's units (a short fit: loose).
+    assert float(np.sqrt(np.mean((out.numpy() - est.predict(X)) ** 2))) < 0.5 * np.std(y)
+    with pytest.raises(ValueError, match="columns"):
+        module(x64[:, :5])
+    path = tmp_path / "reg.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.export_onnx(path)
+    got = ort.InferenceSession(str(path)).run(None, {"x": X})[0]
+    np.testing.assert_allclose(got, out.numpy(), rtol=0, atol=1e-5 * float(np.abs(got).max()))
+
+
+def test_classifier_export_onnx_agrees_with_predict_proba(tmp_path: Path) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = _noisy(X)
+    rng = np.random.default_rng(1)
+    test = rng.permutation(len(X))[:150]
+    train = np.setdiff1d(np.arange(len(X)), test)
+    est = _fit(
+        SVBNNClassifier(hidden_layer_sizes=(16,), max_iter=150, random_state=0),
+        X[train],
+        y[train],
+    )
+    with warnings.catch_warnings():  # unresolved gates after a short fit
+        warnings.simplefilter("ignore")
+        module = est.export()
+        path = tmp_path / "clf.onnx"
+        est.export_onnx(path, dtype="float32")
+    sess = ort.InferenceSession(str(path))
+    proba = sess.run(None, {"x": X[test].astype(np.float32)})[0]
+    np.testing.assert_allclose(proba, module(torch.from_numpy(X[test])).numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-5)
+    agree = np.mean(est.classes_[proba.argmax(1)] == est.predict(X[test]))
+    assert agree >= 0.99
+    with pytest.raises(ValueError, match="dtype"):
+        est.export_onnx(tmp_path / "bad.onnx", dtype="float16")
+
+
+def test_export_before_fit_raises() -> None:
+    with pytest.raises(NotFittedError):
+        SVBNNClassifier().export()
+
+
+def _cnn(padding2: int, seed: int = 0) -> torch.nn.Sequential:
+    """A small version of the paper's CNN, gates resolved at random (30% kept)."""
+    from svbnn.nn import SpikeSlabConv2d, SpikeSlabLinear
+
+    g = torch.Generator().manual_seed(seed)
+    kw = {"generator": g, "dtype": F64}
+    model = torch.nn.Sequential(
+        SpikeSlabConv2d(1, 6, 3, padding=1, **kw),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        SpikeSlabConv2d(6, 8, 3, padding=padding2, **kw),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        SpikeSlabLinear(8 * (4 + 2 * padding2 - 2) ** 2, 12, **kw),
+        torch.nn.ReLU(),
+        SpikeSlabLinear(12, 3, **kw),
+    )
+    for layer in model:
+        if hasattr(layer, "alpha"):
+            on = torch.rand(layer.alpha.shape, generator=g, dtype=F64) < 0.3
+            with torch.no_grad():
+                layer.alpha.copy_(torch.where(on, 3.0, -3.0))
+    conv1 = model[0]
+    with torch.no_grad():  # channels 0-1 dead: kernels off, biases on (constants)
+        conv1.alpha[:2, :9] = -3.0
+        conv1.alpha[:2, 9] = 3.0
+        conv1.mu[:2, 9] = torch.tensor([0.5, -0.5], dtype=F64)
+    return model
+
+
+@pytest.mark.parametrize("padding2", [0, 1])
+def test_conv_export_drops_dead_channels(padding2: int, tmp_path: Path) -> None:
+    model = _cnn(padding2)
+    x = torch.randn(5, 1, 8, 8, generator=torch.Generator().manual_seed(7), dtype=F64)
+    with forward_mode(model, "median"), torch.no_grad():
+        want = model(x)
+    module, report = export_compact(model)
+    torch.testing.assert_close(module(x), want, rtol=1e-12, atol=1e-12)
+    convs = [m for m in module if isinstance(m, torch.nn.Conv2d)]
+    assert convs[0].out_channels < 6 and convs[1].in_channels == convs[0].out_channels
+    # Channel 1 (constant relu(-0.5) = 0) is dropped in both cases; channel 0 (constant
+    # 0.5) only where the next convolution has no padding (folded into its bias).
+    assert convs[0].out_channels <= (4 if padding2 == 0 else 5)
+    assert bool((convs[0].weight != 0).flatten(1).any(dim=1).all()) or padding2 == 1
+    assert report.layer_shapes is not None
+    m32 = module.float()
+    path = tmp_path / "cnn.onnx"
+    torch.onnx.export(m32, (x.float(),), str(path), input_names=["x"], dynamo=True, verbose=False)
+    got = ort.InferenceSession(str(path)).run(None, {"x": x.float().numpy()})[0]
+    np.testing.assert_allclose(got, m32(x.float()).detach().numpy(), rtol=0, atol=1e-5)
+
+
+def test_predictive_export_is_predict(tmp_path: Path) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = _noisy(X)[:200]
+    y = y[:200]
+    clf = _fit(SVBNNClassifier(hidden_layer_sizes=(8,), max_iter=10, random_state=0), X, y)
+    module = clf.export_predictive(n_samples=7)
+    got = module(torch.from_numpy(X)).numpy()
+    np.testing.assert_allclose(got, clf.predict_proba(X, n_samples=7), rtol=0, atol=1e-12)
+    path = tmp_path / "pred.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.export_onnx(path, predictive=True)
+    onnx_out = ort.InferenceSession(str(path)).run(None, {"x": X})[0]
+    np.testing.assert_allclose(onnx_out, clf.predict_proba(X), rtol=0, atol=1e-5)
+    reg = _fit(SVBNNRegressor(hidden_layer_sizes=(8,), max_iter=10, random_state=0), X, 5 * y + 2)
+    X32 = X.astype(np.float32)
+    out = reg.export_predictive()(torch.from_numpy(X32)).numpy()
+    np.testing.assert_allclose(out, reg.predict(X32), rtol=0, atol=1e-9)
+    with pytest.raises(ValueError, match="n_samples"):
+        reg.export_predictive(n_samples=0)
