@@ -38,7 +38,7 @@ import torch
 
 from svbnn import KernelBackend
 from svbnn._engine import native as _native
-from svbnn._engine.kernels import backend, set_backend
+from svbnn._engine.kernels import backend, backend_scope
 
 from .breakdown import phase_breakdown, profile_misses, replicate_breakdown
 from .measure import run_inference, run_replicates, run_training
@@ -160,9 +160,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> Report:
     """Run the benchmark; returns the report (also written to ``--out``)."""
     args = _parse(argv)
+    # --kernels for the whole run (this thread; the memory children get it as an argument)
+    with backend_scope(args.kernels):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> Report:
     torch.set_num_threads(args.threads)
-    if args.kernels is not None:
-        set_backend(args.kernels)
     if args.memory_child:
         memory_child(
             args.memory_child, args.threads, args.cnn_hidden, args.cnn_batch, args.memory_steps
