@@ -106,7 +106,17 @@ verbose : bool, default False
 
 _COMMON_ATTRIBUTES = """\
 converged_ : bool
-    Whether the stopping rule fired before the budget ran out.
+    Whether the stopping rule fired before the budget ran out; it says only that the
+    objective settled, not that the fit is useful (a collapsed fit can have converged:
+    see ``collapsed_``).
+collapsed_ : bool
+    Whether the fit raised a ``CollapseWarning`` (a model that explains nothing: a
+    regressor's training R^2 at most 0.02, a classifier that predicts one class for at
+    least 99% of the training rows while another class has at least 10% of them, a
+    training log-loss equal to the class frequencies', or no input reaching the output).
+fit_warnings_ : list of str
+    Every warning the last ``fit`` raised, as ``"Category: message"`` (empty for a clean
+    fit).
 n_iter_ : int
     Epochs run.
 history_ : History
@@ -295,6 +305,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         is trained with the network).
         """
         n, p = X.shape
+        self.fit_warnings_: list[str] = []
+        self.collapsed_ = False
         Xt = self._tensor(X, "X")
         seed = seeds.seed()
         extra_callbacks = self._prepare(n, p, n_out)
@@ -350,6 +362,12 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self._summarize(model)
         return lik
 
+    def _warn(self, message: str, category: type[Warning]) -> None:
+        """Raise ``message`` as ``category`` for the caller of ``fit`` and record it in
+        ``fit_warnings_``. Called from a ``_warn_if_*`` method called from ``fit``."""
+        self.fit_warnings_.append(f"{category.__name__}: {message}")
+        warnings.warn(message, category, stacklevel=4)
+
     def _warn_if_unconverged(self) -> None:
         """sklearn's ConvergenceWarning when the budget ran out before the fit converged."""
         if not getattr(self, "_budget_exhausted_", False):
@@ -360,19 +378,19 @@ class _VariationalEstimator(BaseEstimator, ABC):
             if unresolved is None
             else f"; {100 * unresolved:.1f}% of the gates have phi in (0.1, 0.9)"
         )
-        warnings.warn(
+        self._warn(
             f"{type(self).__name__} stopped at the budget of {self.n_iter_} epochs before the "
             f"stopping rule fired (tol={self.tol!r}, n_iter_no_change="
             f"{self.n_iter_no_change!r}){gates}. The fit and its selection "
             "(selected_features_) may still change with more training: raise max_iter or "
             "learning_rate_init.",
             ConvergenceWarning,
-            stacklevel=3,
         )
 
-    def _warn_if_collapsed(self, constant: bool, what: str) -> None:
+    def _warn_if_collapsed(self, task_reasons: list[str]) -> None:
         """One CollapseWarning for a fit that selected nothing, keeps no path from an input
-        to the output, or predicts a constant (``constant``, described by ``what``)."""
+        to the output, or explains nothing by the task's measure (``task_reasons``, each a
+        description; sets ``collapsed_``)."""
         reasons = []
         # With unresolved gates the posterior still predicts through edges of phi < 0.5
         # (the ConvergenceWarning says so): the median model's paths tell nothing yet.
@@ -385,8 +403,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 "the median model keeps no path from any input to the output (every path "
                 "has a pruned weight)"
             )
-        if constant:
-            reasons.append(what)
+        reasons.extend(task_reasons)
         if not reasons:
             return
         lam = getattr(self, "lambda_", None)
@@ -408,21 +425,20 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 f"{self.learning_rate_init!r}) is too high; train longer (max_iter), or "
                 "check X and y."
             )
-        warnings.warn(
+        self.collapsed_ = True
+        self._warn(
             f"{type(self).__name__}: the fit collapsed: {'; '.join(reasons)}. {cause}",
             CollapseWarning,
-            stacklevel=3,
         )
 
     def _warn_if_degenerate(self, bad_fit: str | None) -> None:
         """Warn about fits that return numbers but are useless (nothing silently wrong)."""
         if bad_fit is not None:
-            warnings.warn(
+            self._warn(
                 f"{type(self).__name__}: {bad_fit}; the fit diverged or did not converge. "
                 f"Lower learning_rate_init (now {self.learning_rate_init!r}) or the initial "
                 "weight range, raise max_iter, or standardise the data.",
                 UserWarning,
-                stacklevel=3,
             )
 
     def _module64(self) -> nn.Module:

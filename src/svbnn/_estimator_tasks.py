@@ -40,6 +40,32 @@ from .prediction import (
     sample_outputs,
 )
 
+# The fit-quality checks after fit (issue 31): a regressor whose training R^2 is at most
+# _COLLAPSED_R2 explains nothing (CollapseWarning); below _DIVERGED_R2 it diverged. A
+# classifier collapsed when it predicts one class for _COLLAPSED_SHARE of the training rows
+# while another class has _MINORITY_SHARE of them. Checked on up to _CHECK_ROWS evenly
+# spaced training rows (any order of the rows, e.g. sorted by class, is sampled evenly)
+# with _CHECK_DRAWS posterior draws.
+_COLLAPSED_R2 = 0.02
+_DIVERGED_R2 = -1.0
+_COLLAPSED_SHARE = 0.99
+_MINORITY_SHARE = 0.10
+_CHECK_ROWS = 1000
+_CHECK_DRAWS = 10
+
+
+def _check_rows(n: int) -> NDArray[np.intp]:
+    """Up to ``_CHECK_ROWS`` evenly spaced row indices of ``n`` rows."""
+    if n <= _CHECK_ROWS:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, _CHECK_ROWS).round().astype(np.intp))
+
+
+def _label(c: Any) -> Any:
+    """A class label as a Python scalar (``1``, not ``np.int64(1)``, in messages)."""
+    return c.item() if isinstance(c, np.generic) else c
+
+
 _R = TypeVar("_R", bound="_Regression")
 _C = TypeVar("_C", bound="_Classification")
 
@@ -91,8 +117,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         Warns
         -----
         UserWarning
-            When the fit is useless though finite: the training error is far above that of
-            a constant, or no kept weights connect the inputs to the output.
+            The fit diverged: its training R^2 is below -1 (the message says "diverged").
+        CollapseWarning
+            The fit explains nothing: its training R^2 is at most 0.02, or no kept weights
+            connect the inputs to the output (``collapsed_`` is then True).
         """
         self._check_params()
         if not (isinstance(self.noise_std, str) and self.noise_std == "auto"):
@@ -133,16 +161,40 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 self.noise_std_ = self._predictive_noise(Xv, z) * self._y_scale_
             else:
                 self.noise_std_ = float(self.noise_std)
-        self._warn_if_degenerate(self._fit_problem(z))
+        r2 = self._training_r2(Xv, z)
+        self._warn_if_degenerate(
+            None
+            if r2 is None or r2 >= _DIVERGED_R2
+            else f"its training R^2 is {r2:.3g} (below {_DIVERGED_R2:g}: far worse than "
+            "predicting the mean of y)"
+        )
         self._warn_if_unconverged()
-        rows = Xv[: min(len(Xv), 512)]
-        pred = self.predict(rows, n_samples=5) if len(rows) else np.zeros(0)
         self._warn_if_collapsed(
-            bool(np.std(pred) <= 1e-3 * self._y_scale_),
-            "the predictions on the training rows are constant "
-            f"(sd {np.std(pred):.3g}, sd of y {self._y_scale_:.3g})",
+            []
+            if r2 is None or not (_DIVERGED_R2 <= r2 <= _COLLAPSED_R2)
+            else [
+                f"its training R^2 is {r2:.3g} (at most {_COLLAPSED_R2:g}: the predictions "
+                "explain next to none of the variance of y, as a constant would)"
+            ]
         )
         return self
+
+    def _training_r2(self, X: NDArray[Any], z: NDArray[Any]) -> float | None:
+        """R^2 of the posterior mean on (up to ``_CHECK_ROWS`` evenly spaced) training rows,
+        in the standardised units; ``-inf`` for non-finite outputs, ``None`` for a
+        constant ``y``."""
+        idx = _check_rows(len(X))
+        var = float(np.var(z[idx])) if idx.size else 0.0
+        if not var > 0:
+            return None
+        Xt = self._tensor(X[idx], "X", fitted=True)
+        m = predictive_mean(self._module64(), Xt, _CHECK_DRAWS, generator=self._predict_generator())
+        pred = m[:, 0].double().cpu().numpy()
+        if not np.all(np.isfinite(pred)):
+            return -math.inf
+        with np.errstate(over="ignore"):
+            mse = float(np.mean((z[idx] - pred) ** 2))
+        return 1.0 - mse / var if math.isfinite(mse) else -math.inf
 
     def _predictive_noise(self, X: NDArray[Any], z: NDArray[Any]) -> float:
         """The noise sd (standardised units) that maximises the training rows' log
@@ -172,22 +224,6 @@ class _Regression(RegressorMixin, _VariationalEstimator):
             lo, hi = s[max(k - 1, 0)], s[min(k + 1, len(s) - 1)]
             s = torch.logspace(math.log10(lo), math.log10(hi), 41, dtype=torch.float64)
         return float(s[20])
-
-    def _fit_problem(self, y: NDArray[Any]) -> str | None:
-        if not self.history_.nll:
-            return None
-        # The Gaussian per-datum NLL is log(2 pi s^2)/2 + MSE/(2 s^2): recover the MSE
-        # (all in the standardised units the network was fitted in).
-        s2 = (self.noise_std_ / self._y_scale_) ** 2
-        mse = 2.0 * s2 * (float(self.history_.nll[-1]) - 0.5 * math.log(2.0 * math.pi * s2))
-        var = float(np.var(y))
-        # 100x the variance (training R^2 below -99): far beyond an unconverged but sane fit.
-        if var > 0 and mse > 100.0 * var:
-            return (
-                f"the final training mean squared error ({mse:.3g}) is {mse / var:.3g} times "
-                "the variance of y (a constant predictor's)"
-            )
-        return None
 
     def _to_user(self, out: Tensor) -> NDArray[np.floating[Any]]:
         """``(n, 1)`` standardised outputs -> ``(n,)`` in the units of y."""
@@ -306,18 +342,46 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         self._warn_if_degenerate(self._fit_problem())
         self._warn_if_unconverged()
         # Collapse to the class frequencies (the majority class's predictor): the training
-        # log-loss is then the entropy of those frequencies. Read from the history, not from
-        # a prediction pass, which would cost a sizeable share of a short fit of a large net.
-        freq = np.bincount(codes) / len(codes)
+        # log-loss is then the entropy of those frequencies (read from the history); and a
+        # fit that predicts one class for (nearly) every row though another is common (one
+        # prediction pass on at most _CHECK_ROWS rows).
+        freq = np.bincount(codes, minlength=len(self.classes_)) / len(codes)
         entropy = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
         nll = float(self.history_.nll[-1]) if self.history_.nll else 0.0
-        self._warn_if_collapsed(
-            nll >= 0.98 * entropy,
-            f"its training log-loss ({nll:.3g}) is that of predicting the class frequencies "
-            f"({entropy:.3g}), i.e. the majority class {self.classes_[int(np.argmax(freq))]!r} "
-            "for every row",
-        )
+        reasons = []
+        if nll >= 0.98 * entropy:
+            reasons.append(
+                f"its training log-loss ({nll:.3g}) is that of predicting the class "
+                f"frequencies ({entropy:.3g}), i.e. the majority class "
+                f"{_label(self.classes_[int(np.argmax(freq))])!r} for every row"
+            )
+        one_class = self._one_class_predicted(Xv, freq)
+        if one_class is not None:
+            reasons.append(one_class)
+        self._warn_if_collapsed(reasons)
         return self
+
+    def _one_class_predicted(self, X: NDArray[Any], freq: NDArray[Any]) -> str | None:
+        """Whether one class is predicted for at least ``_COLLAPSED_SHARE`` of the training
+        rows (up to ``_CHECK_ROWS`` evenly spaced ones) while another class has at least
+        ``_MINORITY_SHARE`` of them (``freq``: the class frequencies); its description."""
+        idx = _check_rows(len(X))
+        if not idx.size:
+            return None
+        Xt = self._tensor(X[idx], "X", fitted=True)
+        proba = predict_proba(
+            self._module64(), Xt, _CHECK_DRAWS, generator=self._predict_generator()
+        )
+        pred = np.argmax(proba.cpu().numpy(), axis=1)
+        share = np.bincount(pred, minlength=len(freq)) / len(pred)
+        top = int(np.argmax(share))
+        others = np.delete(freq, top)
+        if share[top] < _COLLAPSED_SHARE or not others.size or others.max() < _MINORITY_SHARE:
+            return None
+        return (
+            f"it predicts class {_label(self.classes_[top])!r} for {100 * share[top]:.1f}% of the "
+            f"training rows, while another class has {100 * others.max():.0f}% of them"
+        )
 
     def _fit_problem(self) -> str | None:
         if not self.history_.nll:

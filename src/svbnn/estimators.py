@@ -103,9 +103,15 @@ sklearn.exceptions.ConvergenceWarning
     The budget ran out before convergence (says what fraction of gates is unresolved).
 CollapseWarning
     No input selected, no path from an input to the output in the median model, or a fit
-    that predicts a constant (a regressor's predictions on the training rows; a
-    classifier's training log-loss equal to that of predicting the class frequencies);
-    one warning lists every reason."""
+    that explains nothing: a regressor's training R^2 at most 0.02; a classifier that
+    predicts one class for at least 99% of the training rows while another class has at
+    least 10% of them, or whose training log-loss is that of predicting the class
+    frequencies. One warning lists every reason; ``collapsed_`` records it and
+    ``fit_warnings_`` every warning of the fit. ``converged_`` keeps its meaning (the
+    stopping rule fired): a collapsed fit can have converged.
+UserWarning
+    A regressor that diverged (training R^2 below -1) or a classifier whose training
+    log-loss is over 10 times a uniform prediction's; the message says "diverged"."""
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
