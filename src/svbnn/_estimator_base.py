@@ -18,14 +18,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 from torch import Tensor, nn
 
 from . import _native
@@ -51,7 +51,7 @@ from ._estimator_checks import (
 from ._kernels import AUTO_MIN_NUMEL, backend_scope
 from .convergence import ConvergenceMonitor, default_max_steps
 from .nn.base import ACTIVATIONS, set_generator
-from .training import History, Optimizer, train
+from .training import History, LikelihoodLike, Optimizer, train
 
 logger = logging.getLogger("svbnn.estimators")  # the estimators' messages, one logger
 
@@ -298,11 +298,14 @@ class _VariationalEstimator(BaseEstimator, ABC):
         n_out: int,
         make_likelihood: Any,
         seeds: _SeedSource,
+        weights: NDArray[Any] | None = None,
     ) -> nn.Module:
         """Train; sets the fitted attributes and returns the likelihood as fitted.
 
         ``make_likelihood()`` builds a fresh likelihood (one with a learnable noise level
-        is trained with the network).
+        is trained with the network). ``weights``: per row, positive and of mean 1
+        (:func:`_row_weights`), the weight of its likelihood term; ``None`` weighs every
+        row alike (and keeps the model's fused step).
         """
         n, p = X.shape
         self.fit_warnings_: list[str] = []
@@ -320,6 +323,11 @@ class _VariationalEstimator(BaseEstimator, ABC):
             gen.manual_seed(seed)
             model = self._build_module(p, n_out, gen)
             lik = make_likelihood().to(self.device)
+            fit_lik, fit_target = lik, target
+            if weights is not None:
+                fit_lik = _RowWeighted(lik)
+                w = self._tensor(weights, "sample_weight")
+                fit_target = torch.stack([target.to(w.dtype), w], dim=-1)
             monitor = ConvergenceMonitor(
                 n_batches,
                 tol=0.0 if tol is None else float(tol),
@@ -331,8 +339,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 history = train(
                     model,
                     Xt,
-                    target,
-                    lik,
+                    fit_target,
+                    fit_lik,
                     n_mc=int(self.n_mc_train),
                     kl_weight=float(self.kl_weight),
                     epochs=epochs,
@@ -495,6 +503,65 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 "can represent"
             )
         return out
+
+
+class _RowWeighted(nn.Module):
+    """A likelihood whose log density of row ``i`` is weighted by ``w_i``.
+
+    The targets carry the weights: ``target[..., 0]`` is the response (or the class code)
+    and ``target[..., 1]`` its weight, so that the minibatches (:func:`svbnn.training.train`)
+    draw each weight with its row. With weights of mean 1 the per-datum objective
+    ``-mean_i w_i log p(y_i | f(x_i)) + KL / n`` keeps the likelihood/KL balance of the
+    unweighted ELBO. The base likelihood is a submodule: its parameters (a learned noise
+    level) train with the network.
+    """
+
+    def __init__(self, base: nn.Module) -> None:
+        super().__init__()
+        self.base = base
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        """``w * base.log_prob(output, y)``, shape ``(..., m)``; ``target`` ``(..., m, 2)``."""
+        base = cast(LikelihoodLike, self.base)  # a likelihood module (nn.Module's attr type)
+        lp = base.log_prob(output, target[..., 0])
+        return target[..., 1] * lp
+
+
+def _row_weights(
+    sample_weight: ArrayLike | None, X: NDArray[Any], scale: NDArray[Any] | None = None
+) -> tuple[NDArray[np.bool_] | None, NDArray[np.float64] | None]:
+    """Validate ``sample_weight`` (scikit-learn's checks: shape, finite, non-negative, not
+    all zero) for the rows of ``X``, times ``scale`` (per row, e.g. its class weight).
+
+    Returns
+    -------
+    keep : ndarray of bool, shape (n,), or None
+        The rows of positive weight (``None``: every row); zero-weight rows are left out
+        of the fit (they contribute nothing to the likelihood).
+    weights : ndarray of shape (keep.sum(),) or None
+        The kept rows' weights divided by their mean (mean 1: the objective stays per
+        datum), or ``None`` when they are all equal (the unweighted fit).
+    """
+    if sample_weight is None and scale is None:
+        return None, None
+    sw = _check_sample_weight(
+        None if sample_weight is None else _to_numpy(sample_weight),
+        X,
+        dtype=np.float64,
+        ensure_non_negative=True,
+    )
+    if scale is not None:
+        sw = sw * scale
+        if not np.any(sw > 0):
+            raise ValueError(
+                "sample_weight and class_weight give every row a weight of zero; at least "
+                "one row needs a positive weight"
+            )
+    keep = sw > 0
+    w = sw[keep]
+    if w.size and np.all(w == w[0]):
+        return (None if keep.all() else keep), None
+    return (None if keep.all() else keep), w / w.mean()
 
 
 def _run_falling_back(run: Callable[[str], _R], kernels: str) -> _R:

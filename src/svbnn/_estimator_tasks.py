@@ -21,7 +21,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 from torch import Tensor, nn
 
-from ._estimator_base import _VariationalEstimator
+from ._estimator_base import _row_weights, _VariationalEstimator
 from ._estimator_checks import (
     _DTYPES,
     _NOISE_INIT,
@@ -61,6 +61,27 @@ def _check_rows(n: int) -> NDArray[np.intp]:
     return np.unique(np.linspace(0, n - 1, _CHECK_ROWS).round().astype(np.intp))
 
 
+def _check_class_weight(class_weight: Any) -> None:
+    """``class_weight`` is None, ``"balanced"`` or a dict of finite non-negative weights
+    (its labels are checked against ``y`` in ``fit``)."""
+    if class_weight is None or (isinstance(class_weight, str) and class_weight == "balanced"):
+        return
+    if not isinstance(class_weight, dict):
+        raise ValueError(
+            "class_weight must be None, 'balanced' or a dict {label: weight}, got "
+            f"{class_weight!r}"
+        )
+    for label, weight in class_weight.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.number)):
+            raise TypeError(
+                f"class_weight[{label!r}] must be a number, got {type(weight).__name__}"
+            )
+        if not (math.isfinite(float(weight)) and float(weight) >= 0):
+            raise ValueError(
+                f"class_weight[{label!r}] must be finite and non-negative, got {weight!r}"
+            )
+
+
 def _label(c: Any) -> Any:
     """A class label as a Python scalar (``1``, not ``np.int64(1)``, in messages)."""
     return c.item() if isinstance(c, np.generic) else c
@@ -83,6 +104,14 @@ noise_std_elbo_ : float
     With ``noise_std="auto"``: the ELBO's own estimate (includes the posterior spread of
     ``f``, so it is larger)."""
 
+_CLASSIFICATION_PARAMETERS = """\
+class_weight : "balanced", dict or None, default None
+    Weight of each class's rows in the likelihood (times ``fit``'s ``sample_weight``;
+    normalised to mean 1 with it): ``{label: weight}`` (labels left out weigh 1), or
+    ``"balanced"``, ``n / (n_classes * count(class))`` as in scikit-learn. For
+    imbalanced classes where the minority class matters: the unweighted fit may predict
+    the majority class for every row (a ``CollapseWarning``)."""
+
 _CLASSIFICATION_ATTRIBUTES = """\
 classes_ : ndarray
     Labels seen at fit time."""
@@ -99,7 +128,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
 
     noise_std: float | str = "auto"
 
-    def fit(self: _R, X: ArrayLike, y: ArrayLike) -> _R:
+    def fit(self: _R, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> _R:
         """Fit the variational posterior.
 
         Every parameter and the data are checked first; if the fit fails at any point, a
@@ -109,6 +138,14 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         ----------
         X : array-like or Tensor, shape (n, p)
         y : array-like or Tensor, shape (n,)
+        sample_weight : array-like of shape (n,) or float, optional
+            Non-negative weight of each row's likelihood term. The weights are divided
+            by their mean over the rows of positive weight, so the objective stays per
+            datum (the likelihood/KL balance of the unweighted fit): they say how much
+            rows count relative to each other, not how many rows there are (a weight of
+            2 is not a duplicated row). Rows of weight 0 are left out; equal weights are
+            the unweighted fit. The target's standardisation and the learned noise level
+            are weighted alike.
 
         Returns
         -------
@@ -139,12 +176,16 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 ensure_all_finite=True,
             )
             yv = column_or_1d(yv, warn=True)
+            keep, w = _row_weights(sample_weight, Xv)
+            if keep is not None:
+                Xv, yv = Xv[keep], yv[keep]
             # The network fits the standardised target (its prior and learning rate are
             # set for responses of unit scale); every output is mapped back to y's units.
-            sd = float(np.std(yv))
-            self._y_mean_ = float(np.mean(yv))
+            yd = np.asarray(yv, dtype=np.float64)
+            self._y_mean_ = float(np.average(yd, weights=w))
+            sd = float(np.sqrt(np.average((yd - self._y_mean_) ** 2, weights=w)))
             self._y_scale_ = sd if sd > 0 and math.isfinite(sd) else 1.0
-            z = (np.asarray(yv, dtype=np.float64) - self._y_mean_) / self._y_scale_
+            z = (yd - self._y_mean_) / self._y_scale_
             learn = isinstance(self.noise_std, str)
             noise0 = _NOISE_INIT if learn else float(self.noise_std) / self._y_scale_
             lik = self._fit_module(
@@ -153,12 +194,13 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 1,
                 lambda: GaussianLikelihood(noise0, learn_noise=learn).to(_DTYPES[self.dtype]),
                 seeds,
+                w,
             )
             if learn:
                 self.noise_std_elbo_ = (
                     float(torch.as_tensor(lik.noise_std).detach()) * self._y_scale_
                 )
-                self.noise_std_ = self._predictive_noise(Xv, z) * self._y_scale_
+                self.noise_std_ = self._predictive_noise(Xv, z, w) * self._y_scale_
             else:
                 self.noise_std_ = float(self.noise_std)
         r2 = self._training_r2(Xv, z)
@@ -196,10 +238,13 @@ class _Regression(RegressorMixin, _VariationalEstimator):
             mse = float(np.mean((z[idx] - pred) ** 2))
         return 1.0 - mse / var if math.isfinite(mse) else -math.inf
 
-    def _predictive_noise(self, X: NDArray[Any], z: NDArray[Any]) -> float:
+    def _predictive_noise(
+        self, X: NDArray[Any], z: NDArray[Any], weights: NDArray[Any] | None = None
+    ) -> float:
         """The noise sd (standardised units) that maximises the training rows' log
-        posterior predictive density, ``sum_i log N(z_i; m_i, v_i + s^2)`` with ``m_i``,
-        ``v_i`` the mean and variance of the H draws of ``f(x_i)``.
+        posterior predictive density, ``sum_i w_i log N(z_i; m_i, v_i + s^2)`` with
+        ``m_i``, ``v_i`` the mean and variance of the H draws of ``f(x_i)`` and ``w_i``
+        the rows' weights (1 without ``weights``).
 
         The ELBO's own optimum, ``s^2 = mean_i E_q[(z_i - f(x_i))^2]``, counts the
         posterior spread of ``f`` twice once intervals add that spread back (measured on
@@ -214,12 +259,13 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         draws = draws.cpu()  # z and the grid of s below are CPU tensors
         m, v = draws.mean(0), draws.var(0, unbiased=False)
         r2 = (torch.as_tensor(z[rows], dtype=torch.float64) - m) ** 2
+        wt = torch.ones_like(r2) if weights is None else torch.as_tensor(weights[rows])
         # A grid over log s, refined once: the 1-D objective is smooth and unimodal in
         # practice, and a grid cannot diverge.
         s = torch.logspace(-4, 0.5, 181, dtype=torch.float64)
         for _ in range(2):
             tot = v[None, :] + s[:, None] ** 2
-            ll = -(torch.log(tot) + r2[None, :] / tot).sum(1)
+            ll = -(wt[None, :] * (torch.log(tot) + r2[None, :] / tot)).sum(1)
             k = int(torch.argmax(ll))
             lo, hi = s[max(k - 1, 0)], s[min(k + 1, len(s) - 1)]
             s = torch.logspace(math.log10(lo), math.log10(hi), 41, dtype=torch.float64)
@@ -302,13 +348,20 @@ class _Regression(RegressorMixin, _VariationalEstimator):
 class _Classification(ClassifierMixin, _VariationalEstimator):
     """Categorical likelihood (softmax outputs); any labels, at least two classes."""
 
-    def fit(self: _C, X: ArrayLike, y: ArrayLike) -> _C:
+    class_weight: dict[Any, float] | str | None = None
+
+    def fit(self: _C, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> _C:
         """Fit the variational posterior; ``y`` holds class labels, shape ``(n,)``.
 
         Checks and failure behaviour as the regressor's ``fit``; the warning for a
         useless fit compares the training log-loss with a uniform prediction's.
+        ``sample_weight`` (array-like of shape (n,) or float, optional) weighs each row's
+        likelihood term as in the regressor's ``fit`` (normalised to mean 1 over the rows
+        of positive weight, zero-weight rows left out), multiplied by the row's
+        ``class_weight``.
         """
         self._check_params()
+        _check_class_weight(self.class_weight)
         seeds = _SeedSource(self.random_state)
         X, y = _check_numeric(_to_numpy(X), "X"), _to_numpy(y)
         with self._fit_transaction():
@@ -337,8 +390,17 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 )
             self.classes_ = enc.classes_
             codes = enc.transform(yv)
+            keep, w = _row_weights(sample_weight, Xv, self._class_weights(codes))
+            if keep is not None:
+                Xv, codes = Xv[keep], codes[keep]
+                if np.unique(codes).size < 2:
+                    raise ValueError(
+                        "the classifier needs samples of at least 2 classes with a positive "
+                        "weight (sample_weight times class_weight), got 1 class: "
+                        f"{_label(self.classes_[codes[0]])!r}"
+                    )
             target = torch.tensor(codes, dtype=torch.long, device=self.device)
-            self._fit_module(Xv, target, len(self.classes_), CategoricalLikelihood, seeds)
+            self._fit_module(Xv, target, len(self.classes_), CategoricalLikelihood, seeds, w)
         self._warn_if_degenerate(self._fit_problem())
         self._warn_if_unconverged()
         # Collapse to the class frequencies (the majority class's predictor): the training
@@ -346,20 +408,43 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         # fit that predicts one class for (nearly) every row though another is common (one
         # prediction pass on at most _CHECK_ROWS rows).
         freq = np.bincount(codes, minlength=len(self.classes_)) / len(codes)
-        entropy = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
+        # The history's log-loss is weighted (mean weight 1): so are these frequencies.
+        wfreq = freq if w is None else np.bincount(codes, w, len(self.classes_)) / len(codes)
+        entropy = float(-np.sum(wfreq[wfreq > 0] * np.log(wfreq[wfreq > 0])))
         nll = float(self.history_.nll[-1]) if self.history_.nll else 0.0
         reasons = []
         if nll >= 0.98 * entropy:
             reasons.append(
                 f"its training log-loss ({nll:.3g}) is that of predicting the class "
                 f"frequencies ({entropy:.3g}), i.e. the majority class "
-                f"{_label(self.classes_[int(np.argmax(freq))])!r} for every row"
+                f"{_label(self.classes_[int(np.argmax(wfreq))])!r} for every row"
             )
         one_class = self._one_class_predicted(Xv, freq)
         if one_class is not None:
             reasons.append(one_class)
         self._warn_if_collapsed(reasons)
         return self
+
+    def _class_weights(self, codes: NDArray[np.intp]) -> NDArray[np.float64] | None:
+        """Each row's ``class_weight`` (``codes``: the rows' class indices into
+        ``classes_``); ``None`` without class weights. ``"balanced"`` is
+        ``n / (n_classes * count(class))``, from the rows' counts (as scikit-learn)."""
+        if self.class_weight is None:
+            return None
+        if isinstance(self.class_weight, str):
+            counts = np.bincount(codes, minlength=len(self.classes_))
+            per_class = len(codes) / (len(self.classes_) * counts)
+        else:
+            labels = {_label(c) for c in self.classes_}
+            unknown = [k for k in self.class_weight if _label(k) not in labels]
+            if unknown:
+                raise ValueError(
+                    f"class_weight has labels not in y: {unknown!r}; the classes are "
+                    f"{[_label(c) for c in self.classes_]!r}"
+                )
+            given = {_label(k): float(v) for k, v in self.class_weight.items()}
+            per_class = np.array([given.get(_label(c), 1.0) for c in self.classes_])
+        return np.asarray(per_class[codes], dtype=np.float64)
 
     def _one_class_predicted(self, X: NDArray[Any], freq: NDArray[Any]) -> str | None:
         """Whether one class is predicted for at least ``_COLLAPSED_SHARE`` of the training

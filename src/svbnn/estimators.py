@@ -42,6 +42,7 @@ from ._estimator_checks import (
 )
 from ._estimator_tasks import (
     _CLASSIFICATION_ATTRIBUTES,
+    _CLASSIFICATION_PARAMETERS,
     _REGRESSION_ATTRIBUTES,
     _REGRESSION_PARAMETERS,
     _Classification,
@@ -271,19 +272,24 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     """
 
 
-@_fill_doc(**_FILL, task_attributes=_CLASSIFICATION_ATTRIBUTES)
+@_fill_doc(
+    **_FILL,
+    task_parameters=_CLASSIFICATION_PARAMETERS,
+    task_attributes=_CLASSIFICATION_ATTRIBUTES,
+)
 @dataclass(eq=False, repr=False, kw_only=True)
 class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     """Sparse variational BNN classifier (categorical likelihood, softmax outputs).
 
-    The parameters are :class:`SVBNNRegressor`'s without ``noise_std``, with the same
-    defaults. Where accuracy matters more than selection, ``kl_weight=0.2`` fits much
-    better on small data (2,000 MNIST images: accuracy 0.83 against 0.74-0.77; user
-    guide). Scale ``X`` in your pipeline.
+    The parameters are :class:`SVBNNRegressor`'s without ``noise_std`` and with
+    ``class_weight``, with the same defaults. Where accuracy matters more than
+    selection, ``kl_weight=0.2`` fits much better on small data (2,000 MNIST images:
+    accuracy 0.83 against 0.74-0.77; user guide). Scale ``X`` in your pipeline.
 
     Parameters
     ----------
     {common_parameters}
+    {task_parameters}
     {family_parameters}
 
     Attributes
