@@ -611,6 +611,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-peers", action="store_true", help="fit only the svbnn variants")
     ap.add_argument("--max-splits", type=int, default=0, help="at most K splits (smoke tests)")
     ap.add_argument("--smoke", action="store_true", help="tiny peer budgets (smoke test)")
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite report.md from the saved results.csv and settings.json",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument(
         "--in-process", action="store_true", help="no fresh process per data set (tests)"
@@ -640,6 +645,13 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.worker is not None:
         run_dataset(args.worker, args, variants)
+        return
+    if args.report_only:
+        from svbnn.checkpoint import atomic_write_bytes
+
+        saved = json.loads((args.out / "settings.json").read_text())
+        text = report(read_rows(args.out / "results.csv"), saved)
+        atomic_write_bytes(args.out / "report.md", text.encode())
         return
     import sklearn
     import torch
@@ -673,7 +685,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     build = _native_build_s()
     settings["native_build_s"] = (
-        "native loops unavailable" if build is None else f"{build:.1f} s in this process"
+        "native loops unavailable"
+        if build is None
+        else f"{build:.1f} s to build or load them (a build already on disk only loads)"
     )
     from svbnn.checkpoint import atomic_write_bytes
 

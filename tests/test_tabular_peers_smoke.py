@@ -50,6 +50,10 @@ def test_tiny_run_caches_the_peers_and_reports(tmp_path: Path) -> None:
     } == (peers)
     assert {r["method"] for r in again if r["dataset"] == "wine"} >= {"SVBNN", "SVBNN-eb"}
     assert "SVBNN-eb:" in (out / "report.md").read_text()
+    # The report is rebuilt from the saved files alone.
+    (out / "report.md").unlink()
+    tp.main(["--out", str(out), "--report-only"])
+    assert "SVBNN-eb:" in (out / "report.md").read_text()
 
 
 def test_splits_follow_the_table_size() -> None:
