@@ -2,6 +2,9 @@
 
 Run ``python -m benchmarks.tabular --out docs/results/tabular [--quick] [--datasets ...]
 [--splits K] [--seed S] [--noise-columns k]`` (data via ``SVBNN_DATA``).
+``python -m benchmarks.tabular --peers ...`` runs the protocol of issue 31 instead: more
+tables, the usual tools as peers, cached peer results
+(:mod:`benchmarks.tabular_peers`).
 
 Every task gets ``k`` added pure-noise columns (standard normal; uniform on [0, 1] for
 images, like pixels) so that variable selection can be scored. Inputs are standardised
@@ -505,6 +508,13 @@ def _write_results(out: Path, rows: list[dict[str, Any]], settings: dict[str, An
 
 
 def main(argv: list[str] | None = None) -> None:
+    raw = sys.argv[1:] if argv is None else argv
+    if "--peers" in raw:
+        # The protocol of issue 31 (the usual tools as peers): benchmarks/tabular_peers.py.
+        from benchmarks import tabular_peers
+
+        tabular_peers.main([a for a in raw if a != "--peers"])
+        return
     args = _parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     names = args.datasets or (list(QUICK_SETS) if args.quick else [*UCI_SETS, *CLF_SETS])

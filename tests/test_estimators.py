@@ -55,7 +55,18 @@ CLASSIFIERS = [SVBNNClassifier, VBNNClassifier, VDClassifier, HSBNNClassifier]
     ids=lambda c: c.__name__,
 )
 def test_sklearn_estimator_checks(cls: type) -> None:
-    check_estimator(cls(**SMALL))
+    check_estimator(cls(**SMALL), expected_failed_checks=_SAMPLE_WEIGHT_XFAIL)
+
+
+# The one check the estimators are documented to fail: sample_weight is a relative weight
+# of each row's likelihood term, normalised to mean 1 so that the objective stays per datum
+# (issue 31), not a count of repetitions (a repeated row adds data, which changes the KL's
+# share; a stochastic fit on more rows also draws a different minibatch sequence).
+_SAMPLE_WEIGHT_XFAIL = {
+    "check_sample_weight_equivalence_on_dense_data": (
+        "sample_weight is normalised to mean 1 (a relative weight), not a repetition count"
+    )
+}
 
 
 def test_families_share_the_common_parameters() -> None:
@@ -85,6 +96,7 @@ def test_families_share_the_common_parameters() -> None:
         assert {k: p[k] for k in common} == {k: params[SVBNNRegressor][k] for k in common}, cls
     for reg, clf in zip(REGRESSORS, CLASSIFIERS, strict=True):
         assert params[reg].pop("noise_std") == "auto"
+        assert params[clf].pop("class_weight") is None
         assert params[reg] == params[clf], (reg, clf)
 
 
@@ -342,7 +354,9 @@ def test_exploding_fit_warns(cls: type) -> None:
     # recover from: R^2 of about -1e23 (regressor), log-loss of order 1e8 (classifier).
     X, y = _reg_data() if cls is SVBNNRegressor else _clf_data()
     with pytest.warns(UserWarning, match="diverged or did not converge"):
-        cls(**{**SMALL, "init_mu_range": 1e3}).fit(X, y)
+        est = cls(**{**SMALL, "init_mu_range": 1e3}).fit(X, y)
+    if cls is SVBNNRegressor:  # named by its training R^2, below -1
+        assert any("training R^2" in w and "diverged" in w for w in est.fit_warnings_)
 
 
 def test_sane_fit_does_not_warn() -> None:

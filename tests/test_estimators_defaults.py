@@ -45,14 +45,64 @@ def test_forced_collapse_warns() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warnings.simplefilter("ignore", ConvergenceWarning)
-        SVBNNRegressor(
+        reg = SVBNNRegressor(
             log_prior_inclusion=-5000.0, learning_rate_init=0.05, max_iter=200, random_state=0
         ).fit(X, y)
     collapse = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
     # One warning with every reason, and the remedies that fitted where defaults collapsed.
     assert len(collapse) == 1, collapse
-    for part in ("no input selected", "no path", "kl_weight=0.2", "'eb'"):
+    for part in ("no input selected", "no path", "training R^2", "kl_weight=0.2", "'eb'"):
         assert part in collapse[0], (part, collapse[0])
+    assert reg.collapsed_
+    assert sum(w.startswith("CollapseWarning: ") for w in reg.fit_warnings_) == 1
+
+
+def test_majority_class_collapse_warns_and_is_recorded() -> None:
+    # The imbalanced binary case of issue 31: a weak signal (12% positives, P(y=1) above
+    # 0.5 only for x0 > 2.3) gives a fit whose log-loss is below the class frequencies'
+    # but which predicts the majority class for >= 99% of the rows: a CollapseWarning.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((600, 5))
+    y = (rng.random(600) < 1 / (1 + np.exp(2.3 - X[:, 0]))).astype(int)
+    assert 0.10 <= y.mean() < 0.2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        clf = SVBNNClassifier(max_iter=60, random_state=0).fit(X, y)
+    collapse = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
+    assert len(collapse) == 1, collapse
+    assert "predicts class 0 for" in collapse[0] and "another class has" in collapse[0]
+    assert np.mean(clf.predict(X) == 0) >= 0.99
+    assert clf.collapsed_
+    assert [w for w in clf.fit_warnings_ if w.startswith("CollapseWarning")] == [
+        f"CollapseWarning: {collapse[0]}"
+    ]
+
+
+def test_collapse_does_not_change_converged() -> None:
+    # Pure-noise y: the stopping rule fires (converged_ says the objective settled) and
+    # the fit explains nothing (training R^2 <= 0.02): both are recorded, apart.
+    rng = np.random.default_rng(3)
+    X, y = rng.standard_normal((300, 5)), rng.standard_normal(300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reg = SVBNNRegressor(
+            hidden_layer_sizes=(8,),
+            learning_rate_init=0.03,
+            tol=1e-3,
+            n_iter_no_change=2,
+            random_state=0,
+        ).fit(X, y)
+    assert reg.converged_ and reg.collapsed_
+    assert any(issubclass(w.category, CollapseWarning) for w in caught)
+    assert any("training R^2" in w for w in reg.fit_warnings_)
+
+
+def test_clean_fit_records_no_warnings() -> None:
+    X, y, _ = _sparse_problem(300, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reg = SVBNNRegressor(max_iter=100, tol=None, random_state=0).fit(X, y)
+    assert not reg.collapsed_ and reg.fit_warnings_ == []
 
 
 def test_exhausted_budget_warns_with_unresolved_fraction() -> None:

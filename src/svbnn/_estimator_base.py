@@ -19,14 +19,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 from torch import Tensor, nn
 
 from ._device import check_device
@@ -52,7 +52,7 @@ from ._estimator_checks import (
 )
 from .convergence import ConvergenceMonitor, default_max_steps
 from .nn.base import ACTIVATIONS, set_generator
-from .training import History, Optimizer, check_kl_weight, train
+from .training import History, LikelihoodLike, Optimizer, check_kl_weight, train
 
 logger = logging.getLogger("svbnn.estimators")  # the estimators' messages, one logger
 
@@ -107,7 +107,17 @@ verbose : bool, default False
 
 _COMMON_ATTRIBUTES = """\
 converged_ : bool
-    Whether the stopping rule fired before the budget ran out.
+    Whether the stopping rule fired before the budget ran out; it says only that the
+    objective settled, not that the fit is useful (a collapsed fit can have converged:
+    see ``collapsed_``).
+collapsed_ : bool
+    Whether the fit raised a ``CollapseWarning`` (a model that explains nothing: a
+    regressor's training R^2 at most 0.02, a classifier that predicts one class for at
+    least 99% of the training rows while another class has at least 10% of them, a
+    training log-loss equal to the class frequencies', or no input reaching the output).
+fit_warnings_ : list of str
+    Every warning the last ``fit`` raised, as ``"Category: message"`` (empty for a clean
+    fit).
 n_iter_ : int
     Epochs run.
 history_ : History
@@ -342,13 +352,18 @@ class _VariationalEstimator(BaseEstimator, ABC):
         n_out: int,
         make_likelihood: Any,
         seeds: _SeedSource,
+        weights: NDArray[Any] | None = None,
     ) -> nn.Module:
         """Train; sets the fitted attributes and returns the likelihood as fitted.
 
         ``make_likelihood()`` builds a fresh likelihood (one with a learnable noise level
-        is trained with the network).
+        is trained with the network). ``weights``: per row, positive and of mean 1
+        (:func:`_row_weights`), the weight of its likelihood term; ``None`` weighs every
+        row alike (and keeps the model's fused step).
         """
         n, p = X.shape
+        self.fit_warnings_: list[str] = []
+        self.collapsed_ = False
         Xt = self._tensor(X, "X")
         seed = seeds.seed()
         extra_callbacks = self._prepare(n, p, n_out)
@@ -362,6 +377,11 @@ class _VariationalEstimator(BaseEstimator, ABC):
             gen.manual_seed(seed)
             model = self._build_module(p, n_out, gen)
             lik = make_likelihood().to(self.device)
+            fit_lik, fit_target = lik, target
+            if weights is not None:
+                fit_lik = _RowWeighted(lik)
+                w = self._tensor(weights, "sample_weight")
+                fit_target = torch.stack([target.to(w.dtype), w], dim=-1)
             monitor = ConvergenceMonitor(
                 n_batches,
                 tol=0.0 if tol is None else float(tol),
@@ -373,8 +393,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 history = train(
                     model,
                     Xt,
-                    target,
-                    lik,
+                    fit_target,
+                    fit_lik,
                     n_mc=int(self.n_mc_train),
                     kl_weight=float(self.kl_weight),
                     epochs=epochs,
@@ -404,6 +424,12 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self._summarize(model)
         return lik
 
+    def _warn(self, message: str, category: type[Warning]) -> None:
+        """Raise ``message`` as ``category`` for the caller of ``fit`` and record it in
+        ``fit_warnings_``. Called from a ``_warn_if_*`` method called from ``fit``."""
+        self.fit_warnings_.append(f"{category.__name__}: {message}")
+        warnings.warn(message, category, stacklevel=4)
+
     def _warn_if_unconverged(self) -> None:
         """sklearn's ConvergenceWarning when the budget ran out before the fit converged."""
         if not getattr(self, "_budget_exhausted_", False):
@@ -414,19 +440,19 @@ class _VariationalEstimator(BaseEstimator, ABC):
             if unresolved is None
             else f"; {100 * unresolved:.1f}% of the gates have phi in (0.1, 0.9)"
         )
-        warnings.warn(
+        self._warn(
             f"{type(self).__name__} stopped at the budget of {self.n_iter_} epochs before the "
             f"stopping rule fired (tol={self.tol!r}, n_iter_no_change="
             f"{self.n_iter_no_change!r}){gates}. The fit and its selection "
             "(selected_features_) may still change with more training: raise max_iter or "
             "learning_rate_init.",
             ConvergenceWarning,
-            stacklevel=3,
         )
 
-    def _warn_if_collapsed(self, constant: bool, what: str) -> None:
+    def _warn_if_collapsed(self, task_reasons: list[str]) -> None:
         """One CollapseWarning for a fit that selected nothing, keeps no path from an input
-        to the output, or predicts a constant (``constant``, described by ``what``)."""
+        to the output, or explains nothing by the task's measure (``task_reasons``, each a
+        description; sets ``collapsed_``)."""
         reasons = []
         # With unresolved gates the posterior still predicts through edges of phi < 0.5
         # (the ConvergenceWarning says so): the median model's paths tell nothing yet.
@@ -439,8 +465,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 "the median model keeps no path from any input to the output (every path "
                 "has a pruned weight)"
             )
-        if constant:
-            reasons.append(what)
+        reasons.extend(task_reasons)
         if not reasons:
             return
         lam = getattr(self, "lambda_", None)
@@ -462,21 +487,20 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 f"{self.learning_rate_init!r}) is too high; train longer (max_iter), or "
                 "check X and y."
             )
-        warnings.warn(
+        self.collapsed_ = True
+        self._warn(
             f"{type(self).__name__}: the fit collapsed: {'; '.join(reasons)}. {cause}",
             CollapseWarning,
-            stacklevel=3,
         )
 
     def _warn_if_degenerate(self, bad_fit: str | None) -> None:
         """Warn about fits that return numbers but are useless (nothing silently wrong)."""
         if bad_fit is not None:
-            warnings.warn(
+            self._warn(
                 f"{type(self).__name__}: {bad_fit}; the fit diverged or did not converge. "
                 f"Lower learning_rate_init (now {self.learning_rate_init!r}) or the initial "
                 "weight range, raise max_iter, or standardise the data.",
                 UserWarning,
-                stacklevel=3,
             )
 
     def _module64(self) -> nn.Module:
@@ -533,6 +557,65 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 "can represent"
             )
         return out
+
+
+class _RowWeighted(nn.Module):
+    """A likelihood whose log density of row ``i`` is weighted by ``w_i``.
+
+    The targets carry the weights: ``target[..., 0]`` is the response (or the class code)
+    and ``target[..., 1]`` its weight, so that the minibatches (:func:`svbnn.training.train`)
+    draw each weight with its row. With weights of mean 1 the per-datum objective
+    ``-mean_i w_i log p(y_i | f(x_i)) + KL / n`` keeps the likelihood/KL balance of the
+    unweighted ELBO. The base likelihood is a submodule: its parameters (a learned noise
+    level) train with the network.
+    """
+
+    def __init__(self, base: nn.Module) -> None:
+        super().__init__()
+        self.base = base
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        """``w * base.log_prob(output, y)``, shape ``(..., m)``; ``target`` ``(..., m, 2)``."""
+        base = cast(LikelihoodLike, self.base)  # a likelihood module (nn.Module's attr type)
+        lp = base.log_prob(output, target[..., 0])
+        return target[..., 1] * lp
+
+
+def _row_weights(
+    sample_weight: ArrayLike | None, X: NDArray[Any], scale: NDArray[Any] | None = None
+) -> tuple[NDArray[np.bool_] | None, NDArray[np.float64] | None]:
+    """Validate ``sample_weight`` (scikit-learn's checks: shape, finite, non-negative, not
+    all zero) for the rows of ``X``, times ``scale`` (per row, e.g. its class weight).
+
+    Returns
+    -------
+    keep : ndarray of bool, shape (n,), or None
+        The rows of positive weight (``None``: every row); zero-weight rows are left out
+        of the fit (they contribute nothing to the likelihood).
+    weights : ndarray of shape (keep.sum(),) or None
+        The kept rows' weights divided by their mean (mean 1: the objective stays per
+        datum), or ``None`` when they are all equal (the unweighted fit).
+    """
+    if sample_weight is None and scale is None:
+        return None, None
+    sw = _check_sample_weight(
+        None if sample_weight is None else _to_numpy(sample_weight),
+        X,
+        dtype=np.float64,
+        ensure_non_negative=True,
+    )
+    if scale is not None:
+        sw = sw * scale
+        if not np.any(sw > 0):
+            raise ValueError(
+                "sample_weight and class_weight give every row a weight of zero; at least "
+                "one row needs a positive weight"
+            )
+    keep = sw > 0
+    w = sw[keep]
+    if w.size and np.all(w == w[0]):
+        return (None if keep.all() else keep), None
+    return (None if keep.all() else keep), w / w.mean()
 
 
 def _run_falling_back(run: Callable[[str], _R], kernels: str) -> _R:

@@ -23,7 +23,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 from torch import Tensor, nn
 
-from ._estimator_base import _VariationalEstimator
+from ._estimator_base import _row_weights, _VariationalEstimator
 from ._estimator_checks import (
     _DTYPES,
     _NOISE_INIT,
@@ -45,6 +45,53 @@ from .prediction import (
     response_mean,
     sample_outputs,
 )
+
+# The fit-quality checks after fit (issue 31): a regressor whose training R^2 is at most
+# _COLLAPSED_R2 explains nothing (CollapseWarning); below _DIVERGED_R2 it diverged. A
+# classifier collapsed when it predicts one class for _COLLAPSED_SHARE of the training rows
+# while another class has _MINORITY_SHARE of them. Checked on up to _CHECK_ROWS evenly
+# spaced training rows (any order of the rows, e.g. sorted by class, is sampled evenly)
+# with _CHECK_DRAWS posterior draws.
+_COLLAPSED_R2 = 0.02
+_DIVERGED_R2 = -1.0
+_COLLAPSED_SHARE = 0.99
+_MINORITY_SHARE = 0.10
+_CHECK_ROWS = 1000
+_CHECK_DRAWS = 10
+
+
+def _check_rows(n: int) -> NDArray[np.intp]:
+    """Up to ``_CHECK_ROWS`` evenly spaced row indices of ``n`` rows."""
+    if n <= _CHECK_ROWS:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, _CHECK_ROWS).round().astype(np.intp))
+
+
+def _check_class_weight(class_weight: Any) -> None:
+    """``class_weight`` is None, ``"balanced"`` or a dict of finite non-negative weights
+    (its labels are checked against ``y`` in ``fit``)."""
+    if class_weight is None or (isinstance(class_weight, str) and class_weight == "balanced"):
+        return
+    if not isinstance(class_weight, dict):
+        raise ValueError(
+            "class_weight must be None, 'balanced' or a dict {label: weight}, got "
+            f"{class_weight!r}"
+        )
+    for label, weight in class_weight.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.number)):
+            raise TypeError(
+                f"class_weight[{label!r}] must be a number, got {type(weight).__name__}"
+            )
+        if not (math.isfinite(float(weight)) and float(weight) >= 0):
+            raise ValueError(
+                f"class_weight[{label!r}] must be finite and non-negative, got {weight!r}"
+            )
+
+
+def _label(c: Any) -> Any:
+    """A class label as a Python scalar (``1``, not ``np.int64(1)``, in messages)."""
+    return c.item() if isinstance(c, np.generic) else c
+
 
 _R = TypeVar("_R", bound="_Regression")
 _C = TypeVar("_C", bound="_Classification")
@@ -70,6 +117,14 @@ log_offset_ : float
     ``log`` of the training rows' mean count (of 1e-8 where every count is 0): the
     network's output is the log rate relative to it (``log rate = output + log_offset_``)."""
 
+_CLASSIFICATION_PARAMETERS = """\
+class_weight : "balanced", dict or None, default None
+    Weight of each class's rows in the likelihood (times ``fit``'s ``sample_weight``;
+    normalised to mean 1 with it): ``{label: weight}`` (labels left out weigh 1), or
+    ``"balanced"``, ``n / (n_classes * count(class))`` as in scikit-learn. For
+    imbalanced classes where the minority class matters: the unweighted fit may predict
+    the majority class for every row (a ``CollapseWarning``)."""
+
 _CLASSIFICATION_ATTRIBUTES = """\
 classes_ : ndarray
     Labels seen at fit time."""
@@ -86,7 +141,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
 
     noise_std: float | str = "auto"
 
-    def fit(self: _R, X: ArrayLike, y: ArrayLike) -> _R:
+    def fit(self: _R, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> _R:
         """Fit the variational posterior.
 
         Every parameter and the data are checked first; if the fit fails at any point, a
@@ -96,6 +151,14 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         ----------
         X : array-like or Tensor, shape (n, p)
         y : array-like or Tensor, shape (n,)
+        sample_weight : array-like of shape (n,) or float, optional
+            Non-negative weight of each row's likelihood term. The weights are divided
+            by their mean over the rows of positive weight, so the objective stays per
+            datum (the likelihood/KL balance of the unweighted fit): they say how much
+            rows count relative to each other, not how many rows there are (a weight of
+            2 is not a duplicated row). Rows of weight 0 are left out; equal weights are
+            the unweighted fit. The target's standardisation and the learned noise level
+            are weighted alike.
 
         Returns
         -------
@@ -104,8 +167,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         Warns
         -----
         UserWarning
-            When the fit is useless though finite: the training error is far above that of
-            a constant, or no kept weights connect the inputs to the output.
+            The fit diverged: its training R^2 is below -1 (the message says "diverged").
+        CollapseWarning
+            The fit explains nothing: its training R^2 is at most 0.02, or no kept weights
+            connect the inputs to the output (``collapsed_`` is then True).
         """
         self._check_params()
         if not (isinstance(self.noise_std, str) and self.noise_std == "auto"):
@@ -124,12 +189,16 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 ensure_all_finite=True,
             )
             yv = column_or_1d(yv, warn=True)
+            keep, w = _row_weights(sample_weight, Xv)
+            if keep is not None:
+                Xv, yv = Xv[keep], yv[keep]
             # The network fits the standardised target (its prior and learning rate are
             # set for responses of unit scale); every output is mapped back to y's units.
-            sd = float(np.std(yv))
-            self._y_mean_ = float(np.mean(yv))
+            yd = np.asarray(yv, dtype=np.float64)
+            self._y_mean_ = float(np.average(yd, weights=w))
+            sd = float(np.sqrt(np.average((yd - self._y_mean_) ** 2, weights=w)))
             self._y_scale_ = sd if sd > 0 and math.isfinite(sd) else 1.0
-            z = (np.asarray(yv, dtype=np.float64) - self._y_mean_) / self._y_scale_
+            z = (yd - self._y_mean_) / self._y_scale_
             learn = isinstance(self.noise_std, str)
             noise0 = _NOISE_INIT if learn else float(self.noise_std) / self._y_scale_
             if not learn and not (_NOISE_RATIO[0] <= noise0 <= _NOISE_RATIO[1]):
@@ -146,29 +215,57 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 1,
                 lambda: GaussianLikelihood(noise0, learn_noise=learn).to(_DTYPES[self.dtype]),
                 seeds,
+                w,
             )
             if learn:
                 self.noise_std_elbo_ = (
                     float(torch.as_tensor(lik.noise_std).detach()) * self._y_scale_
                 )
-                self.noise_std_ = self._predictive_noise(Xv, z) * self._y_scale_
+                self.noise_std_ = self._predictive_noise(Xv, z, w) * self._y_scale_
             else:
                 self.noise_std_ = float(self.noise_std)
-        self._warn_if_degenerate(self._fit_problem(z))
+        r2 = self._training_r2(Xv, z)
+        self._warn_if_degenerate(
+            None
+            if r2 is None or r2 >= _DIVERGED_R2
+            else f"its training R^2 is {r2:.3g} (below {_DIVERGED_R2:g}: far worse than "
+            "predicting the mean of y)"
+        )
         self._warn_if_unconverged()
-        rows = Xv[: min(len(Xv), 512)]
-        pred = self.predict(rows, n_samples=5) if len(rows) else np.zeros(0)
         self._warn_if_collapsed(
-            bool(np.std(pred) <= 1e-3 * self._y_scale_),
-            "the predictions on the training rows are constant "
-            f"(sd {np.std(pred):.3g}, sd of y {self._y_scale_:.3g})",
+            []
+            if r2 is None or not (_DIVERGED_R2 <= r2 <= _COLLAPSED_R2)
+            else [
+                f"its training R^2 is {r2:.3g} (at most {_COLLAPSED_R2:g}: the predictions "
+                "explain next to none of the variance of y, as a constant would)"
+            ]
         )
         return self
 
-    def _predictive_noise(self, X: NDArray[Any], z: NDArray[Any]) -> float:
+    def _training_r2(self, X: NDArray[Any], z: NDArray[Any]) -> float | None:
+        """R^2 of the posterior mean on (up to ``_CHECK_ROWS`` evenly spaced) training rows,
+        in the standardised units; ``-inf`` for non-finite outputs, ``None`` for a
+        constant ``y``."""
+        idx = _check_rows(len(X))
+        var = float(np.var(z[idx])) if idx.size else 0.0
+        if not var > 0:
+            return None
+        Xt = self._tensor(X[idx], "X", fitted=True)
+        m = predictive_mean(self._module64(), Xt, _CHECK_DRAWS, generator=self._predict_generator())
+        pred = m[:, 0].double().cpu().numpy()
+        if not np.all(np.isfinite(pred)):
+            return -math.inf
+        with np.errstate(over="ignore"):
+            mse = float(np.mean((z[idx] - pred) ** 2))
+        return 1.0 - mse / var if math.isfinite(mse) else -math.inf
+
+    def _predictive_noise(
+        self, X: NDArray[Any], z: NDArray[Any], weights: NDArray[Any] | None = None
+    ) -> float:
         """The noise sd (standardised units) that maximises the training rows' log
-        posterior predictive density, ``sum_i log N(z_i; m_i, v_i + s^2)`` with ``m_i``,
-        ``v_i`` the mean and variance of the H draws of ``f(x_i)``.
+        posterior predictive density, ``sum_i w_i log N(z_i; m_i, v_i + s^2)`` with
+        ``m_i``, ``v_i`` the mean and variance of the H draws of ``f(x_i)`` and ``w_i``
+        the rows' weights (1 without ``weights``).
 
         The ELBO's own optimum, ``s^2 = mean_i E_q[(z_i - f(x_i))^2]``, counts the
         posterior spread of ``f`` twice once intervals add that spread back (measured on
@@ -183,32 +280,17 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         draws = draws.cpu()  # z and the grid of s below are CPU tensors
         m, v = draws.mean(0), draws.var(0, unbiased=False)
         r2 = (torch.as_tensor(z[rows], dtype=torch.float64) - m) ** 2
+        wt = torch.ones_like(r2) if weights is None else torch.as_tensor(weights[rows])
         # A grid over log s, refined once: the 1-D objective is smooth and unimodal in
         # practice, and a grid cannot diverge.
         s = torch.logspace(-4, 0.5, 181, dtype=torch.float64)
         for _ in range(2):
             tot = v[None, :] + s[:, None] ** 2
-            ll = -(torch.log(tot) + r2[None, :] / tot).sum(1)
+            ll = -(wt[None, :] * (torch.log(tot) + r2[None, :] / tot)).sum(1)
             k = int(torch.argmax(ll))
             lo, hi = s[max(k - 1, 0)], s[min(k + 1, len(s) - 1)]
             s = torch.logspace(math.log10(lo), math.log10(hi), 41, dtype=torch.float64)
         return float(s[20])
-
-    def _fit_problem(self, y: NDArray[Any]) -> str | None:
-        if not self.history_.nll:
-            return None
-        # The Gaussian per-datum NLL is log(2 pi s^2)/2 + MSE/(2 s^2): recover the MSE
-        # (all in the standardised units the network was fitted in).
-        s2 = (self.noise_std_ / self._y_scale_) ** 2
-        mse = 2.0 * s2 * (float(self.history_.nll[-1]) - 0.5 * math.log(2.0 * math.pi * s2))
-        var = float(np.var(y))
-        # 100x the variance (training R^2 below -99): far beyond an unconverged but sane fit.
-        if var > 0 and mse > 100.0 * var:
-            return (
-                f"the final training mean squared error ({mse:.3g}) is {mse / var:.3g} times "
-                "the variance of y (a constant predictor's)"
-            )
-        return None
 
     def _to_user(self, out: Tensor) -> NDArray[np.floating[Any]]:
         """``(n, 1)`` standardised outputs -> ``(n,)`` in the units of y."""
@@ -295,13 +377,20 @@ class _Regression(RegressorMixin, _VariationalEstimator):
 class _Classification(ClassifierMixin, _VariationalEstimator):
     """Categorical likelihood (softmax outputs); any labels, at least two classes."""
 
-    def fit(self: _C, X: ArrayLike, y: ArrayLike) -> _C:
+    class_weight: dict[Any, float] | str | None = None
+
+    def fit(self: _C, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> _C:
         """Fit the variational posterior; ``y`` holds class labels, shape ``(n,)``.
 
         Checks and failure behaviour as the regressor's ``fit``; the warning for a
         useless fit compares the training log-loss with a uniform prediction's.
+        ``sample_weight`` (array-like of shape (n,) or float, optional) weighs each row's
+        likelihood term as in the regressor's ``fit`` (normalised to mean 1 over the rows
+        of positive weight, zero-weight rows left out), multiplied by the row's
+        ``class_weight``.
         """
         self._check_params()
+        _check_class_weight(self.class_weight)
         seeds = _SeedSource(self.random_state)
         X, y = _check_numeric(_to_numpy(X), "X"), _to_numpy(y)
         with self._fit_transaction():
@@ -330,23 +419,83 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 )
             self.classes_ = enc.classes_
             codes = enc.transform(yv)
+            keep, w = _row_weights(sample_weight, Xv, self._class_weights(codes))
+            if keep is not None:
+                Xv, codes = Xv[keep], codes[keep]
+                if np.unique(codes).size < 2:
+                    raise ValueError(
+                        "the classifier needs samples of at least 2 classes with a positive "
+                        "weight (sample_weight times class_weight), got 1 class: "
+                        f"{_label(self.classes_[codes[0]])!r}"
+                    )
             target = torch.tensor(codes, dtype=torch.long, device=self.device)
-            self._fit_module(Xv, target, len(self.classes_), CategoricalLikelihood, seeds)
+            self._fit_module(Xv, target, len(self.classes_), CategoricalLikelihood, seeds, w)
         self._warn_if_degenerate(self._fit_problem())
         self._warn_if_unconverged()
         # Collapse to the class frequencies (the majority class's predictor): the training
-        # log-loss is then the entropy of those frequencies. Read from the history, not from
-        # a prediction pass, which would cost a sizeable share of a short fit of a large net.
-        freq = np.bincount(codes) / len(codes)
-        entropy = float(-np.sum(freq[freq > 0] * np.log(freq[freq > 0])))
+        # log-loss is then the entropy of those frequencies (read from the history); and a
+        # fit that predicts one class for (nearly) every row though another is common (one
+        # prediction pass on at most _CHECK_ROWS rows).
+        freq = np.bincount(codes, minlength=len(self.classes_)) / len(codes)
+        # The history's log-loss is weighted (mean weight 1): so are these frequencies.
+        wfreq = freq if w is None else np.bincount(codes, w, len(self.classes_)) / len(codes)
+        entropy = float(-np.sum(wfreq[wfreq > 0] * np.log(wfreq[wfreq > 0])))
         nll = float(self.history_.nll[-1]) if self.history_.nll else 0.0
-        self._warn_if_collapsed(
-            nll >= 0.98 * entropy,
-            f"its training log-loss ({nll:.3g}) is that of predicting the class frequencies "
-            f"({entropy:.3g}), i.e. the majority class {self.classes_[int(np.argmax(freq))]!r} "
-            "for every row",
-        )
+        reasons = []
+        if nll >= 0.98 * entropy:
+            reasons.append(
+                f"its training log-loss ({nll:.3g}) is that of predicting the class "
+                f"frequencies ({entropy:.3g}), i.e. the majority class "
+                f"{_label(self.classes_[int(np.argmax(wfreq))])!r} for every row"
+            )
+        one_class = self._one_class_predicted(Xv, freq)
+        if one_class is not None:
+            reasons.append(one_class)
+        self._warn_if_collapsed(reasons)
         return self
+
+    def _class_weights(self, codes: NDArray[np.intp]) -> NDArray[np.float64] | None:
+        """Each row's ``class_weight`` (``codes``: the rows' class indices into
+        ``classes_``); ``None`` without class weights. ``"balanced"`` is
+        ``n / (n_classes * count(class))``, from the rows' counts (as scikit-learn)."""
+        if self.class_weight is None:
+            return None
+        if isinstance(self.class_weight, str):
+            counts = np.bincount(codes, minlength=len(self.classes_))
+            per_class = len(codes) / (len(self.classes_) * counts)
+        else:
+            labels = {_label(c) for c in self.classes_}
+            unknown = [k for k in self.class_weight if _label(k) not in labels]
+            if unknown:
+                raise ValueError(
+                    f"class_weight has labels not in y: {unknown!r}; the classes are "
+                    f"{[_label(c) for c in self.classes_]!r}"
+                )
+            given = {_label(k): float(v) for k, v in self.class_weight.items()}
+            per_class = np.array([given.get(_label(c), 1.0) for c in self.classes_])
+        return np.asarray(per_class[codes], dtype=np.float64)
+
+    def _one_class_predicted(self, X: NDArray[Any], freq: NDArray[Any]) -> str | None:
+        """Whether one class is predicted for at least ``_COLLAPSED_SHARE`` of the training
+        rows (up to ``_CHECK_ROWS`` evenly spaced ones) while another class has at least
+        ``_MINORITY_SHARE`` of them (``freq``: the class frequencies); its description."""
+        idx = _check_rows(len(X))
+        if not idx.size:
+            return None
+        Xt = self._tensor(X[idx], "X", fitted=True)
+        proba = predict_proba(
+            self._module64(), Xt, _CHECK_DRAWS, generator=self._predict_generator()
+        )
+        pred = np.argmax(proba.cpu().numpy(), axis=1)
+        share = np.bincount(pred, minlength=len(freq)) / len(pred)
+        top = int(np.argmax(share))
+        others = np.delete(freq, top)
+        if share[top] < _COLLAPSED_SHARE or not others.size or others.max() < _MINORITY_SHARE:
+            return None
+        return (
+            f"it predicts class {_label(self.classes_[top])!r} for {100 * share[top]:.1f}% of the "
+            f"training rows, while another class has {100 * others.max():.0f}% of them"
+        )
 
     def _fit_problem(self) -> str | None:
         if not self.history_.nll:
@@ -464,10 +613,14 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
         self._warn_if_unconverged()
         rows = Xv[: min(len(Xv), 512)]
         pred = self.predict(rows, n_samples=5) if len(rows) else np.zeros(0)
+        constant = bool(np.std(pred) <= 1e-3 * max(mean, _MIN_RATE))
         self._warn_if_collapsed(
-            bool(np.std(pred) <= 1e-3 * max(mean, _MIN_RATE)),
-            f"the predicted mean counts on the training rows are constant (sd {np.std(pred):.3g}, "
-            f"mean count {mean:.3g})",
+            [
+                f"the predicted mean counts on the training rows are constant (sd "
+                f"{np.std(pred):.3g}, mean count {mean:.3g})"
+            ]
+            if constant
+            else []
         )
         return self
 

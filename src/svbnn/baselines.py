@@ -183,7 +183,8 @@ _BASELINE_WARNS = """\
 sklearn.exceptions.ConvergenceWarning
     The budget ran out before the stopping rule fired.
 CollapseWarning
-    A fit that predicts a constant."""
+    A fit that explains nothing (as :class:`svbnn.SVBNNRegressor`; recorded in
+    ``collapsed_``)."""
 
 
 @dataclass(eq=False, repr=False, kw_only=True)

@@ -44,6 +44,7 @@ from ._estimator_checks import (
 )
 from ._estimator_tasks import (
     _CLASSIFICATION_ATTRIBUTES,
+    _CLASSIFICATION_PARAMETERS,
     _POISSON_ATTRIBUTES,
     _REGRESSION_ATTRIBUTES,
     _REGRESSION_PARAMETERS,
@@ -116,9 +117,15 @@ sklearn.exceptions.ConvergenceWarning
     The budget ran out before convergence (says what fraction of gates is unresolved).
 CollapseWarning
     No input selected, no path from an input to the output in the median model, or a fit
-    that predicts a constant (a regressor's predictions on the training rows; a
-    classifier's training log-loss equal to that of predicting the class frequencies);
-    one warning lists every reason."""
+    that explains nothing: a regressor's training R^2 at most 0.02; a classifier that
+    predicts one class for at least 99% of the training rows while another class has at
+    least 10% of them, or whose training log-loss is that of predicting the class
+    frequencies. One warning lists every reason; ``collapsed_`` records it and
+    ``fit_warnings_`` every warning of the fit. ``converged_`` keeps its meaning (the
+    stopping rule fired): a collapsed fit can have converged.
+UserWarning
+    A regressor that diverged (training R^2 below -1) or a classifier whose training
+    log-loss is over 10 times a uniform prediction's; the message says "diverged"."""
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -376,19 +383,24 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     """
 
 
-@_fill_doc(**_FILL, task_attributes=_CLASSIFICATION_ATTRIBUTES)
+@_fill_doc(
+    **_FILL,
+    task_parameters=_CLASSIFICATION_PARAMETERS,
+    task_attributes=_CLASSIFICATION_ATTRIBUTES,
+)
 @dataclass(eq=False, repr=False, kw_only=True)
 class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     """Sparse variational BNN classifier (categorical likelihood, softmax outputs).
 
-    The parameters are :class:`SVBNNRegressor`'s without ``noise_std``, with the same
-    defaults. Where accuracy matters more than selection, ``kl_weight=0.2`` fits much
-    better on small data (2,000 MNIST images: accuracy 0.83 against 0.74-0.77; user
-    guide). Scale ``X`` in your pipeline.
+    The parameters are :class:`SVBNNRegressor`'s without ``noise_std`` and with
+    ``class_weight``, with the same defaults. Where accuracy matters more than
+    selection, ``kl_weight=0.2`` fits much better on small data (2,000 MNIST images:
+    accuracy 0.83 against 0.74-0.77; user guide). Scale ``X`` in your pipeline.
 
     Parameters
     ----------
     {common_parameters}
+    {task_parameters}
     {family_parameters}
 
     Attributes

@@ -1,0 +1,66 @@
+"""Smoke test of ``benchmarks.tabular_peers`` (issue 31): a tiny configuration runs every
+peer and an svbnn variant, writes its cache and report, and a rerun of svbnn alone reuses
+the peers' cached rows. No timing or accuracy assertions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import benchmarks.tabular_peers as tp
+
+TINY = ["--max-splits", "1", "--in-process", "--smoke"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def test_tiny_run_caches_the_peers_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "peers"
+    args = ["--out", str(out), "--datasets", "wine", "diabetes", *TINY]
+    tp.main([*args, "--svbnn", 'SVBNN={"max_iter": 3, "hidden_layer_sizes": [4]}'])
+    rows = tp.read_rows(out / "results.csv")
+    methods = {(r["dataset"], r["method"]) for r in rows}
+    assert methods == {("wine", m) for m in (*tp.CLF_PEERS, "SVBNN")} | {
+        ("diabetes", m) for m in (*tp.REG_PEERS, "SVBNN")
+    }
+    for r in rows:
+        assert r["split"] == 0 and r["p"] == (23 if r["dataset"] == "wine" else 20)
+        if r["dataset"] == "wine":
+            assert 0 <= r["accuracy"] <= 1 and 0 <= r["ece"] <= 1
+        else:
+            assert np.isfinite(r["rmse"])
+    sv = next(r for r in rows if r["dataset"] == "diabetes" and r["method"] == "SVBNN")
+    assert sv["sel_true"] + sv["sel_noise"] >= 0 and np.isfinite(sv["nll"])
+    assert 0 <= sv["coverage"] <= 1
+    md = (out / "report.md").read_text()
+    for part in ("## wine", "## diabetes", "RMSE <= 1.05x best", "ECE <=", "no collapse"):
+        assert part in md, part
+    # A rerun of one svbnn variant fits it alone: the peers' rows are the cached ones.
+    peers = {(r["dataset"], r["method"]): r["fit_s"] for r in rows if r["method"] != "SVBNN"}
+    tp.main([*args, "--no-peers", "--svbnn", 'SVBNN-eb={"max_iter": 3, "prior_inclusion": "eb"}'])
+    again = tp.read_rows(out / "results.csv")
+    assert {
+        (r["dataset"], r["method"]): r["fit_s"] for r in again if "SVBNN" not in r["method"]
+    } == (peers)
+    assert {r["method"] for r in again if r["dataset"] == "wine"} >= {"SVBNN", "SVBNN-eb"}
+    assert "SVBNN-eb:" in (out / "report.md").read_text()
+    # The report is rebuilt from the saved files alone.
+    (out / "report.md").unlink()
+    tp.main(["--out", str(out), "--report-only"])
+    assert "SVBNN-eb:" in (out / "report.md").read_text()
+
+
+def test_splits_follow_the_table_size() -> None:
+    assert tp.n_splits("wine") == 10 and tp.n_splits("digits") == 3
+    d = tp.make_split("wine", 0)
+    assert d["Xtr"].shape == (134, 23) and d["Xte"].shape == (44, 23)
+    # The noise columns are N(0, 1) and differ between splits.
+    assert abs(d["Xtr"][:, -10:].std() - 1) < 0.1
+    assert not np.array_equal(d["Xtr"][:, -1], tp.make_split("wine", 1)["Xtr"][:, -1])
+    assert list(tp.DATASETS)[:3] == ["wine", "yacht", "diabetes"]
