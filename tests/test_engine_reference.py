@@ -337,3 +337,26 @@ def test_a_network_at_the_extremes_trains_finitely_under_every_backend(
     for name, want, scale in zip(("mu", "rho", "alpha"), ref.grads, ref.grad_scales, strict=True):
         got = getattr(model, name).grad
         _close(got, want, scale, torch.float32, f"{backend} kl_divergence d/d{name}")
+
+
+@pytest.mark.parametrize("noise_std", [1e-3, 0.7, 40.0])
+def test_the_gaussian_likelihood_is_the_one_nll_definition(noise_std: float) -> None:
+    # gaussian_nll is the Gaussian NLL's definition; the likelihood's known-noise form
+    # (const - r^2 / (2 var), two autograd operations) and its learned-noise form equal it.
+    from svbnn.objectives import GaussianLikelihood, gaussian_nll
+
+    g = torch.Generator().manual_seed(0)
+    out = torch.randn(2, 50, 1, generator=g, dtype=torch.float64) * 3
+    y = torch.randn(2, 50, generator=g, dtype=torch.float64) * 3
+    r2 = (y - out.squeeze(-1)) ** 2
+    want = -gaussian_nll(r2, noise_std**2)
+    known = GaussianLikelihood(noise_std).log_prob(out, y)
+    torch.testing.assert_close(known, want, rtol=1e-14, atol=1e-14)
+    lik = GaussianLikelihood(noise_std, learn_noise=True)
+    sd = lik.noise_std  # its own stored (float32) value
+    assert isinstance(sd, torch.Tensor)
+    learned = lik.log_prob(out, y)
+    torch.testing.assert_close(learned, -gaussian_nll(r2, sd.double() ** 2), rtol=1e-14, atol=1e-14)
+    # and it is the normal law's log density
+    ref = torch.distributions.Normal(out.squeeze(-1), noise_std).log_prob(y)
+    torch.testing.assert_close(want, ref, rtol=1e-12, atol=1e-12)

@@ -11,7 +11,6 @@ and one backward (:func:`mlp_draw_forward`, :func:`mlp_negative_elbo`; chosen by
 
 from __future__ import annotations
 
-import math
 import types
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..objectives import gaussian_nll
 from . import native as _native
 from .fused_math import counter_noise
 from .kernels import COMPILE_OPTIONS, kl_sum_forward, softplus
@@ -172,7 +172,7 @@ def mlp_negative_elbo(
     elif likelihood == "gaussian":
         var = scales[1]
         d = y - out.squeeze(-1)
-        nll = 0.5 * (torch.log((2.0 * math.pi) * var) + (d * d).mean(-1) / var)
+        nll = gaussian_nll((d * d).mean(-1), var)
     else:  # the closed set of svbnn.objectives.FastPath: never another kind's formula
         raise ValueError(f"no fused formula for the likelihood kind {likelihood!r}")
     kl_n = kl * scales[0]

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..objectives import FastPath, GaussianLikelihood, fast_path_spec
+from ..objectives import FastPath, GaussianLikelihood, fast_path_spec, gaussian_nll
 from . import native as _native
 from .kernels import AUTO_MIN_NUMEL, Backend, backend
 from .paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_loops
@@ -210,8 +210,9 @@ class NativeNegativeElbo(torch.autograd.Function):
                 # nll = log(2 pi var) / 2 + q / 2 with q = mean((y - out)^2) / var, and its
                 # derivative in log(noise sd) (var = exp(2 log sd)) 1 - q: per replicate.
                 r = y - out.view(y.shape)
-                q = (r * r).mean(dim=-1) / learned
-                nll = torch.log(2 * math.pi * learned) * 0.5 + q * 0.5
+                mse = (r * r).mean(dim=-1)
+                q = mse / learned
+                nll = gaussian_nll(mse, learned)
         nll = nll.view(kl.shape)
         g_kl = kl.new_ones((*kl.shape, 1)) * (1.0 / n_train)
         saved: tuple[Tensor, ...] = _native.fused_backward(
