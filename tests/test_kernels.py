@@ -133,7 +133,7 @@ def test_set_kernel_backend_is_deprecated_and_still_works() -> None:
         with svbnn.kernel_backend("native"):  # a scope still wins
             assert svbnn.get_kernel_backend() is svbnn.KernelBackend.NATIVE
     finally:
-        K._process_default = None
+        K._scoped.set(None)
     assert svbnn.get_kernel_backend() is svbnn.KernelBackend.EAGER
 
 

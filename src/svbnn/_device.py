@@ -61,7 +61,7 @@ def check_device(value: Any, name: str = "device") -> torch.device:
     ------
     ValueError
         For text that is not a device, a device type svbnn does not run on, or a device
-        this machine or this PyTorch build does not have.
+        the host or this PyTorch build does not have.
     """
     try:
         dev = torch.device(value)
@@ -75,7 +75,7 @@ def check_device(value: Any, name: str = "device") -> torch.device:
             raise ValueError(f"{name}={str(value)!r}: {reason}; use {name}='cpu'")
     elif dev.type == "mps":
         if not torch.backends.mps.is_available():
-            raise ValueError(f"{name}={str(value)!r}: MPS is not available on this machine")
+            raise ValueError(f"{name}={str(value)!r}: MPS is not available here")
     elif dev.type != "cpu":
         raise ValueError(f"{name} must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {value!r}")
     return dev

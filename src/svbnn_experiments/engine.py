@@ -38,7 +38,7 @@ __all__ = [
 
 
 class ChunkEngine(Protocol):
-    """Something other than this machine's processes that runs chunks (a Dask cluster).
+    """Something other than local processes that runs chunks (a Dask cluster).
 
     Attributes
     ----------

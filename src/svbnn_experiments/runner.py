@@ -185,7 +185,7 @@ def _apply_set(
 
 
 def check_run_device(text: str) -> None:
-    """``--device``: ``cpu``, ``cuda`` or ``cuda:N`` that this machine has (one-line error)."""
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:N`` that the host has (one-line error)."""
     if check_device(text, "--device").type not in ("cpu", "cuda"):
         raise ValueError(f"--device must be cpu, cuda or cuda:N, got {text!r}")
 

@@ -192,9 +192,8 @@ def whole_network_kernel(fn: Callable[..., Any], *static: Any) -> Callable[..., 
     constants (as arguments, each float costs a tensor conversion a call). A new batch size
     (a training run's smaller last minibatch) compiles a second graph, also static
     (``dynamic=False``): a graph symbolic in the batch size, which torch would otherwise
-    switch to, makes every step slower (measured, UCI network: 0.473 against 0.449 ms a
-    step), which outweighs one more compile (about 30 s on this 2-core machine, once:
-    inductor caches it on disk). A shared cache would turn symbolic in every size at the
+    switch to, makes every step slower (``docs/performance.md``), which outweighs one more
+    compile (once: inductor caches it on disk). A shared cache would turn symbolic in every size at the
     second architecture and stop compiling at torch's recompilation limit.
     """
     key = (fn.__name__, static)

@@ -471,16 +471,14 @@ use, never stored, so that a bad value is a clear error where it is used."""
 _scoped: contextvars.ContextVar[Backend | None] = contextvars.ContextVar(
     "svbnn_kernel_backend", default=None
 )
-# Set only by the deprecated set_backend: the process default below every scope.
-_process_default: Backend | None = None
 _compile_lock = threading.Lock()
 
 
 def backend() -> Backend:
     """The backend in use here: the innermost :func:`backend_scope` of this thread (the
     ``kernel_backend`` argument of :func:`svbnn.training.train` and of the estimators opens
-    one), else the deprecated :func:`set_backend`'s, else ``SVBNN_KERNELS``'s, else
-    ``eager``.
+    one, and the deprecated :func:`set_backend` sets it for the thread), else
+    ``SVBNN_KERNELS``'s, else ``eager``.
 
     Raises
     ------
@@ -490,8 +488,6 @@ def backend() -> Backend:
     scoped = _scoped.get()
     if scoped is not None:
         return scoped
-    if _process_default is not None:
-        return _process_default
     return parse_backend(os.environ.get(ENV_VAR, Backend.EAGER.value), ENV_VAR)
 
 
@@ -517,11 +513,13 @@ def backend_scope(name: Backend | str | None) -> Iterator[Backend]:
 
 
 def set_backend(name: Backend | str) -> Backend:
-    """Deprecated: set the process-wide default backend; returns the one in use before.
+    """Deprecated: set the backend of the calling thread from now on (until the enclosing
+    :func:`backend_scope`, if any, ends); returns the one in use before.
 
-    A process-wide setting lets one caller change another's numbers (two fits in two
-    threads). Pass ``kernel_backend=`` to :func:`svbnn.training.train` or to the estimators,
-    or use ``with svbnn.kernel_backend(name):`` instead (see ``CHANGELOG.md``).
+    It used to set a process-wide default, which let one caller change another's numbers
+    (two fits in two threads); other threads no longer see it. Pass ``kernel_backend=`` to
+    :func:`svbnn.training.train` or to the estimators, or use ``with
+    svbnn.kernel_backend(name):`` instead (see ``CHANGELOG.md``).
     """
     warnings.warn(
         "svbnn.set_kernel_backend is deprecated: pass kernel_backend= to train or to the "
@@ -529,9 +527,8 @@ def set_backend(name: Backend | str) -> Backend:
         DeprecationWarning,
         stacklevel=2,
     )
-    global _process_default
     previous = backend()
-    _process_default = parse_backend(name)
+    _scoped.set(parse_backend(name))
     return previous
 
 
