@@ -193,8 +193,8 @@ def whole_network_kernel(fn: Callable[..., Any], *static: Any) -> Callable[..., 
     (a training run's smaller last minibatch) compiles a second graph, also static
     (``dynamic=False``): a graph symbolic in the batch size, which torch would otherwise
     switch to, makes every step slower (``docs/performance.md``), which outweighs one more
-    compile (once: inductor caches it on disk). A shared cache would turn symbolic in every size at the
-    second architecture and stop compiling at torch's recompilation limit.
+    compile (once: inductor caches it on disk). A shared cache would turn symbolic in every
+    size at the second architecture and stop compiling at torch's recompilation limit.
     """
     key = (fn.__name__, static)
     compiled = _WHOLE_NETWORK.get(key)
