@@ -130,6 +130,22 @@ classes_ : ndarray
     Labels seen at fit time."""
 
 
+def _numeric_fit_data(est: Any, X: Any, y: Any) -> tuple[NDArray[Any], NDArray[Any]]:
+    """``fit``'s checked data for a numeric target: ``X`` ``(n, p)`` and ``y`` ``(n,)``,
+    float64 or float32, finite (scikit-learn's ``validate_data``, which also records the
+    input features)."""
+    Xv, yv = validate_data(
+        est,
+        X,
+        y,
+        reset=True,
+        dtype=[np.float64, np.float32],
+        y_numeric=True,
+        ensure_all_finite=True,
+    )
+    return Xv, column_or_1d(yv, warn=True)
+
+
 @dataclass(eq=False, repr=False, kw_only=True)
 class _Regression(RegressorMixin, _VariationalEstimator):
     """Gaussian likelihood, known or learned noise; ``y`` standardised for the fit.
@@ -179,16 +195,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         X, y = _to_numpy(X), _to_numpy(y)
         X, y = _check_numeric(X, "X"), _check_numeric(y, "y")
         with self._fit_transaction():
-            Xv, yv = validate_data(
-                self,
-                X,
-                y,
-                reset=True,
-                dtype=[np.float64, np.float32],
-                y_numeric=True,
-                ensure_all_finite=True,
-            )
-            yv = column_or_1d(yv, warn=True)
+            Xv, yv = _numeric_fit_data(self, X, y)
             keep, w = _row_weights(sample_weight, Xv)
             if keep is not None:
                 Xv, yv = Xv[keep], yv[keep]
@@ -590,16 +597,8 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
         X, y = _to_numpy(X), _to_numpy(y)
         X, y = _check_numeric(X, "X"), _check_numeric(y, "y")
         with self._fit_transaction():
-            Xv, yv = validate_data(
-                self,
-                X,
-                y,
-                reset=True,
-                dtype=[np.float64, np.float32],
-                y_numeric=True,
-                ensure_all_finite=True,
-            )
-            counts = _check_counts(column_or_1d(yv, warn=True))
+            Xv, yv = _numeric_fit_data(self, X, y)
+            counts = _check_counts(yv)
             mean = float(np.mean(counts))
             self.log_offset_ = math.log(mean if mean > 0 else _MIN_RATE)
             offset = self.log_offset_

@@ -201,6 +201,8 @@ def kl_terms(
     log_1mlam: Tensor,
     log_sigma0: float,
     prec0: float,
+    sigma: Tensor | None = None,
+    d_sigma: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The elementwise spike-and-slab KL (DESIGN section 1) and its three derivatives: the
     one definition that the eager and compiled kernels evaluate.
@@ -226,14 +228,17 @@ def kl_terms(
         ``log lambda`` and ``log(1 - lambda)``, broadcastable to ``S``.
     log_sigma0, prec0 : float
         ``log sigma_0`` and ``1 / sigma_0^2``.
+    sigma, d_sigma : Tensor, optional
+        ``softplus(rho)`` and ``sigmoid(rho)`` (shape ``S``) where the caller has them
+        already (the fused draw does).
 
     Returns
     -------
     kl, d_mu, d_rho, d_alpha : Tensor
         Shape ``S``.
     """
-    sigma = softplus(rho)
-    d_sigma = torch.sigmoid(rho)
+    sigma = softplus(rho) if sigma is None else sigma
+    d_sigma = torch.sigmoid(rho) if d_sigma is None else d_sigma
     phi = torch.sigmoid(alpha)
     # 1 - phi as sigmoid(-alpha): accurate where phi rounds to 1
     one_m_phi = torch.sigmoid(-alpha)
@@ -431,13 +436,16 @@ def fused_forward_given_noise(
     """:func:`fused_forward` for given noise ``u``, ``eps`` (torch's generator), evaluated
     eagerly: the Gumbel straight-through draw and :func:`kl_terms`. Same outputs; the gate is
     ``alpha + logit(u) > 0``, as in :func:`gumbel_forward`."""
+    sigma = softplus(rho)
     d_sigma = torch.sigmoid(rho)
     eta = alpha + torch.logit(u)
-    slab_w = torch.addcmul(mu, softplus(rho), eps)
+    slab_w = torch.addcmul(mu, sigma, eps)
     theta = slab_w * (eta > 0)
     soft = torch.sigmoid(eta * inv_tau)
     a_fac = slab_w * (soft - soft * soft) * inv_tau
-    kl, kl_mu, kl_rho, kl_alpha = kl_terms(mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0)
+    kl, kl_mu, kl_rho, kl_alpha = kl_terms(
+        mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0, sigma, d_sigma
+    )
     return theta, kl.sum(-1), a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
 
 
