@@ -371,7 +371,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         n_params = sum((a + 1) * b for a, b in _layer_pairs(p, self.hidden_layer_sizes, n_out))
         kernels = self._backend_for(n_params)
         start = None
-        if self._held_out_choice():
+        if self._held_out_choice(n):
             # Its own seed, drawn after the fit's: the fit's seed is what it was without it.
             start = self._choose_on_held_out(
                 X, target, n_out, make_likelihood, weights, seeds.seed()
@@ -465,9 +465,9 @@ class _VariationalEstimator(BaseEstimator, ABC):
             )
         return model, lik, history, monitor
 
-    def _held_out_choice(self) -> bool:
-        """Whether the family chooses a setting on held-out rows before the fit (see
-        :meth:`_choose_on_held_out`)."""
+    def _held_out_choice(self, n: int) -> bool:
+        """Whether the family chooses a setting on held-out rows before a fit on ``n``
+        rows (see :meth:`_choose_on_held_out`)."""
         return False
 
     def _choose_on_held_out(

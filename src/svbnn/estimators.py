@@ -87,8 +87,8 @@ prior_inclusion : "opt", "eb", "cv" or float, default "opt"
     values, log-spaced from ``lambda_opt`` to 0.5, is fitted on 80% of the rows as the
     replicates of one network, and the smallest ``lambda`` whose held-out log predictive
     density is within one standard error of the best is kept (the one-standard-error
-    rule); the fit then uses all rows (about ``INCLUSION_GRID + 1`` times the work of
-    one fit); or a float.
+    rule); the fit on all rows then starts from that replicate (with fewer than 10 rows,
+    ``"cv"`` is ``"opt"``); or a float.
 log_prior_inclusion : float, optional
     ``log(lambda)``, in ``[-1e30, 0)``; overrides ``prior_inclusion`` (use it below
     ~1e-300).
@@ -234,8 +234,9 @@ class _SpikeSlabFamily(_VariationalEstimator):
             self.__dict__.pop(name, None)
         return [_empirical_bayes_inclusion] if self._empirical_bayes() else []
 
-    def _held_out_choice(self) -> bool:
-        return self.prior_inclusion == "cv" and self.log_prior_inclusion is None
+    def _held_out_choice(self, n: int) -> bool:
+        # Too few rows to hold any out: "cv" keeps lambda_opt (documented).
+        return self.prior_inclusion == "cv" and self.log_prior_inclusion is None and n >= 10
 
     def _choose_on_held_out(
         self,
