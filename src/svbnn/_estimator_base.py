@@ -433,7 +433,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         lik = make_likelihood().to(self.device)
         if start is not None:
             start(model, lik)
-        fit_lik, fit_target = lik, target
+        fit_lik, fit_target = cast(LikelihoodLike, lik), target
         if weights is not None:
             fit_lik = _RowWeighted(lik)
             w = self._tensor(weights, "sample_weight")

@@ -19,7 +19,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -74,6 +74,7 @@ from .selection import (
     spike_slab_layers,
     unresolved_fraction,
 )
+from .training import LikelihoodLike
 
 __all__ = ["CollapseWarning", "SVBNNClassifier", "SVBNNPoissonRegressor", "SVBNNRegressor"]
 
@@ -282,7 +283,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         with torch.no_grad():
             Xh = Xt[held].expand(R, len(held), p)
             out = sample_outputs(model, Xh, H, generator=gen)  # (H, R, m, out)
-            lp = lik.log_prob(out, target[held].expand(H, R, len(held)))
+            lp = cast(LikelihoodLike, lik).log_prob(out, target[held].expand(H, R, len(held)))
             lpd = (torch.logsumexp(lp.double(), 0) - math.log(H)).cpu().numpy()  # (R, m)
         w = np.ones(len(held)) if weights is None else weights[held]
         self.inclusion_grid_ = grid
