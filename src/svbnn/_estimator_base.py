@@ -418,12 +418,14 @@ class _VariationalEstimator(BaseEstimator, ABC):
         seed: int,
         kernels: str,
         start: Callable[[nn.Module, nn.Module], None] | None = None,
+        gate_tol: float = 1e-3,
     ) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
         """One training run: ``build(generator)`` and ``make_likelihood()`` give a fresh
         network and likelihood (``start(network, likelihood)``, when given, sets their
         starting values); ``X`` ``(n, p)`` or ``(R, n, p)`` for a replicated network,
         ``target`` and ``weights`` per row. Returns the trained network, the likelihood,
-        the history and the stopping rule."""
+        the history and the stopping rule (``gate_tol``: its bound on the gates that
+        cross 0.5 in a period, :class:`~svbnn.convergence.ConvergenceMonitor`)."""
         n = X.shape[-2]
         batch = min(int(self.batch_size), n)
         tol = self.tol
@@ -444,6 +446,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             math.ceil(n / batch),
             tol=0.0 if tol is None else float(tol),
             n_iter_no_change=int(self.n_iter_no_change),
+            gate_tol=gate_tol,
             enabled=tol is not None,
         )
         with backend_scope(kernels), _diverged_names(self):

@@ -274,6 +274,9 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 [],
                 seed,
                 k,
+                # The choice needs settled predictions, not settled gates: the fit on all
+                # rows that follows settles them.
+                gate_tol=1.0,
             ),
             self._backend_for(n_params),
         )
