@@ -99,6 +99,7 @@ def test_cv_with_too_few_rows_is_lambda_opt() -> None:
     assert cv.log_lambda_ == opt.log_lambda_ and not hasattr(cv, "inclusion_grid_")
 
 
+@pytest.mark.slow  # about a minute: the scikit-learn checks fit the grid dozens of times
 @pytest.mark.parametrize("cls", [SVBNNRegressor, SVBNNClassifier], ids=lambda c: c.__name__)
 def test_sklearn_checks_with_cv(cls: type) -> None:
     from test_estimators import _SAMPLE_WEIGHT_XFAIL
