@@ -105,3 +105,17 @@ def test_sklearn_checks_with_cv(cls: type) -> None:
     from test_estimators import _SAMPLE_WEIGHT_XFAIL
 
     check_estimator(cls(**SMALL), expected_failed_checks=_SAMPLE_WEIGHT_XFAIL)
+
+
+def test_cv_poisson_regressor() -> None:
+    from svbnn import SVBNNPoissonRegressor
+
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((150, 4))
+    y = rng.poisson(np.exp(0.5 + 0.8 * X[:, 0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNPoissonRegressor(**SMALL).fit(X, y)
+    assert est.log_lambda_ in est.inclusion_grid_.tolist()
+    assert np.all(np.isfinite(est.inclusion_scores_))
+    assert np.all(est.predict(X) > 0)
