@@ -90,8 +90,8 @@ dtype : {"float32", "float64"}, default "float32"
     is, so a row's prediction depends on the other rows of ``X`` and their order only
     through rounding (about 1e-16 relative).
 kernel_backend : {"auto", "compiled", "eager", "native"}, default "auto"
-    The spike-and-slab kernels inside ``fit`` (the process-wide setting is restored
-    after it; the baselines' networks do not use them; see
+    The spike-and-slab kernels inside ``fit`` (for this fit's thread only: no other fit
+    or thread sees it; the baselines' networks do not use them; see
     :class:`svbnn.KernelBackend`): ``"auto"`` compiles them with ``torch.compile`` for
     networks of at least ``AUTO_MIN_NUMEL`` parameters and fits smaller ones with
     ``"native"``: svbnn's C++ loops (built once per machine, never a compile), which
