@@ -141,7 +141,8 @@ UserWarning
     log-loss is over 10 times a uniform prediction's; the message says "diverged"."""
 
 
-INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda
+INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
+INCLUSION_MAX = 0.5  # log-spaced from lambda_opt to this
 _HELD_OUT = 0.2  # and the fraction of rows held out to choose among them
 
 
@@ -253,7 +254,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         starts from the chosen replicate (its network and likelihood parameters)."""
         n, p = X.shape
         fit_rows, held = _held_out_rows(target, seed)
-        grid = np.linspace(self.log_lambda_, math.log(0.5), INCLUSION_GRID)
+        grid = np.linspace(self.log_lambda_, math.log(INCLUSION_MAX), INCLUSION_GRID)
         R = len(grid)
         log_lams = torch.tensor(grid, dtype=_DTYPES[self.dtype]).reshape(R, 1)
         Xt = self._tensor(X, "X")
@@ -398,16 +399,19 @@ class _SpikeSlabFamily(_VariationalEstimator):
         Parameters
         ----------
         storage : {"auto", "dense", "sparse"}, default "auto"
-            Per layer ``nn.Linear`` or CSR (:func:`svbnn.export.sparse_is_faster`).
+            ``"auto"``: one :class:`svbnn.export.CompactMLP`, each layer dense or sparse
+            by :func:`svbnn.export.sparse_is_faster`; ``"dense"`` / ``"sparse"``: the
+            layered form, ``nn.Linear`` / CSR layers (see
+            :func:`svbnn.export.export_compact`).
         batch_size : int, default 64
             The batch size the module will mostly run at (chooses the storage).
 
         Returns
         -------
         torch.nn.Sequential
-            In eval mode, no gradients; ``torch.jit.script`` and ``torch.export`` (at a
-            fixed batch size when a layer is sparse) accept it; for a dynamic batch and
-            ONNX use :func:`svbnn.export.to_dense` of it (as :meth:`export_onnx` does).
+            In eval mode, no gradients; ``torch.export`` accepts it (``"auto"``: at any
+            batch size); ``torch.jit.script`` accepts the layered form only; for ONNX use
+            :func:`svbnn.export.to_dense` of it (as :meth:`export_onnx` does).
         """
         check_is_fitted(self, "module_")
         self._warn_if_unresolved()
