@@ -142,7 +142,7 @@ UserWarning
 
 
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
-INCLUSION_MAX = 0.5  # log-spaced from lambda_opt to this
+INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
 _HELD_OUT = 0.2  # and the fraction of rows held out to choose among them
 
 
