@@ -35,6 +35,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -476,13 +477,14 @@ def _header(meta: dict[str, Any]) -> list[str]:
         f"- date (UTC): {meta['date']}",
         f"- CPU: {meta['cpu']}, {meta['cpu_count']} logical CPUs; torch {meta['torch']}, "
         f"{meta['threads']} thread(s); svbnn commit {commit}",
-        f"- native loops: {meta['native_loops']}",
+        f"- native loops: {meta['native_loops']}; inductor cache: {meta['compile_cache']}",
         f"- {meta['rounds']} interleaved rounds; each round runs, per variant, one untimed "
         f"step and N timed training steps (N per network, a block of about "
         f"{meta['block_ms']:g} ms for its slowest variant)",
         f"- verdict: KEEP where the upper quartile (q3) of the per-round ratio fast / other "
         f"is below {KEEP_BELOW}, else DROP candidate",
-        f"- wall time {meta['wall_s']:.0f} s",
+        f"- wall time {meta['wall_s']:.0f} s; load average (1 minute) {meta['load'][0]:.2f} "
+        f"at the start, {meta['load'][1]:.2f} at the end",
         "",
     ]
 
@@ -528,7 +530,8 @@ def markdown(
         "",
         "First step: the first training step after building the model, which includes "
         "`torch.compile`'s compile for the compiled variants (I3, G5, G6), or its load from "
-        "inductor's on-disk cache where an earlier run compiled the same graph.",
+        "inductor's on-disk cache where an earlier run compiled the same graph (see the "
+        "header).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -547,10 +550,13 @@ def run(
     warmup: int = 3,
     log: Callable[[str], None] = print,
     command: str = "",
+    fresh_cache: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Measure ``cases`` and write the report into ``out`` (if given): the comparison rows
-    and the variant rows. ``command``: the command line the report names."""
+    and the variant rows. ``command``: the command line the report names; ``fresh_cache``:
+    whether inductor's cache was empty at the start (the report says so)."""
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]
     env = environment_info()
     comparisons: list[dict[str, Any]] = []
     variants: list[dict[str, Any]] = []
@@ -567,9 +573,16 @@ def run(
         "threads": torch.get_num_threads(),
         "git": env["git"],
         "native_loops": _native_state(),
+        "compile_cache": (
+            "empty at the start (--fresh-compile-cache): a compiled variant's first step "
+            "is a cold compile"
+            if fresh_cache
+            else "as found on disk: a compiled variant's first step may load its graph from it"
+        ),
         "rounds": rounds,
         "block_ms": block_ms,
         "wall_s": time.perf_counter() - started,
+        "load": (load_before, os.getloadavg()[0]),
     }
     text = markdown(meta, cases, comparisons, variants)
     if out is not None:
@@ -601,6 +614,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         help=f"comma-separated subset of {','.join(cases)}",
     )
     p.add_argument("--out", type=Path, default=None, help="folder for the report")
+    p.add_argument(
+        "--fresh-compile-cache",
+        action="store_true",
+        help="compile into an empty inductor cache (a temporary folder), so that the first "
+        "step of a compiled variant is a cold compile",
+    )
     given = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(given)
     keys = [k.strip() for k in args.networks.split(",") if k.strip()]
@@ -614,15 +633,20 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     needs_native = any(VARIANTS[v].path in (4, 7) for c in chosen for v in c.variants)
     if needs_native and not _native.available():
         p.error("the native loops did not compile here: choose networks without them")
-    rows, _ = run(
-        chosen,
-        args.rounds,
-        args.block_ms,
-        args.out,
-        args.warmup,
-        log=lambda s: print(s, file=sys.stderr),
-        command=" ".join(["python -m benchmarks.engine_paths", *given]),
-    )
+    with contextlib.ExitStack() as stack:
+        if args.fresh_compile_cache:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="inductor-"))
+            stack.enter_context(_env("TORCHINDUCTOR_CACHE_DIR", folder))
+        rows, _ = run(
+            chosen,
+            args.rounds,
+            args.block_ms,
+            args.out,
+            args.warmup,
+            log=lambda s: print(s, file=sys.stderr),
+            command=" ".join(["python -m benchmarks.engine_paths", *given]),
+            fresh_cache=args.fresh_compile_cache,
+        )
     return rows
 
 
