@@ -136,7 +136,6 @@ class Case:
     comparisons: tuple[tuple[str, str], ...]
     learn_noise: bool = False
     replicates: int | None = None
-    notes: dict[str, str] = field(default_factory=dict)
 
 
 def _estimator_net(batch: int) -> NetSpec:
