@@ -5,11 +5,12 @@ the seven paths a training step can take; paths 2-7 are fast paths. For each net
 which the library picks a fast path (the networks of ``make bench`` and an estimator-sized
 one), this forces that path and the paths that would run without it, through the switches
 that exist (the ``kernel_backend`` scope, ``SpikeSlabMLP(fused=False)``, ``SVBNN_NATIVE=0``)
-and, for one variant, a patch local to this benchmark (path 7 turned away, so that the
-native backend's or ``auto``'s next choice runs: :data:`NO_NATIVE_STEP`). Before timing,
-one step of every variant runs with the engine's entry points watched
-(:func:`observed_paths`); a variant that takes another path than the one it names stops
-the run instead of timing the wrong thing.
+and, where path 7 must be turned away alone (no switch of the library does that:
+``SVBNN_NATIVE=0`` turns every native loop off), a patch local to this benchmark of
+``svbnn._engine.fused.native_step_ok`` to ``False``, so that the native backend's or
+``auto``'s next choice runs. Before timing, one step of every variant runs with the
+engine's entry points watched (:func:`observed_paths`); a variant that takes another path
+than the one it names stops the run instead of timing the wrong thing.
 
 Method: one torch thread; every variant has its own model, optimiser (svbnn's Adam) and
 fixed minibatch; a step is what ``svbnn.training.train`` runs (zero grad, ``negative_elbo``,
@@ -116,11 +117,6 @@ VARIANTS: dict[str, Variant] = {
         ),
     )
 }
-
-NO_NATIVE_STEP = "svbnn._engine.fused.native_step_ok"
-"""What variants with ``native_step=False`` patch (to a function returning ``False``) for
-their steps: no switch of the library turns path 7 away alone (``SVBNN_NATIVE=0`` turns
-every native loop off)."""
 
 
 @dataclass(frozen=True)
