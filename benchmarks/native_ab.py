@@ -8,7 +8,7 @@ from this tree in the other; one torch thread each; the ``native`` kernel backen
   step; the UCI network: the small-network step; a narrow classifier: the narrow layers
   forward and back), and compare every parameter and every epoch's loss bit for bit;
 * **per call**: the draw + KL forward and backward of the UCI network's 501 parameters
-  and a 128-row gather, called directly, median of ``--rounds`` blocks;
+  and a 128-row gather, called directly, median of ``--rounds`` interleaved blocks;
 * **binding** (``--binding``): what a call costs through each way of binding C++ to Python,
   a no-op taking three tensors as a pybind11 function, a ``ctypes`` function of their
   pointers and a ``torch.library`` operator (``torch.ops``), from one small extension;
@@ -297,9 +297,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 bits["baseline"]["losses"][case] == bits["this"]["losses"][case]
             )
         report["bits"] = {"same": same, **{name: bits[name] for name in trees}}
-        # per call
+        # per call: one block of each function a round, the trees alternating
+        calls: dict[str, list[dict[str, float]]] = {name: [] for name in workers}
+        for r in range(args.rounds):
+            for name in list(workers) if r % 2 == 0 else list(workers)[::-1]:
+                calls[name].append(workers[name].ask(cmd="per_call", rounds=1))
         report["per_call_s"] = {
-            name: w.ask(cmd="per_call", rounds=args.rounds) for name, w in workers.items()
+            name: {fn: statistics.median(b[fn] for b in blocks) for fn in blocks[0]}
+            for name, blocks in calls.items()
         }
         # steps, interleaved (the order alternates each round)
         steps: dict[str, Any] = {}
