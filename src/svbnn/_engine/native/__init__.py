@@ -242,6 +242,7 @@ def available() -> bool:
                     "svbnn's native loops did not compile (%s); using torch's kernels instead",
                     str(detail).strip().splitlines()[-1:] or err,
                 )
+                logger.debug("the native build's output:\n%s", detail)
     return _library is not None
 
 
