@@ -206,6 +206,28 @@ def test_gather_copies_the_rows_index_select_does() -> None:
             _native.gather_rows(X, torch.tensor([0, bad]), torch.empty(2, 13))
 
 
+def test_the_extension_refuses_what_its_loops_cannot_read() -> None:
+    # Called past the *_usable checks, each function still checks its tensors: an error
+    # names the argument instead of a read or write outside an array.
+    assert _native.available()
+    mu, rho, alpha = _parameters(100, 2)
+    seed, lam, lam1 = torch.tensor([1, 2], dtype=torch.int32), torch.tensor(-5.0), torch.tensor(0.0)
+    with pytest.raises(RuntimeError, match="rho"):
+        _native.fused_forward(mu, rho[:50], alpha, seed, lam, lam1, 0.0, 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="alpha"):
+        _native.fused_forward(mu, rho, alpha.double(), seed, lam, lam1, 0.0, 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="seed"):
+        _native.fused_forward(mu, rho, alpha, seed.long(), lam, lam1, 0.0, 1.0, 2.0)
+    saved = _native.fused_forward(mu, rho, alpha, seed, lam, lam1, 0.0, 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="g_kl"):
+        _native.fused_backward(mu, torch.ones(2), saved[0], *saved[2:])
+    theta, x = torch.randn(2, 30), torch.randn(2, 5, 4)
+    with pytest.raises(RuntimeError, match="theta: at least 31"):  # 3 x 5 + 3 x 4 + 1 x 4
+        _native.narrow_mlp_forward(theta, x, ((3, 4), (3, 3), (1, 3)), "relu")
+    with pytest.raises(RuntimeError, match="x"):
+        _native.narrow_mlp_forward(torch.randn(2, 40), x.mT, ((3, 5),), "relu")
+
+
 U = 2.0**-24  # float32's unit roundoff
 
 

@@ -119,6 +119,28 @@ def test_the_install_build_is_loaded_only_if_it_matches_the_manifest(
     assert any("does not match the SHA-256" in r.getMessage() for r in caplog.records)
 
 
+def test_an_install_build_in_a_process_that_imported_one_moves_only_its_own(
+    install_build: Path, fresh_loader: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process that imported the extension gets that module back from another import of
+    # the same name (pybind11), whose __file__ is the first file: the build must record and
+    # move the library it built, never the one loaded before.
+    shutil.copytree(install_build, fresh_loader)
+    library = fresh_loader / _only_entry(fresh_loader)["library"]
+    assert _native.available()
+    loaded = _native._library
+
+    def build(build_directory: Path, name: str) -> object:
+        shutil.copy(library, build_directory / f"{name}.so")
+        return loaded
+
+    monkeypatch.setattr(_native, "_build", build)
+    second = fresh_loader.parent / "second"
+    built = _native.build_into_package(second)
+    assert library.is_file() and _native._sha256(library) == _only_entry(fresh_loader)["sha256"]
+    assert built.parent == second and _only_entry(second)["library"] == built.name
+
+
 def test_a_manifest_names_only_a_library_beside_it(
     install_build: Path, fresh_loader: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -164,7 +164,11 @@ def build_into_package(build_dir: Path | None = None) -> Path:
     build_dir.mkdir(parents=True, exist_ok=True)
     # torch's build files (ninja's, the objects) stay in a folder of their own, removed after.
     with tempfile.TemporaryDirectory(prefix="build-", dir=build_dir) as work:
-        built = Path(str(_build(Path(work), f"svbnn_native_{key}").__file__))
+        _build(Path(work), f"svbnn_native_{key}")
+        # The library built there: not the module's __file__, which is the file first
+        # imported under that name where this process imported one before (pybind11 hands
+        # out the module it made then).
+        (built,) = (p for p in Path(work).iterdir() if _LIBRARY_NAME.fullmatch(p.name))
         digest = _sha256(built)
         target = build_dir / built.name
         os.replace(built, target)
