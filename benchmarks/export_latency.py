@@ -20,8 +20,9 @@ Usage::
   onnxruntime's classes against ``predict_proba``'s; ``SVBNNRegressor`` defaults on
   diabetes and Friedman #1 (with 10 noise columns): how far the median model's
   predictions are from ``predict``'s posterior mean. Latency as above.
-* ``--crossover``: one linear layer, dense ``F.linear`` against the CSR ``SparseLinear``
-  at several densities and batch 1, 64, 1000 (the storage rule of the export).
+* ``--crossover``: one linear layer as a :class:`~svbnn.export.CompactMLP`, stored dense
+  against sparse, at several densities and batch 1, 16, 64, 1000 (the storage rule of the
+  export, :func:`~svbnn.export.sparse_is_faster`).
 
 Writes ``results.csv`` (one row per measured quantity), ``report.md`` and
 ``settings.json`` to ``--out``.
@@ -48,7 +49,13 @@ import torch
 from torch import nn
 
 from svbnn.checkpoint import load_checkpoint
-from svbnn.export import SparseLinear, export_compact, export_onnx, module_size_bytes
+from svbnn.export import (
+    CompactMLP,
+    SparseLinear,
+    export_compact,
+    export_onnx,
+    module_size_bytes,
+)
 from svbnn.nn import SpikeSlabMLP
 
 from .timing import Timing, time_interleaved
@@ -95,9 +102,21 @@ def export_macs(module: nn.Module) -> int:
     for m in module.modules():
         if isinstance(m, nn.Linear):
             n += int((m.weight != 0).sum())
-        elif isinstance(m, SparseLinear):
+        elif isinstance(m, (SparseLinear, CompactMLP)):
             n += m.nnz()
     return n
+
+
+def storage_of(module: nn.Module) -> str:
+    """Each linear layer's storage, ``/``-joined (and a :class:`CompactMLP`'s layout)."""
+    for m in module.modules():
+        if isinstance(m, CompactMLP):
+            return "/".join(m.storage) + f" ({m.layout})"
+    return "/".join(
+        "sparse" if isinstance(m, SparseLinear) else "dense"
+        for m in module.modules()
+        if isinstance(m, (SparseLinear, nn.Linear))
+    )
 
 
 def _ort_session(path: Path) -> Any:
@@ -162,13 +181,7 @@ def latency_rows(
                     "network": name,
                     "runtime": runtime,
                     "batch": batch,
-                    "storage": "dense (ONNX)"
-                    if runtime == "onnxruntime"
-                    else "/".join(
-                        "sparse" if isinstance(m, SparseLinear) else "dense"
-                        for m in export.modules()
-                        if isinstance(m, (SparseLinear, nn.Linear))
-                    ),
+                    "storage": "dense (ONNX)" if runtime == "onnxruntime" else storage_of(export),
                     "dense_ms": tt["dense"].median * 1e3,
                     "export_ms": tt["export"].median * 1e3,
                     "speedup": speedup,
@@ -343,23 +356,27 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
     return {"info": infos, "rows": rows}
 
 
+CROSSOVER_BATCHES = (1, 16, 64, 1000)
+
+
 def crossover(rounds: int) -> list[dict[str, Any]]:
-    """Dense ``F.linear`` against CSR ``SparseLinear`` on one layer, by density."""
+    """One linear layer as :class:`CompactMLP`, stored dense against sparse, by density.
+
+    Each in the layout :func:`export_compact` gives it at that batch size: dense at batch
+    1 in the ``"rows"`` layout (a matrix-vector product), otherwise ``"features"``.
+    """
     rows = []
     gen = torch.Generator().manual_seed(0)
-    for out_f, in_f in ((512, 784), (512, 512), (256, 256), (128, 128)):
+    for out_f, in_f in ((128, 128), (256, 256), (512, 512), (512, 784)):
         for dens in (0.01, 0.02, 0.05, 0.1, 0.2, 0.4):
             w = torch.randn(out_f, in_f, generator=gen)
             w = w * (torch.rand(out_f, in_f, generator=gen) < dens)
             b = torch.randn(out_f, generator=gen)
-            lin = nn.Linear(in_f, out_f).requires_grad_(False)
-            with torch.no_grad():
-                lin.weight.copy_(w)
-                lin.bias.copy_(b)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                sp = SparseLinear(w, b)
-            for batch in BATCHES:
+            idx = torch.arange(in_f)
+            for batch in CROSSOVER_BATCHES:
+                layout = "rows" if batch < 16 else "features"
+                lin = CompactMLP(idx, in_f, [w], [b], ["dense"], "relu", layout).eval()
+                sp = CompactMLP(idx, in_f, [w], [b], ["sparse"], "relu", "features").eval()
                 x = torch.randn(batch, in_f, generator=gen)
 
                 def fwd(m: nn.Module, x: torch.Tensor = x) -> None:
