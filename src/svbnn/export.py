@@ -5,11 +5,12 @@ Three exports:
 * :func:`export_compact` (the deployment export): the median model of a
   :class:`~svbnn.nn.SpikeSlabMLP` (or a convolutional ``nn.Sequential``) with every unit
   that cannot change the output removed and what the removed units contribute folded into
-  the next layer's bias. The result holds only ``torch.nn`` modules and plain tensor ops,
-  each linear layer stored dense (``nn.Linear``) or sparse (:class:`SparseLinear`, a CSR
-  matrix product), whichever runs faster at its density (see :func:`sparse_is_faster`).
-  :func:`to_dense` turns the sparse layers into ``nn.Linear`` for ``torch.export`` at a
-  dynamic batch size and for ONNX (:func:`export_onnx`).
+  the next layer's bias. The result holds only ``torch.nn`` modules and plain tensor ops:
+  one flat :class:`CompactMLP` whose layers are each stored dense or sparse (an
+  ``F.embedding_bag`` sum per unit), whichever runs faster at its density and the batch
+  size (see :func:`sparse_is_faster`); or, on request, the layered form of ``nn.Linear``
+  and :class:`SparseLinear` (a CSR matrix product) modules. :func:`to_dense` makes every
+  layer dense for ONNX (:func:`export_onnx`).
 * :func:`export_draws`: posterior weight draws batched as one module (the posterior mean
   ``predict`` computes; the estimators' ``export_predictive``).
 * :func:`export_sparse`: every spike-and-slab layer of any model replaced by its median
@@ -236,23 +237,43 @@ _INPLACE_ACTIVATIONS: dict[str, Any] = {
 class CompactMLP(nn.Module):
     """A compacted MLP as one flat module: kept inputs, then linear layers, no submodules.
 
-    ``forward`` is a straight sequence of tensor ops (no module calls between layers):
-    the kept input columns, then for each layer a dense product or, for a layer stored
-    sparse, one ``F.embedding_bag`` (the weighted sum of the kept inputs of each unit: a
+    ``forward`` is a straight sequence of tensor ops (no module call per layer): the kept
+    input columns, then per layer a dense product or, for a layer stored sparse, one
+    ``F.embedding_bag`` (per unit, the sum of its kept inputs times their weights: a
     CSR product), the bias and the activation. Two layouts:
 
-    * ``"rows"`` (small batches): activations ``(m, n)``, every layer ``F.linear``;
-    * ``"features"`` (batches of 16 rows and more): activations transposed, ``(n, m)``
-      (one unit per row, so that a sparse layer sums whole rows of ``m`` values; a dense
-      layer is ``torch.addmm(bias, W, h)``); one transposing gather of the inputs first.
+    * ``"rows"``: activations ``(m, n)``, every layer dense (``F.linear``; one row:
+      ``torch.addmv``, a matrix-vector product);
+    * ``"features"``: activations transposed, ``(n, m)``, one unit per row, so that a
+      sparse layer sums whole rows of ``m`` values and a dense one is
+      ``torch.addmm(bias, W, h)``; the inputs are gathered transposed first.
 
-    State: per layer ``k`` either ``weight{k}`` ``(out, in)`` (dense) or ``values{k}``,
-    ``columns{k}`` (int32) and ``offsets{k}`` (int32, ``out + 1``: the CSR arrays of the
-    weights, ``storage[k] == "sparse"``), and ``bias{k}`` ``(out,)``; ``index``: the kept
-    input columns. ``torch.export`` accepts it at any batch size; :func:`to_dense` gives
-    the all-dense ``"rows"`` form that ONNX export takes.
+    :func:`export_compact` chooses both by the batch size (:func:`sparse_is_faster`).
+    State: the kept input columns ``index``; per layer ``k`` either ``weight{k}``
+    ``(out, in)`` (dense) or the CSR arrays of its weights, ``values{k}``,
+    ``columns{k}`` (int32) and ``offsets{k}`` (int32, ``out + 1`` entries) (sparse), and
+    ``bias{k}`` ``(out,)``. ``torch.export`` accepts it at any batch size;
+    :meth:`to_dense` (or :func:`to_dense`) gives the all-dense ``"rows"`` form that
+    :func:`export_onnx` writes. ``torch.jit.script`` does not (use the layered form,
+    ``storage="dense"`` or ``"sparse"``, for that).
 
     Shapes: ``(..., n_features) -> (..., out)``; any floating dtype in, the weights' out.
+
+    Parameters
+    ----------
+    index : Tensor of int
+        The kept input columns, ``(k,)``.
+    n_features : int
+        Columns of ``x``.
+    weights, biases : lists of Tensor
+        Each layer's ``(out, in)`` weights (the first has ``in = k``) and ``(out,)``
+        biases.
+    storage : list of {"dense", "sparse"}
+        Each layer's storage.
+    activation : {"relu", "tanh", "sigmoid", "identity"}
+        Between the layers.
+    layout : {"rows", "features"}
+        ``"rows"`` only with every layer dense.
     """
 
     index: Tensor
@@ -645,7 +666,7 @@ def export_compact(
     or dropped when the constant is 0; a channel with no nonzero weight into a kept
     channel of the next layer is dropped too, and so are the matching input channels of
     the next layer. The layers after the flatten are compacted as an MLP (the flattened
-    features that reach the output are selected by an ``InputSelect``).
+    features that reach the output are selected inside it).
 
     Parameters
     ----------
@@ -658,19 +679,25 @@ def export_compact(
     threshold : float, default 0.5
         Gate threshold on ``phi``.
     storage : {"auto", "dense", "sparse"}, default "auto"
-        Each compacted linear layer as ``nn.Linear`` or :class:`SparseLinear`; ``"auto"``
-        chooses per layer by :func:`sparse_is_faster` at ``batch_size``.
+        ``"auto"`` (the fast form): the compacted linear layers as one
+        :class:`CompactMLP`, each layer dense or sparse by :func:`sparse_is_faster` at
+        ``batch_size``, in the layout that batch size runs fastest in (``"features"``
+        when a layer is sparse or from 256 rows, else ``"rows"``). ``"dense"`` /
+        ``"sparse"``: the layered form, an ``InputSelect`` then every layer as
+        ``nn.Linear`` / :class:`SparseLinear` (CSR) with activation modules between them.
     batch_size : int, default 64
-        The batch size the module will mostly run at (``"auto"`` storage only).
+        The batch size the module will mostly run at (``"auto"`` storage only). It
+        runs at any batch size.
 
     Returns
     -------
     module : nn.Sequential
-        ``InputSelect`` (the kept columns of ``x``, cast to the network's dtype), then
-        ``nn.Linear`` / :class:`SparseLinear` layers with the activation between them, in
-        eval mode, no gradients. Shapes: ``(m, p) -> (m, out)`` for any floating ``x``.
-        ``torch.jit.script`` and ``torch.export`` (at a fixed batch size when a layer is
-        sparse) accept it; for a dynamic batch and ONNX use :func:`to_dense` of it.
+        In eval mode, no gradients; shapes ``(m, p) -> (m, out)`` for any floating
+        ``x`` (cast to the network's dtype inside). ``"auto"``: the convolutions (if
+        any), then the :class:`CompactMLP`; ``torch.export`` accepts it at any batch
+        size. The layered form: ``torch.jit.script`` and ``torch.export`` (at a fixed
+        batch size when a layer is sparse) accept it. For ONNX use :func:`to_dense` of
+        either (as :func:`export_onnx` does).
     report : ExportReport
         Counts (``n_nonzero``, ``n_total``: the median model's and the model's
         parameters), size on disk and, per compacted layer, its shape, nonzero weights
@@ -713,7 +740,9 @@ def _compact_module(
             else "dense"
             for w in weights
         ]
-        layout = "features" if batch_size >= 16 or "sparse" in kinds else "rows"
+        # All-dense networks: "rows" up to batch 64 (as fast or faster), "features"
+        # beyond (the transposed products were faster at batch 1000).
+        layout = "features" if batch_size >= 256 or "sparse" in kinds else "rows"
         flat = CompactMLP(
             index,
             n_features,
