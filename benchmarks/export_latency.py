@@ -623,7 +623,7 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
         md.append("")
     if result["crossover"]:
         md += [
-            "## Dense or sparse: one layer, speed-up of CSR over dense by density",
+            "## Dense or sparse: one CompactMLP layer, speed-up of sparse over dense by density",
             "",
             _fmt_crossover(result["crossover"]),
             "",
