@@ -346,7 +346,7 @@ class CompactMLP(nn.Module):
         index = buf["index"]
         if self.layout == "rows":  # every layer dense
             if flat and x.shape[0] == 1:  # one row: matrix-vector products
-                v = x.view(-1).index_select(0, index)  # type: ignore[arg-type]
+                v = torch.take(x, index)  # type: ignore[arg-type]  # x[0, index], one op
                 if v.dtype != dtype:
                     v = v.to(dtype)
                 for _, w, _, _, b, after in self.plan:
