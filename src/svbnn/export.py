@@ -84,10 +84,11 @@ def sparse_is_faster(
     The rule follows the crossover measured with one thread (a sparse layer of
     :class:`CompactMLP`, ``F.embedding_bag`` on the transposed activations, against the
     dense ``torch.addmm``; ``python -m benchmarks.export_latency --crossover``,
-    ``docs/performance.md``, "Exported networks: dense or sparse layers"): from batch 64
-    the sparse product is faster up to 20-40% density on layers from 128 x 128 up, at
-    batch 16 up to 10-20%; at batch 1 only on layers of 512 x 512 and more below 2-5%
-    density (a sparse call's fixed cost exceeds a small layer's whole dense product).
+    ``docs/performance.md``, "Exported networks: dense or sparse layers"): on layers
+    from 128 x 128 up the sparse product is faster up to 20-40% density at batch 1000,
+    beyond 40% at batch 64, up to 10-20% (128 x 128) or 20-40% (larger) at batch 16; at
+    batch 1 only on layers of 512 x 512 and more, up to about 5% density (a sparse
+    call's fixed cost exceeds a small layer's whole dense product).
     """
     size = out_features * in_features
     if batch_size < 16:
@@ -293,8 +294,10 @@ class CompactMLP(nn.Module):
             raise ValueError(f"layout must be 'rows' or 'features', got {layout!r}")
         if layout == "rows" and "sparse" in storage:
             raise ValueError("the 'rows' layout holds dense layers only")
-        if activation not in ("relu", "tanh", "sigmoid", "identity"):
-            raise ValueError(f"unknown activation {activation!r}")
+        if activation not in _INPLACE_ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(_INPLACE_ACTIVATIONS)}, got {activation!r}"
+            )
         self.n_features = int(n_features)
         self.in_features = int(weights[0].shape[1])
         self.out_features = int(weights[-1].shape[0])
