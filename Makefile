@@ -10,6 +10,8 @@ ifneq ($(wildcard $(SHARED_DATA)/SHA256SUMS),)
 export SVBNN_DATA ?= $(SHARED_DATA)
 endif
 THREADS ?= 2
+# The venv's programs first (the ninja that pip installed, for torch's extension builds).
+VENV_PATH := PATH="$(abspath $(VENV))/bin:$$PATH"
 # pytest's worker processes (pytest-xdist): one per core, at most 4 (each holds a torch and
 # compiles its own kernels). The suite runs one torch thread a process (tests/conftest.py).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
@@ -22,9 +24,9 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch first (an unpinned torch would pull a multi-GB CUDA build).
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev,docs]'
-	# svbnn's native loops, built into the package with their SHA-256 (SECURITY.md); without
-	# a C++ compiler svbnn runs torch's kernels instead.
-	$(PY) -m svbnn._engine.native || true
+	# svbnn's native loops, built with torch.utils.cpp_extension into the package with their
+	# SHA-256 (SECURITY.md); without a C++ compiler svbnn runs torch's kernels instead.
+	$(VENV_PATH) $(PY) -m svbnn._engine.native || true
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -44,12 +46,12 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy src
 
 pytest: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(VENV_PATH) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test: lint typecheck docs pytest
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(VENV_PATH) $(PY) -m pytest -q -m slow
 
 # The CUDA checks (tests/test_gpu.py), on a machine with an NVIDIA GPU and a CUDA build of
 # torch in the venv (a wheel from https://download.pytorch.org/whl/ that matches the driver;

@@ -4,14 +4,16 @@ issue 17's missed 1.5x (``docs/performance.md``, "What 1.5x on MNIST would take"
 
 Variants of ``svbnn/_engine/native/fused_forward.cpp`` are made by replacing one piece of the
 loop's source (each replacement is checked to apply, so a changed source stops the run
-instead of timing the wrong thing), compiled with the library's flags, and swapped in for
-the library's forward loop one after another, in interleaved rounds in one process, while
-the training step of ``benchmarks.networks.build_step`` runs beside the dense step. The
-variants that drop a piece compute wrong draws: they are for timing only, and say what
-the piece costs (an upper bound on what a cheaper version of it could save). The two
-``exp parametrisation`` variants compute what a loop with ``sigma = exp(rho)`` computes (the
-operations issue 17 allows if the simulation tables stay within their error bars); fed the
-library's ``rho`` they draw other weights, so they too are for timing only.
+instead of timing the wrong thing), compiled alone with the library's flags into a plain
+shared library called through ``ctypes`` (the library's own loop too, as the first
+variant), and swapped in for the extension's forward loop one after another, in
+interleaved rounds in one process, while the training step of
+``benchmarks.networks.build_step`` runs beside the dense step. The variants that drop a
+piece compute wrong draws: they are for timing only, and say what the piece costs (an
+upper bound on what a cheaper version of it could save). The two ``exp parametrisation``
+variants compute what a loop with ``sigma = exp(rho)`` computes (the operations issue 17
+allows if the simulation tables stay within their error bars); fed the library's ``rho``
+they draw other weights, so they too are for timing only.
 
 Run: ``python -m benchmarks.draw_ablation [--rounds 15] [--steps 10]`` (the MNIST network);
 prints a Markdown table (medians over rounds, [interquartile range], ratios as medians of
@@ -127,8 +129,94 @@ def variant_source(source: str, variant: Variant) -> str:
     return source
 
 
-def build(variant: Variant, directory: Path) -> ctypes.CDLL:
-    """Compile ``variant`` of ``fused_forward.cpp`` as the library compiles it."""
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+# fused_forward.cpp's functions (loops.h): mu, rho, alpha, rows, n, the two seed words,
+# log lambda, log(1 - lambda), log sigma_0, 1 / sigma_0^2, the six outputs and the rows' KL;
+# and the backward: g_theta, g_kl, theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha, rows, n.
+_FORWARD_ARGTYPES: list[type] = [
+    *([_P] * 3),
+    _I,
+    _I,
+    ctypes.c_int32,
+    ctypes.c_int32,
+    *([ctypes.c_float] * 4),
+    *([_P] * 7),
+]
+_BACKWARD_ARGTYPES: list[type] = [*([_P] * 8), _I, _I]
+
+
+class VariantLoops:
+    """A variant's draw + KL loops (a plain shared library of ``fused_forward.cpp`` alone,
+    built in seconds), called as the extension's ``fused_forward`` and ``fused_backward``
+    are. Every variant, the library's own loop included, runs through this same glue."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self._lib = lib
+        for name in ("svbnn_fused_forward_k2", "svbnn_fused_forward_k1"):
+            getattr(lib, name).argtypes = _FORWARD_ARGTYPES
+            getattr(lib, name).restype = None
+        lib.svbnn_fused_backward.argtypes = _BACKWARD_ARGTYPES
+        lib.svbnn_fused_backward.restype = None
+
+    @staticmethod
+    def _rows(t: torch.Tensor) -> tuple[int, int]:
+        return (t.shape[0], t.shape[1]) if t.dim() == 2 else (1, t.numel())
+
+    def fused_forward(
+        self,
+        mu: Any,
+        rho: Any,
+        alpha: Any,
+        seed: Any,
+        log_lam: Any,
+        log_1mlam: Any,
+        log_sigma0: float,
+        prec0: float,
+        inv_tau: float,
+    ) -> Any:
+        fn = (
+            self._lib.svbnn_fused_forward_k2 if inv_tau == 2.0 else self._lib.svbnn_fused_forward_k1
+        )
+        outs = [torch.empty_like(mu) for _ in range(6)]
+        kl = mu.new_empty(mu.shape[:-1])
+        seed0, seed1 = seed.tolist()
+        fn(
+            mu.data_ptr(),
+            rho.data_ptr(),
+            alpha.data_ptr(),
+            *self._rows(mu),
+            seed0,
+            seed1,
+            float(log_lam),
+            float(log_1mlam),
+            log_sigma0,
+            prec0,
+            *(o.data_ptr() for o in outs),
+            kl.data_ptr(),
+        )
+        theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha = outs
+        return theta, kl, a_fac, r_fac, kl_mu, kl_rho, kl_alpha
+
+    def fused_backward(
+        self,
+        g_theta: Any,
+        g_kl: Any,
+        theta: Any,
+        a_fac: Any,
+        r_fac: Any,
+        kl_mu: Any,
+        kl_rho: Any,
+        kl_alpha: Any,
+    ) -> None:
+        g_kl = g_kl.contiguous()
+        self._lib.svbnn_fused_backward(
+            *(t.data_ptr() for t in (g_theta, g_kl, theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha)),
+            *self._rows(theta),
+        )
+
+
+def build(variant: Variant, directory: Path) -> VariantLoops:
+    """Compile ``variant`` of ``fused_forward.cpp`` with the library's flags."""
     src = directory / f"{variant.name.replace(' ', '_')}.cpp"
     src.write_text(variant_source(_native._SOURCES[0].read_text(), variant))
     flags = [
@@ -137,24 +225,23 @@ def build(variant: Variant, directory: Path) -> ctypes.CDLL:
     ]
     out = src.with_suffix(".so")
     compiler = os.environ.get("CXX", "c++")
-    subprocess.run([compiler, *flags, str(src), "-o", str(out)], check=True, capture_output=True)
-    lib = ctypes.CDLL(str(out))
-    for name in _native._FUNCTIONS.values():
-        getattr(lib, name).argtypes = _native._ARGTYPES
-        getattr(lib, name).restype = None
-    lib.svbnn_fused_backward.argtypes = _native._SIGNATURES["svbnn_fused_backward"]
-    lib.svbnn_fused_backward.restype = None
-    return lib
+    include = f"-I{_native._SOURCES[0].parent}"  # loops.h
+    subprocess.run(
+        [compiler, *flags, "-shared", "-fPIC", include, str(src), "-o", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return VariantLoops(ctypes.CDLL(str(out)))
 
 
 class _Swapped:
-    """The loaded library with its draw + KL functions taken from another build."""
+    """The loaded extension with its draw + KL functions taken from a variant's build."""
 
-    def __init__(self, fused: ctypes.CDLL, rest: ctypes.CDLL) -> None:
+    def __init__(self, fused: VariantLoops, rest: Any) -> None:
         self._fused, self._rest = fused, rest
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._fused if name.startswith("svbnn_fused") else self._rest, name)
+        return getattr(self._fused if name.startswith("fused_") else self._rest, name)
 
 
 @contextlib.contextmanager

@@ -20,8 +20,9 @@ Usage::
   onnxruntime's classes against ``predict_proba``'s; ``SVBNNRegressor`` defaults on
   diabetes and Friedman #1 (with 10 noise columns): how far the median model's
   predictions are from ``predict``'s posterior mean. Latency as above.
-* ``--crossover``: one linear layer, dense ``F.linear`` against the CSR ``SparseLinear``
-  at several densities and batch 1, 64, 1000 (the storage rule of the export).
+* ``--crossover``: one linear layer as a :class:`~svbnn.export.CompactMLP`, stored dense
+  against sparse, at several densities and batch 1, 16, 64, 1000 (the storage rule of the
+  export, :func:`~svbnn.export.sparse_is_faster`).
 
 Writes ``results.csv`` (one row per measured quantity), ``report.md`` and
 ``settings.json`` to ``--out``.
@@ -46,9 +47,16 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from svbnn.checkpoint import load_checkpoint
-from svbnn.export import SparseLinear, export_compact, export_onnx, module_size_bytes
+from svbnn.export import (
+    CompactMLP,
+    SparseLinear,
+    export_compact,
+    export_onnx,
+    module_size_bytes,
+)
 from svbnn.nn import SpikeSlabMLP
 
 from .timing import Timing, time_interleaved
@@ -95,9 +103,21 @@ def export_macs(module: nn.Module) -> int:
     for m in module.modules():
         if isinstance(m, nn.Linear):
             n += int((m.weight != 0).sum())
-        elif isinstance(m, SparseLinear):
+        elif isinstance(m, (SparseLinear, CompactMLP)):
             n += m.nnz()
     return n
+
+
+def storage_of(module: nn.Module) -> str:
+    """Each linear layer's storage, ``/``-joined (and a :class:`CompactMLP`'s layout)."""
+    for m in module.modules():
+        if isinstance(m, CompactMLP):
+            return "/".join(m.storage) + f" ({m.layout})"
+    return "/".join(
+        "sparse" if isinstance(m, SparseLinear) else "dense"
+        for m in module.modules()
+        if isinstance(m, (SparseLinear, nn.Linear))
+    )
 
 
 def _ort_session(path: Path) -> Any:
@@ -162,13 +182,7 @@ def latency_rows(
                     "network": name,
                     "runtime": runtime,
                     "batch": batch,
-                    "storage": "dense (ONNX)"
-                    if runtime == "onnxruntime"
-                    else "/".join(
-                        "sparse" if isinstance(m, SparseLinear) else "dense"
-                        for m in export.modules()
-                        if isinstance(m, (SparseLinear, nn.Linear))
-                    ),
+                    "storage": "dense (ONNX)" if runtime == "onnxruntime" else storage_of(export),
                     "dense_ms": tt["dense"].median * 1e3,
                     "export_ms": tt["export"].median * 1e3,
                     "speedup": speedup,
@@ -180,6 +194,61 @@ def latency_rows(
                 }
             )
     return rows
+
+
+def breakdown(
+    name: str, dense: nn.Module, export: nn.Module, p: int, batch: int, rounds: int
+) -> list[dict[str, Any]]:
+    """Where the export's time goes at one batch size: each step of its forward alone,
+    and each layer's product in the other storages torch has on the CPU (dense, the
+    ``F.embedding_bag`` sum of the export's sparse layers, CSR and COO ``addmm``), on
+    the layer's own input, in the layout the export runs at this batch size."""
+    (flat,) = [m for m in export.modules() if isinstance(m, CompactMLP)]
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, p, generator=gen)
+    idx = flat.index
+    vector = flat.layout == "rows" and batch == 1
+    fns: dict[str, Any] = {
+        "dense network (all of it)": lambda: dense(x),
+        "export (all of it)": lambda: export(x),
+    }
+    if vector:
+        fns["input selection"] = lambda: x.view(-1).index_select(0, idx)
+        h = x.view(-1).index_select(0, idx).unsqueeze(1)
+    else:
+        fns["input selection"] = lambda: x.t().index_select(0, idx)
+        h = x.t().index_select(0, idx)
+    layers = flat.layer_weights()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for k, (w, b) in enumerate(layers):
+            bc = b.unsqueeze(1)
+            csr = w.to_sparse_csr()
+            coo = w.to_sparse_coo().coalesce()
+            cols, offs = csr.col_indices(), csr.crow_indices()
+            vals = csr.values()
+            tag = f"layer {k + 1} {tuple(w.shape)}"
+            if vector:
+                v = h[:, 0].contiguous()
+                fns[f"{tag} dense"] = lambda b=b, w=w, v=v: torch.addmv(b, w, v)
+            else:
+                fns[f"{tag} dense"] = lambda bc=bc, w=w, h=h: torch.addmm(bc, w, h)
+            fns[f"{tag} embedding_bag"] = lambda c=cols, o=offs, v=vals, h=h, bc=bc: (
+                F.embedding_bag(
+                    c, h, o, mode="sum", per_sample_weights=v, include_last_offset=True
+                ).add_(bc)
+            )
+            fns[f"{tag} CSR addmm"] = lambda bc=bc, csr=csr, h=h: torch.addmm(bc, csr, h)
+            fns[f"{tag} COO addmm"] = lambda bc=bc, coo=coo, h=h: torch.sparse.addmm(bc, coo, h)
+            if k < len(layers) - 1:
+                nxt = torch.addmm(bc, w, h)
+                fns[f"{tag} activation"] = lambda nxt=nxt: torch.relu(nxt)
+                h = nxt.relu()
+    with torch.inference_mode():
+        t = time_pair(fns, rounds)
+    return [
+        {"network": name, "batch": batch, "step": k, "us": v.median * 1e6} for k, v in t.items()
+    ]
 
 
 def mnist_network(label: str, ckpt: Path, rounds: int, tmp: Path, n_test: int) -> dict[str, Any]:
@@ -200,6 +269,9 @@ def mnist_network(label: str, ckpt: Path, rounds: int, tmp: Path, n_test: int) -
     Xt, yt = Xt[:n_test], yt[:n_test]
     with torch.inference_mode():
         pe, pd = export(Xt).argmax(1), dense(Xt).argmax(1)
+        # Every export timed below (one per batch size) gives the dense median model's
+        # argmax on every row.
+        equal_by_batch = {b: int((m(Xt).argmax(1) == pd).sum()) for b, m in exports.items()}
     macs = (dense_macs(dense), export_macs(export))
     info = {
         "network": label,
@@ -214,12 +286,16 @@ def mnist_network(label: str, ckpt: Path, rounds: int, tmp: Path, n_test: int) -
         "accuracy_export": float((pe == yt).float().mean()),
         "accuracy_dense_median": float((pd == yt).float().mean()),
         "argmax_equal_rows": int((pe == pd).sum()),
+        "argmax_equal_rows_by_batch": equal_by_batch,
         "dense_macs": macs[0],
         "export_macs": macs[1],
         "size_dense_bytes": module_size_bytes(dense),
         "size_export_bytes": rep.size_bytes,
     }
     rows = latency_rows(label, dense, exports, 784, rounds, tmp, macs)
+    info["breakdown"] = [
+        r for b in (1, 1000) for r in breakdown(label, dense, exports[b], 784, b, rounds)
+    ]
     info["size_dense_onnx_bytes"] = (tmp / f"{label}-dense.onnx").stat().st_size
     info["size_export_onnx_bytes"] = (tmp / f"{label}-export.onnx").stat().st_size
     return {"info": info, "rows": rows}
@@ -343,23 +419,27 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
     return {"info": infos, "rows": rows}
 
 
+CROSSOVER_BATCHES = (1, 16, 64, 1000)
+
+
 def crossover(rounds: int) -> list[dict[str, Any]]:
-    """Dense ``F.linear`` against CSR ``SparseLinear`` on one layer, by density."""
+    """One linear layer as :class:`CompactMLP`, stored dense against sparse, by density.
+
+    Each in the layout :func:`export_compact` gives it at that batch size: dense at batch
+    1 in the ``"rows"`` layout (a matrix-vector product), otherwise ``"features"``.
+    """
     rows = []
     gen = torch.Generator().manual_seed(0)
-    for out_f, in_f in ((512, 784), (512, 512), (256, 256), (128, 128)):
+    for out_f, in_f in ((128, 128), (256, 256), (512, 512), (512, 784)):
         for dens in (0.01, 0.02, 0.05, 0.1, 0.2, 0.4):
             w = torch.randn(out_f, in_f, generator=gen)
             w = w * (torch.rand(out_f, in_f, generator=gen) < dens)
             b = torch.randn(out_f, generator=gen)
-            lin = nn.Linear(in_f, out_f).requires_grad_(False)
-            with torch.no_grad():
-                lin.weight.copy_(w)
-                lin.bias.copy_(b)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                sp = SparseLinear(w, b)
-            for batch in BATCHES:
+            idx = torch.arange(in_f)
+            for batch in CROSSOVER_BATCHES:
+                layout = "rows" if batch < 16 else "features"
+                lin = CompactMLP(idx, in_f, [w], [b], ["dense"], "relu", layout).eval()
+                sp = CompactMLP(idx, in_f, [w], [b], ["sparse"], "relu", "features").eval()
                 x = torch.randn(batch, in_f, generator=gen)
 
                 def fwd(m: nn.Module, x: torch.Tensor = x) -> None:
@@ -505,11 +585,30 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
             f"model's on {info['argmax_equal_rows']} of {info['test_rows']} rows.",
             f"- Multiply-adds per row: dense {info['dense_macs']:,}, export "
             f"{info['export_macs']:,} (ratio {info['dense_macs'] / info['export_macs']:.1f}).",
+            f"- Argmax equal to the dense median model's, the export made for each batch "
+            f"size: {info['argmax_equal_rows_by_batch']} of {info['test_rows']} rows.",
             f"- Size on disk (state dict): dense {info['size_dense_bytes']:,} B, export "
             f"{info['size_export_bytes']:,} B; ONNX: dense {info['size_dense_onnx_bytes']:,} B,"
             f" export {info['size_export_onnx_bytes']:,} B.",
             "",
         ]
+    for info in result["mnist"]:
+        if not info.get("breakdown"):
+            continue
+        md += [
+            f"### Where the time goes: `{info['network']}`, microseconds (medians)",
+            "",
+            "| step | batch 1 | batch 1000 |",
+            "|---|---|---|",
+        ]
+        steps = list(dict.fromkeys(r["step"] for r in info["breakdown"]))
+        for step in steps:
+            cells = []
+            for b in (1, 1000):
+                r = [x for x in info["breakdown"] if x["step"] == step and x["batch"] == b]
+                cells.append(f"{r[0]['us']:.4g}" if r else "-")
+            md.append(f"| {step} | " + " | ".join(cells) + " |")
+        md.append("")
     if result["tabular"]:
         md += ["## Tabular fits (estimator defaults, 10 noise columns)", ""]
         for info in result["tabular"]:
@@ -524,7 +623,7 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
         md.append("")
     if result["crossover"]:
         md += [
-            "## Dense or sparse: one layer, speed-up of CSR over dense by density",
+            "## Dense or sparse: one CompactMLP layer, speed-up of sparse over dense by density",
             "",
             _fmt_crossover(result["crossover"]),
             "",

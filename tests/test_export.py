@@ -18,6 +18,7 @@ from sklearn.exceptions import NotFittedError
 
 from svbnn import SVBNNClassifier, SVBNNRegressor
 from svbnn.export import (
+    CompactMLP,
     InputSelect,
     SparseLinear,
     export_compact,
@@ -150,6 +151,84 @@ def test_storage_rule() -> None:
         report.layer_shapes, report.layer_nonzero or [], report.layer_storage, strict=True
     ):
         assert kind == ("sparse" if sparse_is_faster(nnz, o, i) else "dense")
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid"])
+@pytest.mark.parametrize("batch_size", [1, 16, 1000])
+def test_flat_module_is_the_median_model(activation: str, batch_size: int) -> None:
+    # Large enough that the rule stores the first layer sparse from batch 16.
+    model = _net(p=300, hidden=(200, 150), out=4, keep=0.05, activation=activation)
+    module, report = export_compact(model, batch_size=batch_size)
+    (flat,) = list(module)
+    assert isinstance(flat, CompactMLP)
+    assert flat.layout == ("rows" if batch_size == 1 else "features")
+    assert report.layer_storage == flat.storage
+    assert report.layer_shapes is not None and report.layer_nonzero is not None
+    for (o, i), nnz, kind in zip(
+        report.layer_shapes, report.layer_nonzero, flat.storage, strict=True
+    ):
+        assert kind == ("sparse" if sparse_is_faster(nnz, o, i, batch_size) else "dense")
+    assert ("sparse" in flat.storage) == (batch_size > 1)
+    assert flat.nnz() == sum(report.layer_nonzero)
+    g = torch.Generator().manual_seed(8)
+    for shape in ((13, 300), (1, 300), (2, 3, 300)):
+        x = torch.randn(*shape, generator=g, dtype=F64)
+        want = _median(model, x.reshape(-1, 300)).reshape(*shape[:-1], 4)
+        torch.testing.assert_close(module(x), want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="columns"):
+        module(torch.zeros(2, 299, dtype=F64))
+
+
+@pytest.mark.parametrize("batch_size", [1, 1000])
+def test_flat_module_exports_copies_and_reloads(batch_size: int, tmp_path: Path) -> None:
+    model = _net(p=300, hidden=(200, 150), out=4, keep=0.05, dtype=torch.float32)
+    module, _ = export_compact(model, batch_size=batch_size)
+    x = torch.randn(8, 300, generator=torch.Generator().manual_seed(9))
+    want = module(x)
+    # torch.export at any batch size, the sparse layers included.
+    batch = torch.export.Dim("batch")
+    ep = torch.export.export(module, (x,), dynamic_shapes=({0: batch},))
+    for rows in (x[:3], x[:1]):
+        torch.testing.assert_close(ep.module()(rows), module(rows), rtol=1e-6, atol=1e-6)
+    dense = to_dense(module)
+    assert all(k == "dense" for k in dense[0].storage) and dense[0].layout == "rows"
+    torch.testing.assert_close(dense(x), want, rtol=1e-6, atol=1e-6)
+    path = tmp_path / "flat.onnx"
+    export_onnx(module, path, n_features=300)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for rows in (x, x[:1]):
+        got = sess.run(None, {"x": rows.numpy()})[0]
+        np.testing.assert_allclose(got, module(rows).numpy(), rtol=0, atol=1e-5)
+    torch.testing.assert_close(copy.deepcopy(module)(x), want, rtol=0, atol=0)
+    buf = io.BytesIO()
+    torch.save(module.state_dict(), buf)
+    buf.seek(0)
+    again, _ = export_compact(model, batch_size=batch_size)
+    for t in again.buffers():
+        t.zero_()
+    again.load_state_dict(torch.load(buf, weights_only=True))
+    torch.testing.assert_close(again(x), want, rtol=0, atol=0)
+    # float64 inputs are cast; a float64 copy of the module computes in float64.
+    assert module(x.double()).dtype == torch.float32
+    torch.testing.assert_close(
+        copy.deepcopy(module).double()(x.double()), want.double(), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_flat_module_rules() -> None:
+    size = 512 * 784
+    assert sparse_is_faster(int(0.19 * size), 512, 784, 1000)
+    assert not sparse_is_faster(int(0.21 * size), 512, 784, 1000)
+    assert sparse_is_faster(1600, 128, 128, 16) and not sparse_is_faster(1000, 100, 100, 64)
+    w = [torch.eye(3, dtype=F64)]
+    b = [torch.zeros(3, dtype=F64)]
+    idx = torch.arange(3)
+    with pytest.raises(ValueError, match="rows"):
+        CompactMLP(idx, 3, w, b, ["sparse"], "relu", "rows")
+    with pytest.raises(ValueError, match="layout"):
+        CompactMLP(idx, 3, w, b, ["dense"], "relu", "columns")
+    with pytest.raises(ValueError, match="storage"):
+        CompactMLP(idx, 3, w, b, ["csr"], "relu", "features")
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")

@@ -3,10 +3,8 @@ kernel's outputs bit for bit, so training is the same with it or without it."""
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -187,59 +185,6 @@ def test_native_kernel_steps_aside_where_it_does_not_apply(
     assert not _native.usable(mu, rho, alpha, lam, 2.0)
 
 
-def test_the_install_build_is_loaded_only_if_it_matches_the_manifest(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(_native, "_library", None)
-    monkeypatch.setattr(_native, "_failed", False)
-    monkeypatch.setattr(_native, "BUILD_DIR", tmp_path)
-    built = _native.build_into_package()
-    assert built.parent == tmp_path and sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [built.name, "manifest.json"]
-    )
-    assert _native.available()
-    assert _native._library is not None and Path(_native._library._name) == built
-    # A library that is not the one built (here: one byte more) is never loaded: the loops
-    # are compiled for this process in a private folder instead.
-    with open(built, "ab") as f:
-        f.write(b"\0")
-    monkeypatch.setattr(_native, "_library", None)
-    with caplog.at_level(logging.WARNING, logger="svbnn._engine.native"):
-        assert _native.available()
-    assert Path(_native._library._name) != built
-    assert not Path(_native._library._name).is_relative_to(tmp_path)
-    assert any("does not match the SHA-256" in r.getMessage() for r in caplog.records)
-
-
-def test_without_an_install_build_the_loops_compile_privately(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_native, "_library", None)
-    monkeypatch.setattr(_native, "_failed", False)
-    monkeypatch.setattr(_native, "BUILD_DIR", tmp_path / "nothing-installed")
-    assert _native.available()
-    assert not (tmp_path / "nothing-installed").exists()
-
-
-def test_without_a_compiler_the_inductor_kernel_stays(
-    one_thread: None,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    monkeypatch.setattr(_native, "_library", None)
-    monkeypatch.setattr(_native, "_failed", False)
-    monkeypatch.setattr(_native, "BUILD_DIR", tmp_path)
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    with caplog.at_level(logging.WARNING, logger="svbnn._engine.native"):
-        assert not _native.available()
-        assert not _native.available()  # tried once
-    assert len([r for r in caplog.records if "did not compile" in r.getMessage()]) == 1
-    mu, rho, alpha = _parameters(1000, 4)
-    assert not _native.usable(mu, rho, alpha, torch.tensor(-5.0), 2.0)
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_gather_copies_the_rows_index_select_does() -> None:
     g = torch.Generator().manual_seed(9)
     X = torch.randn(500, 13, generator=g)
@@ -254,6 +199,33 @@ def test_gather_copies_the_rows_index_select_does() -> None:
     assert torch.equal(_native.gather_rows(ints, idx, out16), ints[idx])
     assert not _native.gather_usable(X, rows.int(), torch.empty(77, 13))
     assert not _native.gather_usable(X.t(), rows[:13], torch.empty(13, 500))
+    # The extension checks what it is handed: a row out of range is an error, not a read
+    # outside the data.
+    for bad in (500, -1):
+        with pytest.raises(RuntimeError, match="out of range"):
+            _native.gather_rows(X, torch.tensor([0, bad]), torch.empty(2, 13))
+
+
+def test_the_extension_refuses_what_its_loops_cannot_read() -> None:
+    # Called past the *_usable checks, each function still checks its tensors: an error
+    # names the argument instead of a read or write outside an array.
+    assert _native.available()
+    mu, rho, alpha = _parameters(100, 2)
+    seed, lam, lam1 = torch.tensor([1, 2], dtype=torch.int32), torch.tensor(-5.0), torch.tensor(0.0)
+    with pytest.raises(RuntimeError, match="rho"):
+        _native.fused_forward(mu, rho[:50], alpha, seed, lam, lam1, 0.0, 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="alpha"):
+        _native.fused_forward(mu, rho, alpha.double(), seed, lam, lam1, 0.0, 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="seed"):
+        _native.fused_forward(mu, rho, alpha, seed.long(), lam, lam1, 0.0, 1.0, 2.0)
+    saved = _native.fused_forward(mu, rho, alpha, seed, lam, lam1, 0.0, 1.0, 2.0)
+    with pytest.raises(RuntimeError, match="g_kl"):
+        _native.fused_backward(mu, torch.ones(2), saved[0], *saved[2:])
+    theta, x = torch.randn(2, 30), torch.randn(2, 5, 4)
+    with pytest.raises(RuntimeError, match="theta: at least 31"):  # 3 x 5 + 3 x 4 + 1 x 4
+        _native.narrow_mlp_forward(theta, x, ((3, 4), (3, 3), (1, 3)), "relu")
+    with pytest.raises(RuntimeError, match="x"):
+        _native.narrow_mlp_forward(torch.randn(2, 40), x.mT, ((3, 5),), "relu")
 
 
 U = 2.0**-24  # float32's unit roundoff

@@ -5,11 +5,12 @@ Three exports:
 * :func:`export_compact` (the deployment export): the median model of a
   :class:`~svbnn.nn.SpikeSlabMLP` (or a convolutional ``nn.Sequential``) with every unit
   that cannot change the output removed and what the removed units contribute folded into
-  the next layer's bias. The result holds only ``torch.nn`` modules and plain tensor ops,
-  each linear layer stored dense (``nn.Linear``) or sparse (:class:`SparseLinear`, a CSR
-  matrix product), whichever runs faster at its density (see :func:`sparse_is_faster`).
-  :func:`to_dense` turns the sparse layers into ``nn.Linear`` for ``torch.export`` at a
-  dynamic batch size and for ONNX (:func:`export_onnx`).
+  the next layer's bias. The result holds only ``torch.nn`` modules and plain tensor ops:
+  one flat :class:`CompactMLP` whose layers are each stored dense or sparse (an
+  ``F.embedding_bag`` sum per unit), whichever runs faster at its density and the batch
+  size (see :func:`sparse_is_faster`); or, on request, the layered form of ``nn.Linear``
+  and :class:`SparseLinear` (a CSR matrix product) modules. :func:`to_dense` makes every
+  layer dense for ONNX (:func:`export_onnx`).
 * :func:`export_draws`: posterior weight draws batched as one module (the posterior mean
   ``predict`` computes; the estimators' ``export_predictive``).
 * :func:`export_sparse`: every spike-and-slab layer of any model replaced by its median
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checkpoint import atomic_write_bytes
@@ -35,6 +37,7 @@ __all__ = [
     "SPARSE_DENSITY_BELOW_SINGLE",
     "SPARSE_MIN_WEIGHTS",
     "SPARSE_MIN_WEIGHTS_SINGLE",
+    "CompactMLP",
     "DrawLinear",
     "ExpandDraws",
     "ExportReport",
@@ -51,39 +54,41 @@ __all__ = [
     "to_dense",
 ]
 
-SPARSE_DENSITY_BELOW = 0.10
+SPARSE_DENSITY_BELOW = 0.20
 """At batches of 16 rows and more, a linear layer is stored sparse when its density (kept
 weights / ``out * in``) is below this value and it has at least
 :data:`SPARSE_MIN_WEIGHTS` weights (see :func:`sparse_is_faster`)."""
 
-SPARSE_MIN_WEIGHTS = 65536
-"""Smallest ``out * in`` stored sparse at batches of 16 rows and more."""
+SPARSE_MIN_WEIGHTS = 16384
+"""Smallest ``out * in`` stored sparse at batches of 16 rows and more (128 x 128)."""
 
 SPARSE_DENSITY_BELOW_SINGLE = 0.02
 """At batches below 16 rows: the density below which a layer of at least
 :data:`SPARSE_MIN_WEIGHTS_SINGLE` weights is stored sparse."""
 
 SPARSE_MIN_WEIGHTS_SINGLE = 262144
-"""Smallest ``out * in`` stored sparse at batches below 16 rows."""
+"""Smallest ``out * in`` stored sparse at batches below 16 rows (512 x 512)."""
 
 
 def sparse_is_faster(
     n_nonzero: int, out_features: int, in_features: int, batch_size: int = 64
 ) -> bool:
-    """The storage rule of :func:`export_compact`: CSR for a large, sparse layer.
+    """The storage rule of :func:`export_compact`: which layers of a :class:`CompactMLP`
+    are stored sparse.
 
     With ``size = out * in`` and ``density = n_nonzero / size``: at ``batch_size >= 16``
-    a layer is stored sparse when ``density < 10%`` and ``size >= 65536`` (256 x 256);
+    a layer is stored sparse when ``density < 20%`` and ``size >= 16384`` (128 x 128);
     at smaller batches when ``density < 2%`` and ``size >= 262144`` (512 x 512). Dense
     otherwise.
 
-    The rule follows the crossover measured with one thread (``torch.addmm`` on a CSR
-    matrix against ``F.linear``; ``python -m benchmarks.export_latency --crossover``,
-    ``docs/performance.md``, "Exported networks: dense or sparse layers"): at batch 64
-    and 1000 CSR is faster below 10% density on layers of 256 x 256 and more (1.1-1.8x at
-    10%, 1.6-3.5x at 5%), and slower from 20%; at batch 1 CSR is faster only on layers of
-    512 x 512 and more below 2-5% density (a CSR call's fixed cost exceeds a small
-    layer's whole dense product at any density).
+    The rule follows the crossover measured with one thread (a sparse layer of
+    :class:`CompactMLP`, ``F.embedding_bag`` on the transposed activations, against the
+    dense ``torch.addmm``; ``python -m benchmarks.export_latency --crossover``,
+    ``docs/performance.md``, "Exported networks: dense or sparse layers"): on layers
+    from 128 x 128 up the sparse product is faster up to 20-40% density at batch 1000,
+    beyond 40% at batch 64, up to 10-20% (128 x 128) or 20-40% (larger) at batch 16; at
+    batch 1 only on layers of 512 x 512 and more, up to about 5% density (a sparse
+    call's fixed cost exceeds a small layer's whole dense product).
     """
     size = out_features * in_features
     if batch_size < 16:
@@ -212,6 +217,225 @@ class OutputAffine(nn.Module):
 
     def extra_repr(self) -> str:
         return f"scale={self.scale:g}, shift={self.shift:g}"
+
+
+_ACTIVATION_NAMES: dict[type[nn.Module], str] = {
+    nn.ReLU: "relu",
+    nn.Tanh: "tanh",
+    nn.Sigmoid: "sigmoid",
+    nn.Identity: "identity",
+}
+
+
+_INPLACE_ACTIVATIONS: dict[str, Any] = {
+    "relu": torch.relu_,
+    "tanh": torch.tanh_,
+    "sigmoid": torch.sigmoid_,
+    "identity": None,
+}
+
+
+class CompactMLP(nn.Module):
+    """A compacted MLP as one flat module: kept inputs, then linear layers, no submodules.
+
+    ``forward`` is a straight sequence of tensor ops (no module call per layer): the kept
+    input columns, then per layer a dense product or, for a layer stored sparse, one
+    ``F.embedding_bag`` (per unit, the sum of its kept inputs times their weights: a
+    CSR product), the bias and the activation. Two layouts:
+
+    * ``"rows"``: activations ``(m, n)``, every layer dense (``F.linear``; one row:
+      ``torch.addmv``, a matrix-vector product);
+    * ``"features"``: activations transposed, ``(n, m)``, one unit per row, so that a
+      sparse layer sums whole rows of ``m`` values and a dense one is
+      ``torch.addmm(bias, W, h)``; the inputs are gathered transposed first.
+
+    :func:`export_compact` chooses both by the batch size (:func:`sparse_is_faster`).
+    State: the kept input columns ``index``; per layer ``k`` either ``weight{k}``
+    ``(out, in)`` (dense) or the CSR arrays of its weights, ``values{k}``,
+    ``columns{k}`` (int32) and ``offsets{k}`` (int32, ``out + 1`` entries) (sparse), and
+    ``bias{k}`` ``(out,)``. ``torch.export`` accepts it at any batch size;
+    :meth:`to_dense` (or :func:`to_dense`) gives the all-dense ``"rows"`` form that
+    :func:`export_onnx` writes. ``torch.jit.script`` does not (use the layered form,
+    ``storage="dense"`` or ``"sparse"``, for that).
+
+    Shapes: ``(..., n_features) -> (..., out)``; any floating dtype in, the weights' out.
+
+    Parameters
+    ----------
+    index : Tensor of int
+        The kept input columns, ``(k,)``.
+    n_features : int
+        Columns of ``x``.
+    weights, biases : lists of Tensor
+        Each layer's ``(out, in)`` weights (the first has ``in = k``) and ``(out,)``
+        biases.
+    storage : list of {"dense", "sparse"}
+        Each layer's storage.
+    activation : {"relu", "tanh", "sigmoid", "identity"}
+        Between the layers.
+    layout : {"rows", "features"}
+        ``"rows"`` only with every layer dense.
+    """
+
+    index: Tensor
+
+    def __init__(
+        self,
+        index: Tensor,
+        n_features: int,
+        weights: list[Tensor],
+        biases: list[Tensor],
+        storage: list[str],
+        activation: str,
+        layout: str,
+    ) -> None:
+        super().__init__()
+        if layout not in ("rows", "features"):
+            raise ValueError(f"layout must be 'rows' or 'features', got {layout!r}")
+        if layout == "rows" and "sparse" in storage:
+            raise ValueError("the 'rows' layout holds dense layers only")
+        if activation not in _INPLACE_ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(_INPLACE_ACTIVATIONS)}, got {activation!r}"
+            )
+        self.n_features = int(n_features)
+        self.in_features = int(weights[0].shape[1])
+        self.out_features = int(weights[-1].shape[0])
+        self.n_layers = len(weights)
+        self.storage = list(storage)
+        self.activation = activation
+        self.layout = layout
+        self.register_buffer("index", index.detach().to(torch.int64).clone())
+        for k, (w, b, kind) in enumerate(zip(weights, biases, storage, strict=True)):
+            w = w.detach()
+            if kind == "sparse":
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # sparse CSR is "beta"
+                    csr = w.to_sparse_csr()
+                self.register_buffer(f"values{k}", csr.values().clone())
+                self.register_buffer(f"columns{k}", csr.col_indices().to(torch.int32))
+                self.register_buffer(f"offsets{k}", csr.crow_indices().to(torch.int32))
+            elif kind == "dense":
+                self.register_buffer(f"weight{k}", w.clone().contiguous())
+            else:
+                raise ValueError(f"storage must be 'dense' or 'sparse', got {kind!r}")
+            self.register_buffer(f"bias{k}", b.detach().clone())
+        self.plan = self._plan()
+
+    def _plan(self) -> list[tuple[bool, str, str, str, str, bool]]:
+        """Per layer: (sparse, weight or values, columns, offsets, bias, activation after)."""
+        return [
+            (
+                kind == "sparse",
+                f"values{k}" if kind == "sparse" else f"weight{k}",
+                f"columns{k}",
+                f"offsets{k}",
+                f"bias{k}",
+                k < self.n_layers - 1 and self.activation != "identity",
+            )
+            for k, kind in enumerate(self.storage)
+        ]
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != self.n_features:
+            raise ValueError(
+                f"x has {x.shape[-1]} columns; the network was fitted on {self.n_features}"
+            )
+        buf = self._buffers
+        act = _INPLACE_ACTIVATIONS[self.activation]
+        dtype = buf["bias0"].dtype  # type: ignore[union-attr]
+        flat = x.dim() == 2  # the common case: no reshapes (each costs time at batch 1)
+        x2 = x if flat else x.reshape(-1, self.n_features)
+        index = buf["index"]
+        if self.layout == "rows":  # every layer dense
+            if flat and x.shape[0] == 1:  # one row: matrix-vector products
+                v = torch.take(x, index)  # type: ignore[arg-type]  # x[0, index], one op
+                if v.dtype != dtype:
+                    v = v.to(dtype)
+                for _, w, _, _, b, after in self.plan:
+                    v = torch.addmv(buf[b], buf[w], v)  # type: ignore[arg-type]
+                    if after:
+                        v = act(v)
+                return v.unsqueeze(0)
+            h = x2.index_select(1, index)  # type: ignore[arg-type]
+            if h.dtype != dtype:
+                h = h.to(dtype)
+            for _, w, _, _, b, after in self.plan:
+                h = F.linear(h, buf[w], buf[b])  # type: ignore[arg-type]
+                if after:
+                    h = act(h)
+            return h if flat else h.reshape(x.shape[:-1] + (self.out_features,))
+        h = x2.t().index_select(0, index)  # type: ignore[arg-type]
+        if h.dtype != dtype:
+            h = h.to(dtype)
+        for sparse, w, c, o, b, after in self.plan:
+            if sparse:
+                h = self._bag(h, buf[w], buf[c], buf[o], buf[b])
+            else:
+                h = torch.addmm(buf[b].unsqueeze(1), buf[w], h)  # type: ignore[union-attr, arg-type]
+            if after:
+                h = act(h)
+        return h.t() if flat else h.t().reshape(x.shape[:-1] + (self.out_features,))
+
+    @staticmethod
+    def _bag(h: Tensor, values: Any, columns: Any, offsets: Any, bias: Any) -> Tensor:
+        """A layer stored sparse on transposed activations: ``(in, m) -> (out, m)``."""
+        out = F.embedding_bag(
+            columns,
+            h,
+            offsets,
+            mode="sum",
+            per_sample_weights=values,
+            include_last_offset=True,
+        )
+        return out.add_(bias.unsqueeze(1))
+
+    def layer_weights(self) -> list[tuple[Tensor, Tensor]]:
+        """Each layer's ``(weight (out, in), bias (out,))``, zeros included, dense."""
+        out = []
+        n_in = self.in_features
+        for k in range(self.n_layers):
+            b = self._buffers[f"bias{k}"]
+            assert b is not None
+            if self.storage[k] == "dense":
+                w = self._buffers[f"weight{k}"]
+                assert w is not None
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    w = torch.sparse_csr_tensor(
+                        self._buffers[f"offsets{k}"].to(torch.int64),  # type: ignore[union-attr]
+                        self._buffers[f"columns{k}"].to(torch.int64),  # type: ignore[union-attr]
+                        self._buffers[f"values{k}"],  # type: ignore[arg-type]
+                        size=(int(b.shape[0]), n_in),
+                    ).to_dense()
+            out.append((w, b))
+            n_in = int(b.shape[0])
+        return out
+
+    def nnz(self) -> int:
+        """Nonzero weights of all layers (biases not counted)."""
+        return sum(int((w != 0).sum()) for w, _ in self.layer_weights())
+
+    def to_dense(self) -> "CompactMLP":
+        """The same network with every layer dense, ``"rows"`` layout (for ONNX)."""
+        ws = self.layer_weights()
+        return CompactMLP(
+            self.index,
+            self.n_features,
+            [w for w, _ in ws],
+            [b for _, b in ws],
+            ["dense"] * self.n_layers,
+            self.activation,
+            "rows",
+        ).eval()
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.index.numel()} of {self.n_features} inputs, layers "
+            f"{[tuple(w.shape) for w, _ in self.layer_weights()]} ({'/'.join(self.storage)}), "
+            f"activation={self.activation}, layout={self.layout}"
+        )
 
 
 @dataclass
@@ -420,14 +644,10 @@ def _compact_mlp(
     return inputs, Wc, Bc
 
 
-def _linear_layer(w: Tensor, b: Tensor, storage: str, batch_size: int) -> tuple[nn.Module, str]:
-    nnz = int((w != 0).sum())
-    if storage == "auto":
-        fast = sparse_is_faster(nnz, w.shape[0], w.shape[1], batch_size)
-        storage = "sparse" if fast else "dense"
+def _linear_layer(w: Tensor, b: Tensor, storage: str) -> tuple[nn.Module, str]:
     if storage == "sparse":
         return SparseLinear(w, b), storage
-    return _plain_linear(w, b), storage
+    return _plain_linear(w, b), "dense"
 
 
 def export_compact(
@@ -449,7 +669,7 @@ def export_compact(
     or dropped when the constant is 0; a channel with no nonzero weight into a kept
     channel of the next layer is dropped too, and so are the matching input channels of
     the next layer. The layers after the flatten are compacted as an MLP (the flattened
-    features that reach the output are selected by an ``InputSelect``).
+    features that reach the output are selected inside it).
 
     Parameters
     ----------
@@ -462,19 +682,25 @@ def export_compact(
     threshold : float, default 0.5
         Gate threshold on ``phi``.
     storage : {"auto", "dense", "sparse"}, default "auto"
-        Each compacted linear layer as ``nn.Linear`` or :class:`SparseLinear`; ``"auto"``
-        chooses per layer by :func:`sparse_is_faster` at ``batch_size``.
+        ``"auto"`` (the fast form): the compacted linear layers as one
+        :class:`CompactMLP`, each layer dense or sparse by :func:`sparse_is_faster` at
+        ``batch_size``, in the layout that batch size runs fastest in (``"features"``
+        when a layer is sparse or from 256 rows, else ``"rows"``). ``"dense"`` /
+        ``"sparse"``: the layered form, an ``InputSelect`` then every layer as
+        ``nn.Linear`` / :class:`SparseLinear` (CSR) with activation modules between them.
     batch_size : int, default 64
-        The batch size the module will mostly run at (``"auto"`` storage only).
+        The batch size the module will mostly run at (``"auto"`` storage only). It
+        runs at any batch size.
 
     Returns
     -------
     module : nn.Sequential
-        ``InputSelect`` (the kept columns of ``x``, cast to the network's dtype), then
-        ``nn.Linear`` / :class:`SparseLinear` layers with the activation between them, in
-        eval mode, no gradients. Shapes: ``(m, p) -> (m, out)`` for any floating ``x``.
-        ``torch.jit.script`` and ``torch.export`` (at a fixed batch size when a layer is
-        sparse) accept it; for a dynamic batch and ONNX use :func:`to_dense` of it.
+        In eval mode, no gradients; shapes ``(m, p) -> (m, out)`` for any floating
+        ``x`` (cast to the network's dtype inside). ``"auto"``: the convolutions (if
+        any), then the :class:`CompactMLP`; ``torch.export`` accepts it at any batch
+        size. The layered form: ``torch.jit.script`` and ``torch.export`` (at a fixed
+        batch size when a layer is sparse) accept it. For ONNX use :func:`to_dense` of
+        either (as :func:`export_onnx` does).
     report : ExportReport
         Counts (``n_nonzero``, ``n_total``: the median model's and the model's
         parameters), size on disk and, per compacted layer, its shape, nonzero weights
@@ -497,6 +723,50 @@ def export_compact(
     )
 
 
+def _compact_module(
+    index: Tensor,
+    n_features: int,
+    weights: list[Tensor],
+    biases: list[Tensor],
+    activation: str,
+    storage: str,
+    batch_size: int,
+    like: Tensor,
+) -> tuple[list[nn.Module], list[str]]:
+    """The compacted layers as modules: one :class:`CompactMLP` (``storage="auto"``), or
+    ``InputSelect`` then ``nn.Linear`` / :class:`SparseLinear` layers and activations."""
+    dtype = like.dtype
+    if storage == "auto":
+        kinds = [
+            "sparse"
+            if sparse_is_faster(int((w != 0).sum()), w.shape[0], w.shape[1], batch_size)
+            else "dense"
+            for w in weights
+        ]
+        # All-dense networks: "rows" up to batch 64 (as fast or faster), "features"
+        # beyond (the transposed products were faster at batch 1000).
+        layout = "features" if batch_size >= 256 or "sparse" in kinds else "rows"
+        flat = CompactMLP(
+            index,
+            n_features,
+            [w.to(dtype) for w in weights],
+            [b.to(dtype) for b in biases],
+            kinds,
+            activation,
+            layout,
+        )
+        return [flat.eval()], kinds
+    mods: list[nn.Module] = [InputSelect(index, n_features, like)]
+    kinds = []
+    for k, (w, b) in enumerate(zip(weights, biases, strict=True)):
+        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage)
+        mods.append(layer)
+        if k < len(weights) - 1:
+            mods.append(activation_module(activation))
+        kinds.append(kind)
+    return mods, kinds
+
+
 def _export_compact_mlp(
     model: SpikeSlabMLP, threshold: float, storage: str, batch_size: int
 ) -> tuple[nn.Sequential, ExportReport]:
@@ -511,23 +781,17 @@ def _export_compact_mlp(
     ]
     act = activation_module(model.activation)
     inputs, Wc, Bc = _compact_mlp(weights, biases, act)
-    mods: list[nn.Module] = [InputSelect(inputs, model.in_features, weights[0].to(dtype))]
-    shapes, nonzero, kinds = [], [], []
-    for k, (w, b) in enumerate(zip(Wc, Bc, strict=True)):
-        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage, batch_size)
-        mods.append(layer)
-        if k < len(Wc) - 1:
-            mods.append(activation_module(model.activation))
-        shapes.append((int(w.shape[0]), int(w.shape[1])))
-        nonzero.append(int((w != 0).sum()))
-        kinds.append(kind)
+    like = torch.empty(0, dtype=dtype, device=device)
+    mods, kinds = _compact_module(
+        inputs, model.in_features, Wc, Bc, model.activation, storage, batch_size, like
+    )
     out = nn.Sequential(*mods).eval()
     report = ExportReport(
         n_nonzero=sum(k for _, _, k in medians),
         n_total=model.n_params(),
         size_bytes=module_size_bytes(out),
-        layer_shapes=shapes,
-        layer_nonzero=nonzero,
+        layer_shapes=[(int(w.shape[0]), int(w.shape[1])) for w in Wc],
+        layer_nonzero=[int((w != 0).sum()) for w in Wc],
         layer_storage=kinds,
         kept_inputs=[int(i) for i in inputs],
     )
@@ -546,11 +810,15 @@ def to_dense(module: nn.Module) -> nn.Module:
         for name, child in parent.named_children():
             if isinstance(child, SparseLinear):
                 setattr(parent, name, _plain_linear(child.dense_weight(), child.bias))
+            elif isinstance(child, CompactMLP):
+                setattr(parent, name, child.to_dense())
             else:
                 replace(child)
 
     if isinstance(out, SparseLinear):
         return _plain_linear(out.dense_weight(), out.bias)
+    if isinstance(out, CompactMLP):
+        return out.to_dense()
     replace(out)
     return out.eval()
 
@@ -719,15 +987,13 @@ def _export_compact_conv(
     act = acts[0] if acts else nn.Identity()
     inputs, Wc, Bc = _compact_mlp(tail_w, tail_b, act)
     like = torch.empty(0, dtype=dtype, device=W1.device)
-    mods: list[nn.Module] = [*new_head, nn.Flatten(), InputSelect(inputs, int(cols.sum()), like)]
-    for k, (w, b) in enumerate(zip(Wc, Bc, strict=True)):
-        layer, kind = _linear_layer(w.to(dtype), b.to(dtype), storage, batch_size)
-        mods.append(layer)
-        if k < len(Wc) - 1:
-            mods.append(copy.deepcopy(act))
-        shapes.append((int(w.shape[0]), int(w.shape[1])))
-        nonzero.append(int((w != 0).sum()))
-        kinds.append(kind)
+    tail_mods, tail_kinds = _compact_module(
+        inputs, int(cols.sum()), Wc, Bc, _ACTIVATION_NAMES[type(act)], storage, batch_size, like
+    )
+    mods: list[nn.Module] = [*new_head, nn.Flatten(), *tail_mods]
+    shapes += [(int(w.shape[0]), int(w.shape[1])) for w in Wc]
+    nonzero += [int((w != 0).sum()) for w in Wc]
+    kinds += tail_kinds
     out = nn.Sequential(*mods).eval()
     layers = [*convs, *lins]
     report = ExportReport(

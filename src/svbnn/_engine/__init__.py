@@ -9,8 +9,8 @@ Modules, from the definitions to the paths that use them (DESIGN section 6.1):
   (``kl_terms``); eager, or compiled by ``torch.compile``.
 * :mod:`~svbnn._engine.fused_math`: the compiled fused kernel's counter-based noise and
   inline float32 math.
-* :mod:`~svbnn._engine.native`: the C++ loops (built at install, verified before loading)
-  and their ``ctypes`` bindings.
+* :mod:`~svbnn._engine.native`: the C++ loops and their pybind11 bindings, one torch C++
+  extension (built at install, verified before loading).
 * :mod:`~svbnn._engine.paths`: which of a network's training-step paths applies.
 * :mod:`~svbnn._engine.fused`: the fused draw + KL of a ``SpikeSlabMLP`` (autograd
   functions, the flat-weight layers, the per-model engine).

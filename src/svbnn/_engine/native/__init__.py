@@ -1,4 +1,4 @@
-"""Loops compiled by the C++ compiler itself (float32, CPU). Private.
+"""Loops compiled by the C++ compiler itself (float32, CPU), as a PyTorch C++ extension. Private.
 
 * :func:`fused_forward` and :func:`fused_backward` run ``fused_forward.cpp`` (next to this
   file): the loops of :func:`svbnn._engine.kernels.fused_forward` and
@@ -15,27 +15,31 @@
   torch operations each; :func:`narrow_mlp_gaussian_step` runs both, replicate by
   replicate, for the training step under a Gaussian likelihood.
 
-The library is built with ``$CXX`` (default ``c++``): at install by ``python -m
-svbnn._engine.native`` (``make install`` runs it) into the package's own ``_build`` folder, with its
-SHA-256 in a manifest there, and loaded only if the file matches it; otherwise compiled on
-first use for the process alone, in a private temporary folder (see ``SECURITY.md``). Without
-a compiler, or where it fails, the callers keep torch's operations (:func:`available` says
-which).
+``bindings.cpp`` makes the loops a Python extension module of functions on tensors
+(pybind11, torch's headers), which :func:`torch.utils.cpp_extension.load` builds with ninja
+and ``$CXX`` (default ``c++``): at install by ``python -m svbnn._engine.native`` (``make
+install`` runs it) into the package's own ``_build`` folder, with its SHA-256 in a manifest
+there, and imported only if the file matches it; otherwise built on first use for the
+process alone, in a private temporary folder (never torch's cache folder; see
+``SECURITY.md``). Without a compiler or ninja, or where the build fails, the callers keep
+torch's operations (:func:`available` says which).
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
+import importlib.util
 import json
 import logging
 import os
 import platform
+import re
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import torch
 from torch import Tensor
@@ -59,9 +63,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_SOURCES = [
-    Path(__file__).with_name(name) for name in ("fused_forward.cpp", "replicated_layers.cpp")
-]
+_HERE = Path(__file__).parent
+_SOURCES = [_HERE / name for name in ("fused_forward.cpp", "replicated_layers.cpp", "bindings.cpp")]
+_HEADERS = [_HERE / "loops.h"]
+# The compiler's flags beside torch's own (its include folders, -fPIC, -std=c++20, the
+# extension's name and ABI).
 _FLAGS = [
     "-std=c++20",
     "-O3",
@@ -74,42 +80,12 @@ _FLAGS = [
     "-fno-trapping-math",
     # Every operation rounds on its own, as in torch: the outputs stay the inductor kernel's.
     "-ffp-contract=off",
-    "-shared",
-    "-fPIC",
 ]
-_FUNCTIONS = {2.0: "svbnn_fused_forward_k2", 1.0: "svbnn_fused_forward_k1"}
-# mu, rho, alpha; rows, n, the two seed words; log lambda, log(1 - lambda), log sigma_0,
-# 1 / sigma_0^2; the six outputs and the rows' KL.
-_ARGTYPES: list[type] = [
-    *([ctypes.c_void_p] * 3),
-    ctypes.c_int64,
-    ctypes.c_int64,
-    ctypes.c_int32,
-    ctypes.c_int32,
-    *([ctypes.c_float] * 4),
-    *([ctypes.c_void_p] * 7),
-]
-_P, _I = ctypes.c_void_p, ctypes.c_int64
-# name: argument types (svbnn_fused_backward and replicated_layers.cpp's functions)
-_SIGNATURES: dict[str, list[type]] = {
-    # g_theta, g_kl (one per row), theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha, rows, n
-    "svbnn_fused_backward": [*([_P] * 8), _I, _I],
-    # src, rows, n_rows, row_bytes, out
-    "svbnn_gather_rows": [_P, _P, _I, _I, _P],
-    # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, out
-    "svbnn_narrow_mlp_forward": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P],
-    # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, g, grad, grad_stride
-    "svbnn_narrow_mlp_backward": [_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P, _P, _I],
-    # x, R, m, p, theta, theta_stride, n_layers, outs, relu, hs, out, y, v, g_mean, grad,
-    # grad_stride
-    "svbnn_narrow_mlp_gaussian_step": [
-        *[_P, _I, _I, _I, _P, _I, _I, _P, ctypes.c_int32, _P, _P, _P],
-        *[ctypes.c_float, ctypes.c_float, _P, _I],
-    ],
-}
+# 1 / tau values the draw's loops know (the Gumbel-softmax temperature 1/2 or 1).
+_INV_TAUS = (2.0, 1.0)
 
 _lock = threading.Lock()
-_library: ctypes.CDLL | None = None
+_library: ModuleType | None = None
 _failed = False
 
 
@@ -127,18 +103,22 @@ BUILD_DIR = Path(__file__).with_name("_build")
 """Where ``python -m svbnn._engine.native`` (run by ``make install``) builds the library, inside the
 installed package, beside a manifest of its SHA-256: trusted as the package's own code is."""
 _MANIFEST = "manifest.json"
+# The library files a manifest may name: the extension's name (``svbnn_native_`` and the
+# build key; torch adds ``_v1``... to a name built twice in one process) and ``.so``.
+_LIBRARY_NAME = re.compile(r"svbnn_native_[0-9a-f]{20}(_v[0-9]+)?\.so")
 
 
 def _build_key(compiler: str) -> str:
     """A hash of what the library is built from: the sources, the flags, the compiler and its
-    version, and the CPU that ``-march=native`` compiles for."""
+    version, the CPU that ``-march=native`` compiles for, and the torch and Python whose
+    headers and binary interface the extension uses."""
     version = subprocess.run(
         [compiler, "--version"], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     return hashlib.sha256(
         "\0".join(
-            [*(src.read_text() for src in _SOURCES), " ".join(_FLAGS), compiler, version]
-            + [_cpu_signature()]
+            [*(src.read_text() for src in _SOURCES + _HEADERS), " ".join(_FLAGS), compiler]
+            + [version, _cpu_signature(), torch.__version__, sys.version]
         ).encode()
     ).hexdigest()[:20]
 
@@ -147,24 +127,32 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _build(compiler: str, target: Path) -> None:
-    """Compile the sources into ``target``: written beside it and renamed into place, so that
-    another process finds either no library or a whole one."""
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        logger.info("compiling %s with %s", [src.name for src in _SOURCES], compiler)
-        subprocess.run(
-            [compiler, *_FLAGS, *map(str, _SOURCES), "-o", tmp],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def _build(build_directory: Path, name: str) -> ModuleType:
+    """Build the extension module ``name`` in ``build_directory`` (an empty folder of the
+    caller's) with :func:`torch.utils.cpp_extension.load`, which also imports it."""
+    # Imported here: it imports setuptools, which only a build needs.
+    from torch.utils import cpp_extension
+
+    logger.info("building %s into %s", [src.name for src in _SOURCES], build_directory)
+    module: ModuleType = cpp_extension.load(
+        name=name,
+        sources=[str(src) for src in _SOURCES],
+        extra_cflags=_FLAGS,
+        build_directory=str(build_directory),
+        is_python_module=True,
+        verbose=False,
+    )
+    return module
+
+
+def _import(path: Path) -> ModuleType:
+    """Import the extension module in the file ``path`` (its name: the file's stem)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not an extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build_into_package(build_dir: Path | None = None) -> Path:
@@ -174,63 +162,71 @@ def build_into_package(build_dir: Path | None = None) -> Path:
     compiler = os.environ.get("CXX", "c++")
     key = _build_key(compiler)
     build_dir.mkdir(parents=True, exist_ok=True)
-    target = build_dir / f"svbnn_native-{key}.so"
-    _build(compiler, target)
+    # torch's build files (ninja's, the objects) stay in a folder of their own, removed after.
+    with tempfile.TemporaryDirectory(prefix="build-", dir=build_dir) as work:
+        _build(Path(work), f"svbnn_native_{key}")
+        # The library built there: not the module's __file__, which is the file first
+        # imported under that name where this process imported one before (pybind11 hands
+        # out the module it made then).
+        (built,) = (p for p in Path(work).iterdir() if _LIBRARY_NAME.fullmatch(p.name))
+        digest = _sha256(built)
+        target = build_dir / built.name
+        os.replace(built, target)
     manifest = _read_manifest(build_dir)
-    manifest[key] = _sha256(target)
+    manifest[key] = {"library": target.name, "sha256": digest}
     fd, tmp = tempfile.mkstemp(suffix=".json", dir=build_dir)
+    os.fchmod(fd, 0o644)  # readable as the package's other files (mkstemp: the owner only)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
     os.replace(tmp, build_dir / _MANIFEST)
     return target
 
 
-def _read_manifest(build_dir: Path) -> dict[str, str]:
+def _read_manifest(build_dir: Path) -> dict[str, dict[str, str]]:
+    """The manifest's entries, build key: ``{"library": file name, "sha256": hex}``; an
+    entry of another form is left out."""
     try:
         data = json.loads((build_dir / _MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(key): {"library": entry["library"], "sha256": entry["sha256"]}
+        for key, entry in data.items()
+        if isinstance(entry, dict)
+        and isinstance(entry.get("library"), str)
+        and _LIBRARY_NAME.fullmatch(entry["library"])
+        and isinstance(entry.get("sha256"), str)
+    }
 
 
-def _compile() -> ctypes.CDLL:
+def _load() -> ModuleType:
     """Load the library; raises on any failure.
 
-    The install's build (``BUILD_DIR``) is loaded only if its SHA-256 equals the one the
-    package's manifest recorded for these sources, flags, compiler and CPU. Otherwise (no
-    install build, another compiler or CPU, a file that does not match) the library is
-    compiled for this process alone into a fresh private temporary folder: nothing is ever
-    loaded from a folder that another user or process could have written into.
+    The install's build (``BUILD_DIR``) is imported only if its SHA-256 equals the one the
+    package's manifest recorded for these sources, flags, compiler, CPU, torch and Python.
+    Otherwise (no install build, another compiler or CPU, a file that does not match) the
+    library is built for this process alone into a fresh private temporary folder: nothing
+    is ever loaded from a folder that another user or process could have written into
+    (torch's own cache of extensions, ``~/.cache/torch_extensions``, is never used).
     """
     compiler = os.environ.get("CXX", "c++")
     key = _build_key(compiler)
-    installed = BUILD_DIR / f"svbnn_native-{key}.so"
-    expected = _read_manifest(BUILD_DIR).get(key)
-    if expected is not None and installed.is_file():
-        if _sha256(installed) == expected:
-            return _bind(ctypes.CDLL(str(installed)))
-        logger.warning(
-            "%s does not match the SHA-256 in svbnn's manifest; not loaded (building a "
-            "private copy; `python -m svbnn._engine.native` rebuilds the installed one)",
-            installed,
-        )
+    entry = _read_manifest(BUILD_DIR).get(key)
+    if entry is not None:
+        installed = BUILD_DIR / entry["library"]
+        if installed.is_file():
+            if _sha256(installed) == entry["sha256"]:
+                return _import(installed)
+            logger.warning(
+                "%s does not match the SHA-256 in svbnn's manifest; not loaded (building a "
+                "private copy; `python -m svbnn._engine.native` rebuilds the installed one)",
+                installed,
+            )
     with tempfile.TemporaryDirectory(prefix="svbnn-native-") as private:
-        target = Path(private) / "svbnn_native.so"
-        _build(compiler, target)
-        # Loaded (mapped) before the folder goes: the process keeps the mapping.
-        return _bind(ctypes.CDLL(str(target)))
-
-
-def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
-    for name in _FUNCTIONS.values():
-        fn = getattr(lib, name)
-        fn.argtypes = _ARGTYPES
-        fn.restype = None
-    for name, argtypes in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes = argtypes
-        fn.restype = None
-    return lib
+        # Imported (mapped) before the folder goes: the process keeps the mapping.
+        return _build(Path(private), f"svbnn_native_{key}")
 
 
 def available() -> bool:
@@ -242,20 +238,21 @@ def available() -> bool:
     with _lock:
         if _library is None and not _failed:
             try:
-                _library = _compile()
-            except (OSError, RuntimeError, subprocess.SubprocessError, AttributeError) as err:
+                _library = _load()
+            except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as err:
                 _failed = True
                 detail = getattr(err, "stderr", "") or err
                 logger.warning(
                     "svbnn's native loops did not compile (%s); using torch's kernels instead",
                     str(detail).strip().splitlines()[-1:] or err,
                 )
+                logger.debug("the native build's output:\n%s", detail)
     return _library is not None
 
 
 def _enabled() -> bool:
-    # Inside a caller's torch.compile torch's operations trace into its graph; a ctypes call
-    # would break it. SVBNN_NATIVE=0 turns every native loop off (read at each use).
+    # Inside a caller's torch.compile torch's operations trace into its graph; a call into
+    # the extension would break it. SVBNN_NATIVE=0 turns every native loop off (read at each use).
     setting = os.environ.get("SVBNN_NATIVE", "1")
     if setting not in ("0", "1"):
         raise ValueError(f"SVBNN_NATIVE must be 0 or 1, got {setting!r}")
@@ -299,7 +296,7 @@ def usable(
     ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled. Otherwise the
     inductor kernel runs, with the same results."""
     return (
-        inv_tau in _FUNCTIONS
+        inv_tau in _INV_TAUS
         and log_lam.dim() == 0
         and _parameter_rows(mu, rho, alpha, any_threads=any_threads)
         and available()
@@ -321,10 +318,6 @@ def backward_usable(
     )
 
 
-def _rows(t: Tensor) -> tuple[int, int]:
-    return (t.shape[0], t.shape[1]) if t.dim() == 2 else (1, t.numel())
-
-
 def fused_forward(
     mu: Tensor,
     rho: Tensor,
@@ -339,26 +332,10 @@ def fused_forward(
     """:func:`svbnn._engine.kernels.fused_forward` in the compiled library; call it where
     :func:`usable` says so. Same arguments and outputs (``kl`` of shape ``mu.shape[:-1]``)."""
     assert _library is not None
-    fn = getattr(_library, _FUNCTIONS[inv_tau])
-    outs = [torch.empty_like(mu) for _ in range(6)]
-    kl = mu.new_empty(mu.shape[:-1])
-    seeds = seed.tolist()
-    fn(
-        mu.data_ptr(),
-        rho.data_ptr(),
-        alpha.data_ptr(),
-        *_rows(mu),
-        seeds[0],
-        seeds[1],
-        float(log_lam),
-        float(log_1mlam),
-        log_sigma0,
-        prec0,
-        *(o.data_ptr() for o in outs),
-        kl.data_ptr(),
+    out: tuple[Tensor, ...] = _library.fused_forward(
+        mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, prec0, inv_tau
     )
-    theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha = outs
-    return theta, kl, a_fac, r_fac, kl_mu, kl_rho, kl_alpha
+    return out
 
 
 def fused_backward(
@@ -375,18 +352,8 @@ def fused_backward(
     library (where :func:`backward_usable` says so): the gradients over ``kl_mu, kl_rho,
     kl_alpha``, which it returns. ``g_kl``: one value per row (``()``, ``(1,)`` or ``(R, 1)``)."""
     assert _library is not None
-    g_kl = g_kl.contiguous()  # autograd may hand over an expanded (stride 0) gradient
-    _library.svbnn_fused_backward(
-        g_theta.data_ptr(),
-        g_kl.data_ptr(),
-        theta.data_ptr(),
-        a_fac.data_ptr(),
-        r_fac.data_ptr(),
-        kl_mu.data_ptr(),
-        kl_rho.data_ptr(),
-        kl_alpha.data_ptr(),
-        *_rows(theta),
-    )
+    # autograd may hand over an expanded (stride 0) g_kl: the extension makes it contiguous
+    _library.fused_backward(g_theta, g_kl, theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha)
     return kl_mu, kl_rho, kl_alpha
 
 
@@ -410,20 +377,16 @@ def gather_usable(src: Tensor, rows: Tensor, out: Tensor) -> bool:
 def gather_rows(src: Tensor, rows: Tensor, out: Tensor) -> Tensor:
     """``out[i] = src[rows[i]]`` (``index_select`` along dimension 0, the same bytes), the
     next rows prefetched while one is copied (``docs/performance.md``, "Replicated networks:
-    the gather and the narrow layers"). The rows must be in range (the caller draws them);
-    nothing is checked here."""
+    the gather and the narrow layers"). A row out of range is an error (``RuntimeError``)."""
     assert _library is not None
-    row_bytes = src.element_size() * (src.numel() // max(src.shape[0], 1))
-    _library.svbnn_gather_rows(
-        src.data_ptr(), rows.data_ptr(), rows.numel(), row_bytes, out.data_ptr()
-    )
+    _library.gather_rows(src, rows, out)
     return out
 
 
 # The widest layer left to these loops: beyond it, MKL's products win.
 NARROW_MAX_OUT = 16
 # The hidden activations they know (as svbnn._engine.graphs.activate names them).
-_NARROW_ACTIVATIONS = {"relu": 1, "identity": 0}
+_NARROW_ACTIVATIONS = ("relu", "identity")
 
 
 def narrow_network(
@@ -468,31 +431,8 @@ def narrow_mlp_usable(
     )
 
 
-def _outs(shapes: tuple[tuple[int, int], ...]) -> ctypes.Array[ctypes.c_int64]:
-    return (ctypes.c_int64 * len(shapes))(*(o for o, _ in shapes))
-
-
-def _pointers(tensors: list[Tensor]) -> ctypes.Array[ctypes.c_void_p]:
-    return (ctypes.c_void_p * max(len(tensors), 1))(*(t.data_ptr() for t in tensors))
-
-
-def _network_args(
-    x: Tensor, theta: Tensor, shapes: tuple[tuple[int, int], ...], activation: str
-) -> tuple[Any, ...]:
-    """The arguments both narrow-network functions begin with: x, R, m, p, theta, its row
-    stride, the number of layers, their outputs, ReLU or none."""
-    R, m, p = x.shape
-    return (
-        x.data_ptr(),
-        R,
-        m,
-        p,
-        theta.data_ptr(),
-        theta.stride(0),
-        len(shapes),
-        _outs(shapes),
-        _NARROW_ACTIVATIONS[activation],
-    )
+def _outs(shapes: tuple[tuple[int, int], ...]) -> list[int]:
+    return [o for o, _ in shapes]
 
 
 def narrow_mlp_forward(
@@ -502,12 +442,7 @@ def narrow_mlp_forward(
     :func:`narrow_mlp_usable` says so: the hidden activations ``[x^T, h_1, ...]``
     (``(R, width, m)``, ``x^T`` a view) and the output ``(R, out, m)``, feature-major."""
     assert _library is not None
-    R, m, p = x.shape
-    hs = [x.new_empty((R, o, m)) for o, _ in shapes[:-1]]
-    out = x.new_empty((R, shapes[-1][0], m))
-    _library.svbnn_narrow_mlp_forward(
-        *_network_args(x, theta, shapes, activation), _pointers(hs), out.data_ptr()
-    )
+    hs, out = _library.narrow_mlp_forward(theta, x, _outs(shapes), activation == "relu")
     return [x.transpose(1, 2), *hs], out
 
 
@@ -528,18 +463,8 @@ def narrow_mlp_gaussian_step(
     output ``(R, 1, m)``; the weight gradient goes into ``grad`` as there. Where
     :func:`narrow_mlp_usable` says so, with ``y`` contiguous float32."""
     assert _library is not None
-    R, m, _ = x.shape
-    hs = [x.new_empty((R, o, m)) for o, _ in shapes[:-1]]
-    out = x.new_empty((R, 1, m))
-    _library.svbnn_narrow_mlp_gaussian_step(
-        *_network_args(x, theta, shapes, activation),
-        _pointers(hs),
-        out.data_ptr(),
-        y.data_ptr(),
-        v,
-        g_mean,
-        grad.data_ptr(),
-        grad.stride(0),
+    out: Tensor = _library.narrow_mlp_gaussian_step(
+        theta, x, y, _outs(shapes), activation == "relu", v, g_mean, grad
     )
     return out
 
@@ -557,12 +482,6 @@ def narrow_mlp_backward(
     returned, written into ``grad`` ``(R, T)``, laid out as ``theta`` (the rest of ``grad``
     is not touched)."""
     assert _library is not None
-    g = g.contiguous()
-    hidden = [h.contiguous() for h in hs[1:]]
-    _library.svbnn_narrow_mlp_backward(
-        *_network_args(hs[0].transpose(1, 2), theta, shapes, activation),
-        _pointers(hidden),
-        g.data_ptr(),
-        grad.data_ptr(),
-        grad.stride(0),
+    _library.narrow_mlp_backward(
+        theta, hs[0].transpose(1, 2), hs[1:], g, _outs(shapes), activation == "relu", grad
     )

@@ -1,7 +1,7 @@
 // svbnn's fused draw + KL forward (svbnn._engine.kernels.fused_forward) and its backward
 // (fused_backward, into the factors) for float32 on the CPU, as plain loops for the C++
-// compiler's auto-vectoriser. svbnn._engine.native compiles it on first
-// use (-O3 -march=native -ffp-contract=off) and checks nothing here: the caller passes
+// compiler's auto-vectoriser. svbnn._engine.native builds it with torch.utils.cpp_extension
+// (-O3 -march=native -ffp-contract=off) and checks nothing here: bindings.cpp passes
 // contiguous float32 arrays of rows x n elements (one network: one row; R replicates: R rows)
 // and fresh outputs.
 //
@@ -12,6 +12,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "loops.h"
 
 namespace {
 

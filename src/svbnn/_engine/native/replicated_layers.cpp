@@ -1,6 +1,6 @@
 // The parts of a replicated network's training step that BLAS and torch's per-operation
-// cost serve poorly, for float32 on the CPU (svbnn._engine.native compiles this file with
-// fused_forward.cpp into one library):
+// cost serve poorly, for float32 on the CPU (svbnn._engine.native builds this file with
+// fused_forward.cpp and bindings.cpp into one extension module):
 //
 // * svbnn_gather_rows: a minibatch's rows gathered from the data, with the next rows
 //   prefetched (the rows are random, so each one waits on memory otherwise);
@@ -11,12 +11,14 @@
 //   arithmetic when the layer has 7 rows, and the 7 x 7 layers are a dozen small torch
 //   operations each.
 //
-// Nothing is checked here: svbnn._engine.native passes contiguous float32 arrays of the stated
+// Nothing is checked here: bindings.cpp passes contiguous float32 arrays of the stated
 // shapes. The sums run in a fixed order (no threads), so a result does not depend on the
 // machine's load or on torch's thread count.
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "loops.h"
 
 namespace {
 

@@ -1,0 +1,254 @@
+// The Python module of svbnn's native loops: pybind11 functions on at::Tensor that check
+// what they are handed, allocate the outputs and call the loops of fused_forward.cpp and
+// replicated_layers.cpp (loops.h). torch.utils.cpp_extension builds the three files into one
+// extension module (svbnn._engine.native); the Python functions there say when each one
+// serves a call. Every function releases the GIL while its loops run, as a ctypes call did.
+//
+// Only the headers this file needs (not <torch/extension.h>, three times slower to compile).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "loops.h"
+
+namespace {
+
+namespace py = pybind11;
+using at::Tensor;
+
+// A contiguous float32 CPU tensor, or an error naming it.
+void check_floats(const Tensor& t, const char* name) {
+    TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(), name,
+                ": a contiguous float32 CPU tensor is needed");
+}
+
+// One network's flat parameters (T,) as one row, or R replicates' (R, T).
+std::pair<int64_t, int64_t> rows_of(const Tensor& t) {
+    return t.dim() == 2 ? std::pair{t.size(0), t.size(1)} : std::pair{int64_t{1}, t.numel()};
+}
+
+void check_like(const Tensor& t, const Tensor& like, const char* name) {
+    check_floats(t, name);
+    TORCH_CHECK(t.sizes() == like.sizes(), name, ": shaped ", like.sizes(), " expected, got ",
+                t.sizes());
+}
+
+// A scalar as the float the loops take (as ctypes' c_float(float(t)) rounds it).
+float as_float(const Tensor& t) {
+    TORCH_CHECK(t.numel() == 1, "a one-element tensor is needed, got ", t.sizes());
+    if (t.device().is_cpu() && t.scalar_type() == at::kFloat) return *t.const_data_ptr<float>();
+    return static_cast<float>(t.item<double>());
+}
+
+using Seven = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
+
+// svbnn._engine.kernels.fused_forward: theta, the KL per row, and the five factors.
+Seven fused_forward(const Tensor& mu, const Tensor& rho, const Tensor& alpha, const Tensor& seed,
+                    const Tensor& log_lam, const Tensor& log_1mlam, double log_sigma0,
+                    double prec0, double inv_tau) {
+    check_floats(mu, "mu");
+    TORCH_CHECK(mu.dim() == 1 || mu.dim() == 2, "mu: (T,) or (R, T) expected, got ", mu.sizes());
+    check_like(rho, mu, "rho");
+    check_like(alpha, mu, "alpha");
+    TORCH_CHECK(seed.device().is_cpu() && seed.scalar_type() == at::kInt && seed.numel() == 2,
+                "seed: two int32 words on the CPU are needed");
+    TORCH_CHECK(inv_tau == 2.0 || inv_tau == 1.0, "inv_tau: 1 or 2 expected, got ", inv_tau);
+    const Tensor words = seed.contiguous();
+    const int32_t* s = words.const_data_ptr<int32_t>();
+    const float lam = as_float(log_lam), lam1 = as_float(log_1mlam);
+    const auto [rows, n] = rows_of(mu);
+    Tensor theta = at::empty_like(mu), a_fac = at::empty_like(mu), r_fac = at::empty_like(mu);
+    Tensor kl_mu = at::empty_like(mu), kl_rho = at::empty_like(mu), kl_alpha = at::empty_like(mu);
+    Tensor kl = at::empty(mu.sizes().slice(0, mu.dim() - 1), mu.options());
+    {
+        py::gil_scoped_release unlocked;
+        (inv_tau == 2.0 ? svbnn_fused_forward_k2 : svbnn_fused_forward_k1)(
+            mu.const_data_ptr<float>(), rho.const_data_ptr<float>(),
+            alpha.const_data_ptr<float>(), rows, n, s[0], s[1], lam, lam1,
+            static_cast<float>(log_sigma0), static_cast<float>(prec0),
+            theta.mutable_data_ptr<float>(), a_fac.mutable_data_ptr<float>(),
+            r_fac.mutable_data_ptr<float>(), kl_mu.mutable_data_ptr<float>(),
+            kl_rho.mutable_data_ptr<float>(), kl_alpha.mutable_data_ptr<float>(),
+            kl.mutable_data_ptr<float>());
+    }
+    return {theta, kl, a_fac, r_fac, kl_mu, kl_rho, kl_alpha};
+}
+
+// svbnn._engine.kernels.fused_backward into the factors kl_mu, kl_rho, kl_alpha.
+void fused_backward(const Tensor& g_theta, const Tensor& g_kl, const Tensor& theta,
+                    const Tensor& a_fac, const Tensor& r_fac, const Tensor& kl_mu,
+                    const Tensor& kl_rho, const Tensor& kl_alpha) {
+    check_floats(theta, "theta");
+    TORCH_CHECK(theta.dim() == 1 || theta.dim() == 2, "theta: (T,) or (R, T) expected");
+    check_like(g_theta, theta, "g_theta");
+    check_like(a_fac, theta, "a_fac");
+    check_like(r_fac, theta, "r_fac");
+    check_like(kl_mu, theta, "kl_mu");
+    check_like(kl_rho, theta, "kl_rho");
+    check_like(kl_alpha, theta, "kl_alpha");
+    const auto [rows, n] = rows_of(theta);
+    // autograd may hand over an expanded (stride 0) gradient
+    const Tensor g = g_kl.contiguous();
+    check_floats(g, "g_kl");
+    TORCH_CHECK(g.numel() == rows, "g_kl: one value per row expected, got ", g.sizes());
+    py::gil_scoped_release unlocked;
+    svbnn_fused_backward(g_theta.const_data_ptr<float>(), g.const_data_ptr<float>(),
+                         theta.const_data_ptr<float>(), a_fac.const_data_ptr<float>(),
+                         r_fac.const_data_ptr<float>(), kl_mu.mutable_data_ptr<float>(),
+                         kl_rho.mutable_data_ptr<float>(), kl_alpha.mutable_data_ptr<float>(),
+                         rows, n);
+}
+
+// out[i] = src[rows[i]], any dtype (bytes).
+void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& out) {
+    TORCH_CHECK(src.device().is_cpu() && src.is_contiguous() && src.dim() >= 1,
+                "src: a contiguous CPU tensor is needed");
+    TORCH_CHECK(rows.device().is_cpu() && rows.is_contiguous() && rows.dim() == 1 &&
+                    rows.scalar_type() == at::kLong,
+                "rows: a contiguous int64 CPU vector is needed");
+    TORCH_CHECK(out.device().is_cpu() && out.is_contiguous() &&
+                    out.scalar_type() == src.scalar_type() && out.dim() == src.dim() &&
+                    out.size(0) == rows.numel() && out.sizes().slice(1) == src.sizes().slice(1),
+                "out: a contiguous CPU tensor of src's dtype, one row per index, is needed");
+    const int64_t n_src = src.size(0), n_rows = rows.numel();
+    const int64_t* index = rows.const_data_ptr<int64_t>();
+    for (int64_t i = 0; i < n_rows; ++i)
+        TORCH_CHECK(0 <= index[i] && index[i] < n_src, "rows: index ", index[i],
+                    " out of range for ", n_src, " rows");
+    const int64_t row_bytes =
+        static_cast<int64_t>(src.element_size()) * (src.numel() / std::max<int64_t>(n_src, 1));
+    py::gil_scoped_release unlocked;
+    svbnn_gather_rows(static_cast<const char*>(src.const_data_ptr()), index, n_rows, row_bytes,
+                      static_cast<char*>(out.mutable_data_ptr()));
+}
+
+// The checks the three narrow-network functions share: x (R, m, p), theta (R, >= the
+// layers' parameters), chained layers of outs[i] outputs.
+void check_network(const Tensor& x, const Tensor& theta, const std::vector<int64_t>& outs) {
+    check_floats(x, "x");
+    check_floats(theta, "theta");
+    TORCH_CHECK(x.dim() == 3 && theta.dim() == 2 && theta.size(0) == x.size(0),
+                "x (R, m, p) and theta (R, T) expected, got ", x.sizes(), " and ", theta.sizes());
+    TORCH_CHECK(!outs.empty(), "outs: at least one layer is needed");
+    int64_t in = x.size(2), total = 0;
+    for (int64_t o : outs) {
+        TORCH_CHECK(o > 0, "outs: positive widths are needed");
+        total += o * (in + 1);
+        in = o;
+    }
+    TORCH_CHECK(theta.size(1) >= total, "theta: at least ", total, " parameters a row needed");
+}
+
+std::vector<Tensor> hidden(const Tensor& x, const std::vector<int64_t>& outs) {
+    std::vector<Tensor> hs;
+    hs.reserve(outs.size() - 1);
+    for (size_t i = 0; i + 1 < outs.size(); ++i)
+        hs.push_back(at::empty({x.size(0), outs[i], x.size(1)}, x.options()));
+    return hs;
+}
+
+std::vector<float*> pointers(const std::vector<Tensor>& hs) {
+    std::vector<float*> ptrs;
+    ptrs.reserve(hs.size() + 1);
+    for (const Tensor& h : hs) ptrs.push_back(h.mutable_data_ptr<float>());
+    ptrs.push_back(nullptr);  // never empty
+    return ptrs;
+}
+
+// The hidden activations (R, outs[i], m) and the output (R, outs[-1], m), feature-major.
+std::pair<std::vector<Tensor>, Tensor> narrow_mlp_forward(const Tensor& theta, const Tensor& x,
+                                                          const std::vector<int64_t>& outs,
+                                                          bool relu_on) {
+    check_network(x, theta, outs);
+    std::vector<Tensor> hs = hidden(x, outs);
+    Tensor out = at::empty({x.size(0), outs.back(), x.size(1)}, x.options());
+    const std::vector<float*> ptrs = pointers(hs);
+    {
+        py::gil_scoped_release unlocked;
+        svbnn_narrow_mlp_forward(x.const_data_ptr<float>(), x.size(0), x.size(1), x.size(2),
+                                 theta.const_data_ptr<float>(), theta.stride(0),
+                                 static_cast<int64_t>(outs.size()), outs.data(), relu_on,
+                                 ptrs.data(), out.mutable_data_ptr<float>());
+    }
+    return {std::move(hs), out};
+}
+
+// The weight and bias gradient into grad (R, >= T) from the output's gradient g (R, outs[-1],
+// m) and the hidden activations hs that narrow_mlp_forward returned.
+void narrow_mlp_backward(const Tensor& theta, const Tensor& x, const std::vector<Tensor>& hs,
+                         const Tensor& g, const std::vector<int64_t>& outs, bool relu_on,
+                         const Tensor& grad) {
+    check_network(x, theta, outs);
+    TORCH_CHECK(hs.size() + 1 == outs.size(), "hs: one tensor per hidden layer is needed");
+    std::vector<Tensor> hidden_in;
+    hidden_in.reserve(hs.size());
+    for (size_t i = 0; i < hs.size(); ++i) {
+        hidden_in.push_back(hs[i].contiguous());
+        check_floats(hidden_in.back(), "hs");
+        TORCH_CHECK(hidden_in.back().sizes() == at::IntArrayRef({x.size(0), outs[i], x.size(1)}),
+                    "hs: (R, width, m) expected");
+    }
+    const Tensor g_out = g.contiguous();
+    check_floats(g_out, "g");
+    TORCH_CHECK(g_out.sizes() == at::IntArrayRef({x.size(0), outs.back(), x.size(1)}),
+                "g: (R, out, m) expected, got ", g_out.sizes());
+    check_floats(grad, "grad");
+    TORCH_CHECK(grad.dim() == 2 && grad.size(0) == x.size(0) && grad.size(1) >= theta.size(1),
+                "grad: laid out as theta expected");
+    std::vector<const float*> ptrs;
+    ptrs.reserve(hidden_in.size() + 1);
+    for (const Tensor& h : hidden_in) ptrs.push_back(h.const_data_ptr<float>());
+    ptrs.push_back(nullptr);
+    py::gil_scoped_release unlocked;
+    svbnn_narrow_mlp_backward(x.const_data_ptr<float>(), x.size(0), x.size(1), x.size(2),
+                              theta.const_data_ptr<float>(), theta.stride(0),
+                              static_cast<int64_t>(outs.size()), outs.data(), relu_on,
+                              ptrs.data(), g_out.const_data_ptr<float>(),
+                              grad.mutable_data_ptr<float>(), grad.stride(0));
+}
+
+// Both, for a network of one output under a Gaussian likelihood; returns the output
+// (R, 1, m), the weight gradient into grad.
+Tensor narrow_mlp_gaussian_step(const Tensor& theta, const Tensor& x, const Tensor& y,
+                                const std::vector<int64_t>& outs, bool relu_on, double v,
+                                double g_mean, const Tensor& grad) {
+    check_network(x, theta, outs);
+    TORCH_CHECK(outs.back() == 1, "outs: a network of one output is needed");
+    check_floats(y, "y");
+    TORCH_CHECK(y.numel() == x.size(0) * x.size(1), "y: (R, m) expected, got ", y.sizes());
+    check_floats(grad, "grad");
+    TORCH_CHECK(grad.dim() == 2 && grad.size(0) == x.size(0) && grad.size(1) >= theta.size(1),
+                "grad: laid out as theta expected");
+    std::vector<Tensor> hs = hidden(x, outs);
+    Tensor out = at::empty({x.size(0), 1, x.size(1)}, x.options());
+    const std::vector<float*> ptrs = pointers(hs);
+    {
+        py::gil_scoped_release unlocked;
+        svbnn_narrow_mlp_gaussian_step(
+            x.const_data_ptr<float>(), x.size(0), x.size(1), x.size(2),
+            theta.const_data_ptr<float>(), theta.stride(0), static_cast<int64_t>(outs.size()),
+            outs.data(), relu_on, ptrs.data(), out.mutable_data_ptr<float>(),
+            y.const_data_ptr<float>(), static_cast<float>(v), static_cast<float>(g_mean),
+            grad.mutable_data_ptr<float>(), grad.stride(0));
+    }
+    return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.doc() = "svbnn's native loops (svbnn._engine.native)";
+    m.def("fused_forward", &fused_forward);
+    m.def("fused_backward", &fused_backward);
+    m.def("gather_rows", &gather_rows);
+    m.def("narrow_mlp_forward", &narrow_mlp_forward);
+    m.def("narrow_mlp_backward", &narrow_mlp_backward);
+    m.def("narrow_mlp_gaussian_step", &narrow_mlp_gaussian_step);
+}
