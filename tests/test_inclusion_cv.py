@@ -9,7 +9,7 @@ import torch
 from sklearn.utils.estimator_checks import check_estimator
 
 from svbnn import SVBNNClassifier, SVBNNRegressor
-from svbnn.estimators import INCLUSION_GRID, _held_out_rows, _one_standard_error
+from svbnn.estimators import INCLUSION_GRID, INCLUSION_MAX, _held_out_rows, _one_standard_error
 
 SMALL = dict(
     hidden_layer_sizes=(8,),
@@ -67,7 +67,7 @@ def test_cv_regressor_records_its_choice_and_reproduces() -> None:
     assert a.inclusion_grid_.shape == (INCLUSION_GRID,)
     assert a.inclusion_scores_.shape == (INCLUSION_GRID,)
     assert np.all(np.isfinite(a.inclusion_scores_))
-    assert np.all(np.diff(a.inclusion_grid_) > 0) and a.inclusion_grid_[-1] == math.log(0.5)
+    assert np.all(np.diff(a.inclusion_grid_) > 0) and a.inclusion_grid_[-1] == math.log(INCLUSION_MAX)
     assert a.log_lambda_ in a.inclusion_grid_.tolist()
     assert a.lambda_ == pytest.approx(math.exp(a.log_lambda_))
     b = SVBNNRegressor(**SMALL).fit(X, y)

@@ -85,7 +85,9 @@ prior_inclusion : "opt", "eb", "cv" or float, default "opt"
     empirical-Bayes value, the mean ``phi`` (capped at 0.5: better fits on small data, but
     every input then reaches the output with high probability); ``"cv"`` chooses it on
     held-out rows, the way ``LassoCV`` chooses ``alpha``: a grid of ``INCLUSION_GRID``
-    values, log-spaced from ``lambda_opt`` to 0.5, is fitted on 80% of the rows as the
+    values, log-spaced from ``lambda_opt`` to ``INCLUSION_MAX`` (0.1: with a denser prior
+    the gates of edges the data do not inform stay near ``lambda``, and many such edges
+    add up to a selected input), is fitted on 80% of the rows as the
     replicates of one network, and the smallest ``lambda`` whose held-out log predictive
     density is within one standard error of the best is kept (the one-standard-error
     rule); the fit on all rows then starts from that replicate (with fewer than 10 rows,
