@@ -84,14 +84,8 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Variant("L1", 1, "layer by layer, eager kernels (fused=False)", "eager", fused=False),
         Variant("F2", 2, "fused draw + KL, eager (the eager backend)", "eager"),
-        Variant(
-            "I3",
-            3,
-            "fused draw + KL compiled by inductor (auto, SVBNN_NATIVE=0)",
-            "auto",
-            native=False,
-        ),
-        Variant("N4", 4, "fused draw + KL on the C++ loops (auto)", "auto"),
+        Variant("I3", 3, "fused draw + KL compiled by inductor (compiled backend)", "compiled"),
+        Variant("N4", 4, "fused draw + KL on the C++ loops (native backend)", "native"),
         Variant(
             "N4s",
             4,
@@ -193,7 +187,7 @@ def default_cases() -> dict[str, Case]:
             "mnist",
             "MNIST 784-512-512-10, batch 256",
             mnist,
-            "make bench, section 1; benchmarks.estimator_speed (auto: path 4)",
+            "make bench, section 1; benchmarks.estimator_speed (auto: path 3)",
             ("L1", "F2", "I3", "N4"),
             (
                 ("F2", "L1"),
@@ -341,7 +335,7 @@ def observed_paths(step: Callable[[], None]) -> set[int]:
 
 
 def _path_taken(seen: set[int]) -> int | None:
-    # 7 runs 4's loops; 4 runs inside the compiled kernels' table (3)
+    # 7 runs 4's loops
     for path in (7, 5, 6, 4, 3, 2, 1):
         if path in seen:
             return path
