@@ -401,6 +401,36 @@ def test_auto_trains_a_narrow_replicated_network_by_the_native_loops_not_one_gra
         assert not fused_paths.native_network(model, model.layers())
 
 
+def test_auto_draws_narrow_replicates_on_the_loops_only_in_place_of_the_eager_kernels(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under auto, replicates of narrow layers that the native step turns away draw with
+    # the native loops below AUTO_MIN_NUMEL parameters (where the eager kernels would
+    # draw), and with inductor's kernel from there on (the loops gained too little against
+    # it, docs/performance.md). The compiled table is the eager one here (the same
+    # formulas), so that nothing compiles; the tables asked for are recorded.
+    monkeypatch.setattr(fused, "native_step_ok", lambda *args: False)
+    tables: list[bool | None] = []
+
+    def eager_table(compiled: bool | None = None) -> dict[str, object]:
+        tables.append(compiled)
+        return K._EAGER  # type: ignore[return-value]
+
+    monkeypatch.setattr(fused, "kernels", eager_table)
+    calls = _spy_on(monkeypatch, ("fused_forward", "fused_backward"))
+    g = torch.Generator().manual_seed(4)
+    R, n, p = 3, 32, 30
+    X, y = torch.randn(R, n, p, generator=g), torch.randn(R, n, generator=g)
+    model = SpikeSlabMLP(p, (5, 5), 1, n_replicates=R, generator=g)
+    with K.backend_scope("auto"):
+        assert fused_paths.native_network(model, model.layers())
+        negative_elbo(model, GaussianLikelihood(1.0), X, y, 100)[0].sum().backward()
+        assert calls == ["fused_forward", "fused_backward"] and tables == []
+        monkeypatch.setattr(K, "AUTO_MIN_NUMEL", model.mu.numel())
+        negative_elbo(model, GaussianLikelihood(1.0), X, y, 100)[0].sum().backward()
+    assert calls == ["fused_forward", "fused_backward"] and tables == [True, True]
+
+
 def _native_step_run(
     native: bool,
     X: torch.Tensor,

@@ -496,13 +496,14 @@ class FusedEngine:
         first layer (sampler settings, generator); ``key``: the current KL key, if the
         caller has it."""
         mu = model.mu
-        # The native loops draw a network they run whole under auto, at any size, and
-        # under the native backend wherever they serve; elsewhere inductor's kernel where
-        # the kernels run compiled, else the eager one.
-        native = native_network(model, model.layers()) or (
-            backend() is Backend.NATIVE and native_draw(model, first, any_threads=True)
+        # Inductor's kernel where the kernels run compiled. The native loops draw under the
+        # native backend wherever they serve, and under auto a network they run whole
+        # (narrow layers) where the eager kernels would draw it: in place of inductor's
+        # kernel they gain too little (docs/performance.md, "Fast paths of a training step").
+        compiled = use_compiled(mu.numel(), mu.device)
+        native = (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True)) or (
+            not compiled and native_network(model, model.layers())
         )
-        compiled = not native and use_compiled(mu.numel(), mu.device)
         if _fused_path(mu.numel(), mu.device) or compiled or native:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)

@@ -21,7 +21,8 @@ gradients in one function, :func:`fused_forward` (compiled, counter-based noise)
 :func:`fused_backward`. The compiled kernels are always inductor's: the same two loops as
 built by the C++ compiler itself (:mod:`svbnn._engine.native`), which give inductor's
 outputs bit for bit, run only where the caller asks for them (:func:`native_kernels`: the
-``native`` backend, and ``auto`` on the narrow networks the native loops run whole).
+``native`` backend, and ``auto`` on the small networks of narrow layers that the native
+loops run whole).
 """
 
 from __future__ import annotations
@@ -594,8 +595,9 @@ def native_kernels() -> dict[str, Callable[..., Any]]:
     the eager kernels; never a compile. The loops give inductor's :func:`fused_forward`
     and :func:`fused_backward` outputs bit for bit. The ``native`` backend's table, and
     the one ``auto`` draws with on a network the native loops run whole
-    (:func:`~svbnn._engine.paths.native_network`); ``auto`` and ``compiled`` otherwise
-    run inductor's kernels, which the loops would beat by too little
+    (:func:`~svbnn._engine.paths.native_network`) below :data:`AUTO_MIN_NUMEL`
+    parameters, where the eager kernels would run. Where ``auto`` and ``compiled`` run
+    inductor's kernels, the loops stand in for nothing: they gain too little against them
     (``docs/performance.md``, "Fast paths of a training step")."""
     return _NATIVE_KERNELS
 
