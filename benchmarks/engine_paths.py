@@ -89,8 +89,7 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             "N4s",
             4,
-            "fused draw + KL on the C++ loops, path 7 turned away (auto, below 12,288 "
-            "parameters)",
+            "fused draw + KL on the C++ loops, path 7 turned away (auto, below 12,288 parameters)",
             "auto",
             native_step=False,
         ),
