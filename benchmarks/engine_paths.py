@@ -84,18 +84,12 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Variant("L1", 1, "layer by layer, eager kernels (fused=False)", "eager", fused=False),
         Variant("F2", 2, "fused draw + KL, eager (the eager backend)", "eager"),
-        Variant(
-            "I3",
-            3,
-            "fused draw + KL compiled by inductor (auto, SVBNN_NATIVE=0)",
-            "auto",
-            native=False,
-        ),
-        Variant("N4", 4, "fused draw + KL on the C++ loops (auto)", "auto"),
+        Variant("I3", 3, "fused draw + KL compiled by inductor (compiled backend)", "compiled"),
+        Variant("N4", 4, "fused draw + KL on the C++ loops (native backend)", "native"),
         Variant(
             "N4s",
             4,
-            "fused draw + KL on the C++ loops, path 7 turned away (auto)",
+            "fused draw + KL on the C++ loops, path 7 turned away (auto, below 12,288 parameters)",
             "auto",
             native_step=False,
         ),
@@ -154,21 +148,38 @@ def default_cases() -> dict[str, Case]:
             (("F2", "L1"), ("G5", "L1"), ("G5", "F2"), ("N7", "L1"), ("N7", "F2"), ("N7", "G5")),
         ),
         Case(
+            "sim2x5",
+            "Simulation II x 5 replicates, batch 512",
+            sim2,
+            "auto below 12,288 parameters: path 7; path 4 where 7 does not apply",
+            ("L1", "F2", "N4s", "N7"),
+            (
+                ("F2", "L1"),
+                ("N4s", "L1"),
+                ("N4s", "F2"),
+                ("N7", "L1"),
+                ("N7", "F2"),
+                ("N7", "N4s"),
+            ),
+            replicates=5,
+        ),
+        Case(
             "sim2x30",
             "Simulation II x 30 replicates, batch 512",
             sim2,
-            "make bench, section 3 (auto: path 7)",
-            ("L1", "F2", "I3", "N4s", "N7"),
+            "make bench, section 3 (auto: path 7; path 3 where 7 does not apply)",
+            ("L1", "F2", "I3", "N4n", "N7"),
             (
                 ("F2", "L1"),
                 ("I3", "L1"),
                 ("I3", "F2"),
-                ("N4s", "L1"),
-                ("N4s", "F2"),
-                ("N4s", "I3"),
+                ("N4n", "L1"),
+                ("N4n", "F2"),
+                ("N4n", "I3"),
                 ("N7", "L1"),
                 ("N7", "F2"),
-                ("N7", "N4s"),
+                ("N7", "I3"),
+                ("N7", "N4n"),
             ),
             replicates=30,
         ),
@@ -193,7 +204,7 @@ def default_cases() -> dict[str, Case]:
             "mnist",
             "MNIST 784-512-512-10, batch 256",
             mnist,
-            "make bench, section 1; benchmarks.estimator_speed (auto: path 4)",
+            "make bench, section 1; benchmarks.estimator_speed (auto: path 3)",
             ("L1", "F2", "I3", "N4"),
             (
                 ("F2", "L1"),
@@ -341,7 +352,7 @@ def observed_paths(step: Callable[[], None]) -> set[int]:
 
 
 def _path_taken(seen: set[int]) -> int | None:
-    # 7 runs 4's loops; 4 runs inside the compiled kernels' table (3)
+    # 7 runs 4's loops
     for path in (7, 5, 6, 4, 3, 2, 1):
         if path in seen:
             return path

@@ -45,6 +45,7 @@ from .kernels import (
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
+    native_kernels,
     use_compiled,
 )
 from .native_step import may_step, native_negative_elbo, native_step_ok, step_likelihood
@@ -128,7 +129,9 @@ class FusedGumbelKL(torch.autograd.Function):
     ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more pass from
     elementwise factors the forward saved. Noise: either ``u, eps`` (drawn from torch's
     generator, eager kernels) or a two-word ``seed`` for the counter-based noise of the
-    compiled kernel (:func:`svbnn._engine.fused_math.counter_noise`).
+    compiled kernel (:func:`svbnn._engine.fused_math.counter_noise`). ``compiled``: that
+    kernel compiled (else run eagerly); ``native``: on the native loops instead
+    (:func:`~svbnn._engine.kernels.native_kernels`).
 
     Notes
     -----
@@ -148,15 +151,18 @@ class FusedGumbelKL(torch.autograd.Function):
         tau: float,
         log_sigma0: float,
         compiled: bool,
+        native: bool = False,
     ) -> tuple[Tensor, Tensor]:
         # The kernels take 1 / sigma_0^2 and 1 / tau (see fused_forward).
         consts = (log_lam, log_1mlam, log_sigma0, math.exp(-2.0 * log_sigma0), 1.0 / tau)
         if len(noise) == 1:
-            out = kernels(compiled)["fused_forward"](mu, rho, alpha, noise[0], *consts)
+            table = native_kernels() if native else kernels(compiled)
+            out = table["fused_forward"](mu, rho, alpha, noise[0], *consts)
         else:
-            compiled = False
+            compiled = native = False
             out = kernels(False)["fused_forward_given_noise"](mu, rho, alpha, *noise, *consts)
         ctx.compiled = compiled
+        ctx.native = native
         theta, kl, *saved = out
         ctx.save_for_backward(theta, *saved)
         return theta, kl
@@ -171,15 +177,14 @@ class FusedGumbelKL(torch.autograd.Function):
             g_theta = torch.zeros(shape, dtype=saved[0].dtype, device=saved[0].device)
         if g_kl is None:
             g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
-        # Compiled, the saved factors become the gradients (one loop storing into what it
-        # reads), unless this graph is kept for another backward (retain_graph,
+        # Compiled or native, the saved factors become the gradients (one loop storing into
+        # what it reads), unless this graph is kept for another backward (retain_graph,
         # create_graph: e.g. the KL and the likelihood backpropagated separately), which
         # reads them again. Eager, that would be one more pass, so never.
-        into_factors = ctx.compiled and not _graph_is_kept()
-        grads = kernels(ctx.compiled)["fused_backward"](
-            g_theta, g_kl.unsqueeze(-1), *saved, into_factors
-        )
-        return (*grads, None, None, None, None, None, None)
+        into_factors = (ctx.compiled or ctx.native) and not _graph_is_kept()
+        table = native_kernels() if ctx.native else kernels(ctx.compiled)
+        grads = table["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved, into_factors)
+        return (*grads, None, None, None, None, None, None, None)
 
 
 def _graph_is_kept() -> bool:
@@ -491,15 +496,15 @@ class FusedEngine:
         first layer (sampler settings, generator); ``key``: the current KL key, if the
         caller has it."""
         mu = model.mu
-        # A network the native loops run whole takes them under auto at any size (checked
-        # only where the size alone does not already choose the compiled kernels); under
-        # the native backend they draw wherever they serve (kernels() then gives them).
-        compiled = (
-            use_compiled(mu.numel(), mu.device)
-            or native_network(model, model.layers())
-            or (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True))
+        # Inductor's kernel where the kernels run compiled. The native loops draw under the
+        # native backend wherever they serve, and under auto a network they run whole
+        # (narrow layers) where the eager kernels would draw it: in place of inductor's
+        # kernel they gain too little (docs/performance.md, "Fast paths of a training step").
+        compiled = use_compiled(mu.numel(), mu.device)
+        native = (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True)) or (
+            not compiled and native_network(model, model.layers())
         )
-        if _fused_path(mu.numel(), mu.device) or compiled:
+        if _fused_path(mu.numel(), mu.device) or compiled or native:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
             gen = first.generator
@@ -516,6 +521,7 @@ class FusedEngine:
             float(first.temperature),
             0.5 * math.log(first.prior_variance),
             compiled,
+            native,
         )
         return flat, kl
 

@@ -103,7 +103,9 @@ def native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
     one prior, under ``auto`` one torch thread: the draw + KL and the layers,
     :mod:`svbnn._engine.native`). Such a network takes
     the per-parameter kernels instead of the one-graph step, which compiles first and
-    steps slower for such networks (``docs/performance.md``)."""
+    steps slower for such networks (``docs/performance.md``): where the native step turns
+    it away, the native loops' draw + KL below ``AUTO_MIN_NUMEL`` parameters and
+    inductor's from there on."""
     mu = model._parameters.get("mu")
     return mu is not None and mu.dim() == 2 and native_loops(model, layers)
 
