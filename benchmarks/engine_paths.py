@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import math
 import os
@@ -49,6 +50,7 @@ from torch import Tensor, nn
 
 import svbnn.nn.spike_slab as _spike_slab
 from svbnn._engine import fused as _fused
+from svbnn._engine import kernels as _kernels
 from svbnn._engine import native as _native
 from svbnn._engine.kernels import backend_scope
 from svbnn.nn.base import set_generator
@@ -77,6 +79,7 @@ class Variant:
     fused: bool = True
     native: bool = True
     native_step: bool = True
+    one_pass: bool = False
 
 
 VARIANTS: dict[str, Variant] = {
@@ -84,6 +87,13 @@ VARIANTS: dict[str, Variant] = {
     for v in (
         Variant("L1", 1, "layer by layer, eager kernels (fused=False)", "eager", fused=False),
         Variant("F2", 2, "fused draw + KL, eager (the eager backend)", "eager"),
+        Variant(
+            "F2u",
+            2,
+            "fused draw + KL, eager, in one pass over the whole network (before slicing)",
+            "eager",
+            one_pass=True,
+        ),
         Variant("I3", 3, "fused draw + KL compiled by inductor (compiled backend)", "compiled"),
         Variant("N4", 4, "fused draw + KL on the C++ loops (native backend)", "native"),
         Variant(
@@ -126,6 +136,12 @@ class Case:
     comparisons: tuple[tuple[str, str], ...]
     learn_noise: bool = False
     replicates: int | None = None
+
+
+def _mnist_width(width: int) -> NetSpec:
+    # MNIST's network and minibatch with two hidden layers of `width` units
+    spec = network_specs(512, 1024)["mnist"]
+    return dataclasses.replace(spec, key=f"mnist{width}", hidden=(width, width))
 
 
 def _estimator_net(batch: int) -> NetSpec:
@@ -205,9 +221,11 @@ def default_cases() -> dict[str, Case]:
             "MNIST 784-512-512-10, batch 256",
             mnist,
             "make bench, section 1; benchmarks.estimator_speed (auto: path 3)",
-            ("L1", "F2", "I3", "N4"),
+            ("L1", "F2", "F2u", "I3", "N4"),
             (
                 ("F2", "L1"),
+                ("F2u", "L1"),
+                ("F2", "F2u"),
                 ("I3", "L1"),
                 ("I3", "F2"),
                 ("N4", "L1"),
@@ -216,6 +234,19 @@ def default_cases() -> dict[str, Case]:
             ),
         ),
     ]
+    for width in (64, 128, 256, 384):
+        net = _mnist_width(width)
+        cases.append(
+            Case(
+                net.key,
+                f"MNIST's network with hidden widths {width}: {net.arch()} "
+                f"({net.n_params():,} parameters), batch {net.batch}",
+                net,
+                "the eager backend (auto and compiled: path 3): where path 2 stops keeping",
+                ("L1", "F2", "F2u"),
+                (("F2", "L1"), ("F2u", "L1"), ("F2", "F2u")),
+            )
+        )
     for batch in (128, 300):
         cases.append(
             Case(
@@ -275,6 +306,8 @@ def variant_scope(variant: Variant) -> Iterator[None]:
         stack.enter_context(_env("SVBNN_NATIVE", None if variant.native else "0"))
         if not variant.native_step:
             stack.enter_context(_replaced(_fused, "native_step_ok", lambda *a, **k: False))
+        if variant.one_pass:
+            stack.enter_context(_replaced(_kernels, "EAGER_CHUNK", 2**62))
         yield
 
 
