@@ -50,8 +50,8 @@ from torch import Tensor, nn
 
 import svbnn.nn.spike_slab as _spike_slab
 from svbnn._engine import fused as _fused
-from svbnn._engine import kernels as _kernels
 from svbnn._engine import native as _native
+from svbnn._engine import paths as _paths
 from svbnn._engine.kernels import backend_scope
 from svbnn.nn.base import set_generator
 from svbnn.nn.spike_slab import SpikeSlabMLP
@@ -79,20 +79,26 @@ class Variant:
     fused: bool = True
     native: bool = True
     native_step: bool = True
-    one_pass: bool = False
+    force_path2: bool = False
 
 
 VARIANTS: dict[str, Variant] = {
     v.key: v
     for v in (
         Variant("L1", 1, "layer by layer, eager kernels (fused=False)", "eager", fused=False),
-        Variant("F2", 2, "fused draw + KL, eager (the eager backend)", "eager"),
         Variant(
-            "F2u",
-            2,
-            "fused draw + KL, eager, in one pass over the whole network (before slicing)",
+            "E1",
+            1,
+            "the eager backend on a network of EAGER_FUSED_MAX_NUMEL parameters or more: "
+            "layer by layer",
             "eager",
-            one_pass=True,
+        ),
+        Variant(
+            "F2",
+            2,
+            "fused draw + KL, eager (the eager backend; at any size: EAGER_FUSED_MAX_NUMEL raised)",
+            "eager",
+            force_path2=True,
         ),
         Variant("I3", 3, "fused draw + KL compiled by inductor (compiled backend)", "compiled"),
         Variant("N4", 4, "fused draw + KL on the C++ loops (native backend)", "native"),
@@ -221,11 +227,10 @@ def default_cases() -> dict[str, Case]:
             "MNIST 784-512-512-10, batch 256",
             mnist,
             "make bench, section 1; benchmarks.estimator_speed (auto: path 3)",
-            ("L1", "F2", "F2u", "I3", "N4"),
+            ("L1", "E1", "F2", "I3", "N4"),
             (
                 ("F2", "L1"),
-                ("F2u", "L1"),
-                ("F2", "F2u"),
+                ("E1", "L1"),
                 ("I3", "L1"),
                 ("I3", "F2"),
                 ("N4", "L1"),
@@ -234,8 +239,9 @@ def default_cases() -> dict[str, Case]:
             ),
         ),
     ]
-    for width in (64, 128, 256, 384):
+    for width in (64, 96, 128, 256, 384):
         net = _mnist_width(width)
+        large = net.n_params() >= _paths.EAGER_FUSED_MAX_NUMEL
         cases.append(
             Case(
                 net.key,
@@ -243,8 +249,8 @@ def default_cases() -> dict[str, Case]:
                 f"({net.n_params():,} parameters), batch {net.batch}",
                 net,
                 "the eager backend (auto and compiled: path 3): where path 2 stops keeping",
-                ("L1", "F2", "F2u"),
-                (("F2", "L1"), ("F2u", "L1"), ("F2", "F2u")),
+                ("L1", "E1", "F2") if large else ("L1", "F2"),
+                (("F2", "L1"), ("E1", "L1")) if large else (("F2", "L1"),),
             )
         )
     for batch in (128, 300):
@@ -306,8 +312,8 @@ def variant_scope(variant: Variant) -> Iterator[None]:
         stack.enter_context(_env("SVBNN_NATIVE", None if variant.native else "0"))
         if not variant.native_step:
             stack.enter_context(_replaced(_fused, "native_step_ok", lambda *a, **k: False))
-        if variant.one_pass:
-            stack.enter_context(_replaced(_kernels, "EAGER_CHUNK", 2**62))
+        if variant.force_path2:
+            stack.enter_context(_replaced(_paths, "EAGER_FUSED_MAX_NUMEL", 2**62))
         yield
 
 

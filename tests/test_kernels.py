@@ -180,34 +180,6 @@ def test_concurrent_fits_with_different_backends_each_give_their_own_result() ->
             np.testing.assert_array_equal(together[k], alone[k], err_msg=k)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("inv_tau", [2.0, 1.0 / 0.3])
-def test_eager_fused_forward_in_slices_gives_the_bits_of_one_pass(
-    dtype: torch.dtype, inv_tau: float, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A network longer than EAGER_CHUNK is evaluated slice by slice (the last one short):
-    # every output, the KL sum included, equals one pass over the whole array bit for bit
-    # (one thread, as conftest sets).
-    g = torch.Generator().manual_seed(0)
-    n = 2 * K.EAGER_CHUNK + 1237
-    mu, rho, alpha = (
-        torch.randn(n, generator=g, dtype=dtype) * s + c for s, c in ((0.1, 0), (2, -4), (3, 0))
-    )
-    rho[:4] = torch.tensor([-120.0, -30.0, 0.0, 40.0], dtype=dtype)
-    u = torch.rand(n, generator=g, dtype=dtype)
-    eps = torch.randn(n, generator=g, dtype=dtype)
-    log_lam = torch.tensor(-4.0, dtype=dtype)
-    args = (mu, rho, alpha, u, eps, log_lam, svbnn.priors.log1mexp(log_lam), 0.1, 1 / 1.5, inv_tau)
-    sliced = K.fused_forward_given_noise(*args)
-    monkeypatch.setattr(K, "EAGER_CHUNK", n)
-    whole = K.fused_forward_given_noise(*args)
-    assert len(sliced) == len(whole) == 7
-    for a, b in zip(sliced, whole, strict=True):
-        assert a.shape == b.shape and a.dtype == b.dtype
-        assert torch.equal(a, b)
-    assert (sliced[0] != 0).any() and (sliced[0] == 0).any()
-
-
 @pytest.mark.slow
 def test_compiled_float32_fused_forward_matches_eager() -> None:
     # The inline float32 math (bit casts, polynomials) compiles to the same numbers: only

@@ -424,17 +424,6 @@ def fused_backward(
     return g_mu, g_rho, g_alpha
 
 
-EAGER_CHUNK = 1 << 16
-"""Elements per slice in which :func:`fused_forward_given_noise` evaluates a longer 1-D
-network: its temporaries (about forty per element, each a separate eager pass) then stay
-small and are reused by the C allocator from slice to slice, where whole-network-sized
-ones are handed back to the system and faulted in again each step (about 13,000 minor page
-faults a step on MNIST's 669,706 parameters, and most of the fused eager step's time over
-the layer-by-layer one: ``docs/performance.md``, "Fast paths of a training step"). A
-multiple of every vector width, so that each element takes the same vectorised or scalar
-code as in one pass over the whole array."""
-
-
 def fused_forward_given_noise(
     mu: Tensor,
     rho: Tensor,
@@ -449,40 +438,7 @@ def fused_forward_given_noise(
 ) -> tuple[Tensor, ...]:
     """:func:`fused_forward` for given noise ``u``, ``eps`` (torch's generator), evaluated
     eagerly: the Gumbel straight-through draw and :func:`kl_terms`. Same outputs; the gate is
-    ``alpha + logit(u) > 0``, as in :func:`gumbel_forward`.
-
-    One network (1-D parameters) longer than :data:`EAGER_CHUNK` is evaluated slice by
-    slice into the outputs, and its KL summed over the whole elementwise array at the end:
-    with one thread, the same bits as one pass over the whole array.
-    """
-    args = (log_lam, log_1mlam, log_sigma0, prec0, inv_tau)
-    n = mu.shape[-1]
-    if mu.dim() != 1 or n <= EAGER_CHUNK:
-        theta, kl, *factors = _given_noise_terms(mu, rho, alpha, u, eps, *args)
-        return theta, kl.sum(-1), *factors
-    outs = [torch.empty_like(mu) for _ in range(7)]
-    for start in range(0, n, EAGER_CHUNK):
-        part = slice(start, start + EAGER_CHUNK)
-        terms = _given_noise_terms(mu[part], rho[part], alpha[part], u[part], eps[part], *args)
-        for out, term in zip(outs, terms, strict=True):
-            out[part] = term
-    theta, kl, *factors = outs
-    return theta, kl.sum(-1), *factors
-
-
-def _given_noise_terms(
-    mu: Tensor,
-    rho: Tensor,
-    alpha: Tensor,
-    u: Tensor,
-    eps: Tensor,
-    log_lam: Tensor,
-    log_1mlam: Tensor,
-    log_sigma0: float,
-    prec0: float,
-    inv_tau: float,
-) -> tuple[Tensor, ...]:
-    # fused_forward_given_noise's outputs with the KL elementwise (all of mu's shape).
+    ``alpha + logit(u) > 0``, as in :func:`gumbel_forward`."""
     sigma = softplus(rho)
     d_sigma = torch.sigmoid(rho)
     eta = alpha + torch.logit(u)
@@ -493,7 +449,7 @@ def _given_noise_terms(
     kl, kl_mu, kl_rho, kl_alpha = kl_terms(
         mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0, sigma, d_sigma
     )
-    return theta, kl, a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
+    return theta, kl.sum(-1), a_fac, eps * d_sigma, kl_mu, kl_rho, kl_alpha
 
 
 _EAGER: dict[str, Callable[..., Any]] = {

@@ -12,13 +12,15 @@ from torch import Tensor, nn
 
 from ..nn.base import ACTIVATIONS, ForwardMode, Sampler
 from . import native as _native
-from .kernels import Backend, backend, use_whole_network
+from .kernels import Backend, _on_cpu, backend, use_whole_network
 
 if TYPE_CHECKING:
     from ..nn.spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
 __all__ = [
+    "EAGER_FUSED_MAX_NUMEL",
     "draw_ok",
+    "eager_fused_ok",
     "flat_mlp_ok",
     "fused_kl_ok",
     "layer_shapes",
@@ -27,6 +29,26 @@ __all__ = [
     "native_network",
     "whole_network_ok",
 ]
+
+
+EAGER_FUSED_MAX_NUMEL = 100_000
+"""Size from which one network (not replicates) whose draw + KL would run on the eager
+kernels on the CPU (the ``eager`` backend; ``native`` where its loops do not serve) draws
+layer by layer (path 1) instead of with the fused eager function (path 2). Path 2's step
+time over path 1's, median [q1, q3] of 15 interleaved rounds, MNIST's network at batch 256
+with two hidden layers of 64 to 512 units (``benchmarks.engine_paths``;
+``docs/results/engine-paths/run6`` and ``run7``, where path 2 as run here is ``F2u``):
+0.787-0.798 [q3 0.811-0.815] at 55,050 parameters, 0.850 [0.818, 0.872] at 85,546, and
+0.884-1.116 [q3 0.926-1.331] from 118,282 to 669,706, where it fails the rule that keeps a
+fast path (q3 below 0.91; ``docs/performance.md``, "Fast paths of a training step")."""
+
+
+def eager_fused_ok(model: SpikeSlabMLP) -> bool:
+    """Whether the fused eager draw + KL (path 2) serves this network, where its draw runs
+    on the eager kernels: replicates, off the CPU, or one network below
+    :data:`EAGER_FUSED_MAX_NUMEL` parameters."""
+    mu = model.mu
+    return mu.dim() != 1 or mu.numel() < EAGER_FUSED_MAX_NUMEL or not _on_cpu(mu.device)
 
 
 def layer_shapes(layers: list[SpikeSlabLinear]) -> tuple[tuple[int, int], ...]:
