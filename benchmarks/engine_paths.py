@@ -230,7 +230,7 @@ def default_cases() -> dict[str, Case]:
             ("L1", "E1", "F2", "I3", "N4"),
             (
                 ("F2", "L1"),
-                ("E1", "L1"),
+                ("F2", "E1"),
                 ("I3", "L1"),
                 ("I3", "F2"),
                 ("N4", "L1"),
@@ -250,7 +250,7 @@ def default_cases() -> dict[str, Case]:
                 net,
                 "the eager backend (auto and compiled: path 3): where path 2 stops keeping",
                 ("L1", "E1", "F2") if large else ("L1", "F2"),
-                (("F2", "L1"), ("E1", "L1")) if large else (("F2", "L1"),),
+                (("F2", "L1"), ("F2", "E1")) if large else (("F2", "L1"),),
             )
         )
     for batch in (128, 300):
