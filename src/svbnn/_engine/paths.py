@@ -34,13 +34,13 @@ __all__ = [
 EAGER_FUSED_MAX_NUMEL = 100_000
 """Size from which one network (not replicates) whose draw + KL would run on the eager
 kernels on the CPU (the ``eager`` backend; ``native`` where its loops do not serve) draws
-layer by layer (path 1) instead of with the fused eager function (path 2). Path 2's step
-time over path 1's, median [q1, q3] of 15 interleaved rounds, MNIST's network at batch 256
-with two hidden layers of 64 to 512 units (``benchmarks.engine_paths``;
-``docs/results/engine-paths/run6`` and ``run7``, where path 2 as run here is ``F2u``):
-0.787-0.798 [q3 0.811-0.815] at 55,050 parameters, 0.850 [0.818, 0.872] at 85,546, and
-0.884-1.116 [q3 0.926-1.331] from 118,282 to 669,706, where it fails the rule that keeps a
-fast path (q3 below 0.91; ``docs/performance.md``, "Fast paths of a training step")."""
+layer by layer (path 1) instead of with the fused eager function (path 2), whose
+whole-network temporaries fault pages in each step. Upper quartiles of path 2's step time
+over path 1's (``benchmarks.engine_paths``, 15 rounds, MNIST's network with two hidden
+layers of 64 to 512 units; ``docs/results/engine-paths/run6`` to ``run8``): 0.811-0.864 at
+55,050 parameters, 0.872 and 1.052 at 85,642, 0.903-1.338 from 118,282 to 669,706; the
+rule that keeps a fast path asks for below 0.91 (``docs/performance.md``, "Path 2 by
+network size")."""
 
 
 def eager_fused_ok(model: SpikeSlabMLP) -> bool:
