@@ -2,15 +2,16 @@
 
 Run ``python -m benchmarks.engine_paths --rounds 15 --out DIR``. DESIGN section 6.1 lists
 the seven paths a training step can take; paths 2-7 are fast paths. For each network on
-which the library picks a fast path (the networks of ``make bench`` and an estimator-sized
-one), this forces that path and the paths that would run without it, through the switches
-that exist (the ``kernel_backend`` scope, ``SpikeSlabMLP(fused=False)``, ``SVBNN_NATIVE=0``)
-and, where path 7 must be turned away alone (no switch of the library does that:
-``SVBNN_NATIVE=0`` turns every native loop off), a patch local to this benchmark of
-``svbnn._engine.fused.native_step_ok`` to ``False``, so that the native backend's or
-``auto``'s next choice runs. Before timing, one step of every variant runs with the
-engine's entry points watched (:func:`observed_paths`); a variant that takes another path
-than the one it names stops the run instead of timing the wrong thing.
+which the library picks a fast path (the networks of ``make bench``, an estimator-sized one,
+and MNIST's network with hidden layers of 64 to 384 units, where the eager backend stops
+taking path 2 at ``EAGER_FUSED_MAX_NUMEL`` parameters), this forces that path and the paths
+that would run without it, through the switches that exist (the ``kernel_backend`` scope,
+``SpikeSlabMLP(fused=False)``, ``SVBNN_NATIVE=0``) and, where path 7 must be turned away
+alone (no switch of the library does that: ``SVBNN_NATIVE=0`` turns every native loop off),
+a patch local to this benchmark of ``svbnn._engine.fused.native_step_ok`` to ``False``, so
+that the native backend's or ``auto``'s next choice runs. Before timing, one step of every
+variant runs with the engine's entry points watched (:func:`observed_paths`); a variant that
+takes another path than the one it names stops the run instead of timing the wrong thing.
 
 Method: one torch thread; every variant has its own model, optimiser (svbnn's Adam) and
 fixed minibatch; a step is what ``svbnn.training.train`` runs (zero grad, ``negative_elbo``,

@@ -411,7 +411,7 @@ class FusedEngine:
             out_whole: Tensor = out
             return out_whole
         if fused_kl_ok(layers):
-            if self._eager_draw(model, first) and not eager_fused_ok(model):
+            if not eager_fused_ok(model) and self._eager_draw(model, first):
                 return None  # a large network on the eager kernels: layer by layer
             key = _kl_key(model)
             flat, kl = self.draw_with_kl(model, first, key)
