@@ -51,6 +51,7 @@ from .kernels import (
 from .native_step import may_step, native_negative_elbo, native_step_ok, step_likelihood
 from .paths import (
     draw_ok,
+    eager_fused_ok,
     flat_mlp_ok,
     fused_kl_ok,
     layer_shapes,
@@ -410,6 +411,8 @@ class FusedEngine:
             out_whole: Tensor = out
             return out_whole
         if fused_kl_ok(layers):
+            if not eager_fused_ok(model) and self._eager_draw(model, first):
+                return None  # a large network on the eager kernels: layer by layer
             key = _kl_key(model)
             flat, kl = self.draw_with_kl(model, first, key)
             self.kl_cache = (kl, key)
@@ -496,14 +499,7 @@ class FusedEngine:
         first layer (sampler settings, generator); ``key``: the current KL key, if the
         caller has it."""
         mu = model.mu
-        # Inductor's kernel where the kernels run compiled. The native loops draw under the
-        # native backend wherever they serve, and under auto a network they run whole
-        # (narrow layers) where the eager kernels would draw it: in place of inductor's
-        # kernel they gain too little (docs/performance.md, "Fast paths of a training step").
-        compiled = use_compiled(mu.numel(), mu.device)
-        native = (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True)) or (
-            not compiled and native_network(model, model.layers())
-        )
+        compiled, native = self._kernels_for(model, first)
         if _fused_path(mu.numel(), mu.device) or compiled or native:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
@@ -526,6 +522,27 @@ class FusedEngine:
         return flat, kl
 
     # -- helpers -----------------------------------------------------------------------
+    @staticmethod
+    def _kernels_for(model: SpikeSlabMLP, first: SpikeSlabLinear) -> tuple[bool, bool]:
+        """Whether :meth:`draw_with_kl` runs inductor's kernel, and whether the native
+        loops: ``(compiled, native)``."""
+        mu = model.mu
+        # Inductor's kernel where the kernels run compiled. The native loops draw under the
+        # native backend wherever they serve, and under auto a network they run whole
+        # (narrow layers) where the eager kernels would draw it: in place of inductor's
+        # kernel they gain too little (docs/performance.md, "Fast paths of a training step").
+        compiled = use_compiled(mu.numel(), mu.device)
+        native = (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True)) or (
+            not compiled and native_network(model, model.layers())
+        )
+        return compiled, native
+
+    def _eager_draw(self, model: SpikeSlabMLP, first: SpikeSlabLinear) -> bool:
+        """Whether :meth:`draw_with_kl` would draw with torch's generator and the eager
+        kernels (path 2)."""
+        mu = model.mu
+        return not (_fused_path(mu.numel(), mu.device) or any(self._kernels_for(model, first)))
+
     def _whole_network_inputs(
         self, model: SpikeSlabMLP, layers: list[SpikeSlabLinear], key: tuple[Any, ...]
     ) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:
