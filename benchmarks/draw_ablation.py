@@ -273,8 +273,9 @@ def measure(
     """Interleaved rounds of ``steps`` training steps of ``net`` with each variant's forward
     loop, and of the dense step; per variant the forward's time inside the step, the step,
     and the per-round ratios to the library's step and to the dense step (milliseconds).
-    ``net`` must be one the ``auto`` backend trains with the per-parameter kernels (12,288
-    parameters or more; smaller ones run as one compiled graph without this loop)."""
+    The step runs under the ``native`` backend, the one that draws with this loop; ``net``
+    must be one it trains outside its whole native step (12,288 parameters or more and
+    layers wider than 16 outputs), whose draw + KL is this loop alone."""
     if not _native.available():
         raise SystemExit("the native loops do not compile here (see svbnn._engine.native)")
     library = _native._library
@@ -290,7 +291,7 @@ def measure(
             step()
         return (time.perf_counter() - t) / steps * 1e3
 
-    with tempfile.TemporaryDirectory() as tmp, kernel_backend("auto"):
+    with tempfile.TemporaryDirectory() as tmp, kernel_backend("native"):
         libs = {v.name: _Swapped(build(v, Path(tmp)), library) for v in variants}
         svbnn_step, _ = build_step(net, SVBNN, seed=5)
         dense_step, _ = build_step(net, DENSE, seed=5)

@@ -2,15 +2,16 @@
 
 Run ``python -m benchmarks.engine_paths --rounds 15 --out DIR``. DESIGN section 6.1 lists
 the seven paths a training step can take; paths 2-7 are fast paths. For each network on
-which the library picks a fast path (the networks of ``make bench`` and an estimator-sized
-one), this forces that path and the paths that would run without it, through the switches
-that exist (the ``kernel_backend`` scope, ``SpikeSlabMLP(fused=False)``, ``SVBNN_NATIVE=0``)
-and, where path 7 must be turned away alone (no switch of the library does that:
-``SVBNN_NATIVE=0`` turns every native loop off), a patch local to this benchmark of
-``svbnn._engine.fused.native_step_ok`` to ``False``, so that the native backend's or
-``auto``'s next choice runs. Before timing, one step of every variant runs with the
-engine's entry points watched (:func:`observed_paths`); a variant that takes another path
-than the one it names stops the run instead of timing the wrong thing.
+which the library picks a fast path (the networks of ``make bench``, an estimator-sized one,
+and MNIST's network with hidden layers of 64 to 384 units, where the eager backend stops
+taking path 2 at ``EAGER_FUSED_MAX_NUMEL`` parameters), this forces that path and the paths
+that would run without it, through the switches that exist (the ``kernel_backend`` scope,
+``SpikeSlabMLP(fused=False)``, ``SVBNN_NATIVE=0``) and, where path 7 must be turned away
+alone (no switch of the library does that: ``SVBNN_NATIVE=0`` turns every native loop off),
+a patch local to this benchmark of ``svbnn._engine.fused.native_step_ok`` to ``False``, so
+that the native backend's or ``auto``'s next choice runs. Before timing, one step of every
+variant runs with the engine's entry points watched (:func:`observed_paths`); a variant that
+takes another path than the one it names stops the run instead of timing the wrong thing.
 
 Method: one torch thread; every variant has its own model, optimiser (svbnn's Adam) and
 fixed minibatch; a step is what ``svbnn.training.train`` runs (zero grad, ``negative_elbo``,
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import math
 import os
@@ -50,6 +52,7 @@ from torch import Tensor, nn
 import svbnn.nn.spike_slab as _spike_slab
 from svbnn._engine import fused as _fused
 from svbnn._engine import native as _native
+from svbnn._engine import paths as _paths
 from svbnn._engine.kernels import backend_scope
 from svbnn.nn.base import set_generator
 from svbnn.nn.spike_slab import SpikeSlabMLP
@@ -77,25 +80,33 @@ class Variant:
     fused: bool = True
     native: bool = True
     native_step: bool = True
+    force_path2: bool = False
 
 
 VARIANTS: dict[str, Variant] = {
     v.key: v
     for v in (
         Variant("L1", 1, "layer by layer, eager kernels (fused=False)", "eager", fused=False),
-        Variant("F2", 2, "fused draw + KL, eager (the eager backend)", "eager"),
         Variant(
-            "I3",
-            3,
-            "fused draw + KL compiled by inductor (auto, SVBNN_NATIVE=0)",
-            "auto",
-            native=False,
+            "E1",
+            1,
+            "the eager backend on a network of EAGER_FUSED_MAX_NUMEL parameters or more: "
+            "layer by layer",
+            "eager",
         ),
-        Variant("N4", 4, "fused draw + KL on the C++ loops (auto)", "auto"),
+        Variant(
+            "F2",
+            2,
+            "fused draw + KL, eager (the eager backend; at any size: EAGER_FUSED_MAX_NUMEL raised)",
+            "eager",
+            force_path2=True,
+        ),
+        Variant("I3", 3, "fused draw + KL compiled by inductor (compiled backend)", "compiled"),
+        Variant("N4", 4, "fused draw + KL on the C++ loops (native backend)", "native"),
         Variant(
             "N4s",
             4,
-            "fused draw + KL on the C++ loops, path 7 turned away (auto)",
+            "fused draw + KL on the C++ loops, path 7 turned away (auto, below 12,288 parameters)",
             "auto",
             native_step=False,
         ),
@@ -134,6 +145,12 @@ class Case:
     replicates: int | None = None
 
 
+def _mnist_width(width: int) -> NetSpec:
+    # MNIST's network and minibatch with two hidden layers of `width` units
+    spec = network_specs(512, 1024)["mnist"]
+    return dataclasses.replace(spec, key=f"mnist{width}", hidden=(width, width))
+
+
 def _estimator_net(batch: int) -> NetSpec:
     return NetSpec(f"est{batch}", "estimator", "mlp", 30, (50,), 1, "regression", batch, 300, 1e-3)
 
@@ -154,21 +171,38 @@ def default_cases() -> dict[str, Case]:
             (("F2", "L1"), ("G5", "L1"), ("G5", "F2"), ("N7", "L1"), ("N7", "F2"), ("N7", "G5")),
         ),
         Case(
+            "sim2x5",
+            "Simulation II x 5 replicates, batch 512",
+            sim2,
+            "auto below 12,288 parameters: path 7; path 4 where 7 does not apply",
+            ("L1", "F2", "N4s", "N7"),
+            (
+                ("F2", "L1"),
+                ("N4s", "L1"),
+                ("N4s", "F2"),
+                ("N7", "L1"),
+                ("N7", "F2"),
+                ("N7", "N4s"),
+            ),
+            replicates=5,
+        ),
+        Case(
             "sim2x30",
             "Simulation II x 30 replicates, batch 512",
             sim2,
-            "make bench, section 3 (auto: path 7)",
-            ("L1", "F2", "I3", "N4s", "N7"),
+            "make bench, section 3 (auto: path 7; path 3 where 7 does not apply)",
+            ("L1", "F2", "I3", "N4n", "N7"),
             (
                 ("F2", "L1"),
                 ("I3", "L1"),
                 ("I3", "F2"),
-                ("N4s", "L1"),
-                ("N4s", "F2"),
-                ("N4s", "I3"),
+                ("N4n", "L1"),
+                ("N4n", "F2"),
+                ("N4n", "I3"),
                 ("N7", "L1"),
                 ("N7", "F2"),
-                ("N7", "N4s"),
+                ("N7", "I3"),
+                ("N7", "N4n"),
             ),
             replicates=30,
         ),
@@ -193,10 +227,11 @@ def default_cases() -> dict[str, Case]:
             "mnist",
             "MNIST 784-512-512-10, batch 256",
             mnist,
-            "make bench, section 1; benchmarks.estimator_speed (auto: path 4)",
-            ("L1", "F2", "I3", "N4"),
+            "make bench, section 1; benchmarks.estimator_speed (auto: path 3)",
+            ("L1", "E1", "F2", "I3", "N4"),
             (
                 ("F2", "L1"),
+                ("F2", "E1"),
                 ("I3", "L1"),
                 ("I3", "F2"),
                 ("N4", "L1"),
@@ -205,6 +240,20 @@ def default_cases() -> dict[str, Case]:
             ),
         ),
     ]
+    for width in (64, 96, 128, 256, 384):
+        net = _mnist_width(width)
+        large = net.n_params() >= _paths.EAGER_FUSED_MAX_NUMEL
+        cases.append(
+            Case(
+                net.key,
+                f"MNIST's network with hidden widths {width}: {net.arch()} "
+                f"({net.n_params():,} parameters), batch {net.batch}",
+                net,
+                "the eager backend (auto and compiled: path 3): where path 2 stops keeping",
+                ("L1", "E1", "F2") if large else ("L1", "F2"),
+                (("F2", "L1"), ("F2", "E1")) if large else (("F2", "L1"),),
+            )
+        )
     for batch in (128, 300):
         cases.append(
             Case(
@@ -264,6 +313,8 @@ def variant_scope(variant: Variant) -> Iterator[None]:
         stack.enter_context(_env("SVBNN_NATIVE", None if variant.native else "0"))
         if not variant.native_step:
             stack.enter_context(_replaced(_fused, "native_step_ok", lambda *a, **k: False))
+        if variant.force_path2:
+            stack.enter_context(_replaced(_paths, "EAGER_FUSED_MAX_NUMEL", 2**62))
         yield
 
 
@@ -341,7 +392,7 @@ def observed_paths(step: Callable[[], None]) -> set[int]:
 
 
 def _path_taken(seen: set[int]) -> int | None:
-    # 7 runs 4's loops; 4 runs inside the compiled kernels' table (3)
+    # 7 runs 4's loops
     for path in (7, 5, 6, 4, 3, 2, 1):
         if path in seen:
             return path

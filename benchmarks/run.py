@@ -207,14 +207,21 @@ def _run(args: argparse.Namespace) -> Report:
 
 
 def _native_loops() -> str:
-    """Whether the compiled kernels' draw + KL loops run as svbnn._engine.native builds them."""
-    if backend().value == "eager":
-        return "not used (eager kernels)"
+    """Where svbnn._engine.native's draw + KL loops run under this run's backend: under
+    ``native`` wherever they serve, under ``auto`` (one thread) for networks of narrow
+    layers only (inductor's kernels draw the others), never under ``eager`` or ``compiled``."""
+    mode = backend().value
+    if mode in ("eager", "compiled"):
+        return f"not used ({mode} kernels)"
     if os.environ.get("SVBNN_NATIVE", "1") == "0":
         return "off (SVBNN_NATIVE=0)"
+    if not _native.available():
+        return "off (did not compile)"
+    if mode == "native":
+        return "on"
     if torch.get_num_threads() != 1:
         return "not used (more than one thread)"
-    return "on" if _native.available() else "off (did not compile)"
+    return "on for narrow layers (at most 16 outputs a layer); inductor's kernels elsewhere"
 
 
 def _meta(args: argparse.Namespace, bayesian_torch: str) -> dict[str, Any]:

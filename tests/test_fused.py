@@ -656,3 +656,55 @@ def test_a_model_pickled_with_the_old_cache_attributes_loads() -> None:
     x = torch.randn(4, 3)
     torch.testing.assert_close(old.kl_divergence(), model.kl_divergence())
     assert old(x).shape == (4, 1)
+
+
+@pytest.mark.parametrize(
+    ("hidden", "replicates", "path"),
+    [
+        ((128,), None, 1),  # 784-128-10: 101,770 parameters, from EAGER_FUSED_MAX_NUMEL on
+        ((112,), None, 2),  # 784-112-10: 89,050, below it
+        ((64,), 2, 2),  # replicates keep path 2 (2 x 50,890 parameters)
+    ],
+)
+def test_the_eager_backend_draws_a_large_network_layer_by_layer(
+    monkeypatch: pytest.MonkeyPatch, hidden: tuple[int, ...], replicates: int | None, path: int
+) -> None:
+    # Path 2 (the fused eager draw + KL) on one network below EAGER_FUSED_MAX_NUMEL
+    # parameters and on replicates; path 1 (each layer its own draw) from there on.
+    import svbnn.nn.spike_slab as spike_slab
+
+    model = SpikeSlabMLP(
+        784, hidden, 10, n_replicates=replicates, generator=torch.Generator().manual_seed(0)
+    )
+    set_generator(model, torch.Generator().manual_seed(1))
+    n = model.mu.numel()
+    assert (n >= fused_paths.EAGER_FUSED_MAX_NUMEL) == (path == 1 or replicates is not None)
+    seen: list[int] = []
+    for owner, name, path_of in (
+        (spike_slab, "gumbel_spike_slab", 1),
+        (fused.FusedGumbelKL, "apply", 2),
+    ):
+        real = getattr(owner, name)
+        monkeypatch.setattr(
+            owner, name, lambda *a, real=real, p=path_of: seen.append(p) or real(*a)
+        )
+    lead = () if replicates is None else (replicates,)
+    x = torch.randn(*lead, 16, 784, generator=torch.Generator().manual_seed(2))
+    y = torch.randint(0, 10, (*lead, 16), generator=torch.Generator().manual_seed(3))
+    with K.backend_scope("eager"):
+        loss, _, kl = negative_elbo(model, CategoricalLikelihood(), x, y, n_train=100)
+        loss.sum().backward()
+    assert set(seen) == {path}
+    assert len(seen) == (len(model.layers()) if path == 1 else 1)
+    # either way the KL is the exact one of the flat parameters and every gradient flows
+    exact = spike_slab_kl(
+        model.mu.detach(),
+        model.rho.detach(),
+        model.alpha.detach(),
+        model.log_prior_inclusion,
+        model.layers()[0].prior_variance,
+        batch_dims=0 if replicates is None else 1,
+    )
+    torch.testing.assert_close(kl.detach() * 100, exact, rtol=1e-5, atol=1e-5)
+    for p in (model.mu, model.rho, model.alpha):
+        assert p.grad is not None and torch.isfinite(p.grad).all() and (p.grad != 0).any()

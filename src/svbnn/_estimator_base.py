@@ -56,7 +56,6 @@ from .training import History, LikelihoodLike, Optimizer, check_kl_weight, train
 
 logger = logging.getLogger("svbnn.estimators")  # the estimators' messages, one logger
 
-_compile_failed = False  # set once the compiled kernels failed to build in this process
 # Fitted module -> its float64 copy for prediction (see _VariationalEstimator._module64).
 _MODULE64: weakref.WeakKeyDictionary[nn.Module, nn.Module] = weakref.WeakKeyDictionary()
 
@@ -341,8 +340,6 @@ class _VariationalEstimator(BaseEstimator, ABC):
             # need not compile.
             cpu32 = torch.device(self.device).type == "cpu" and self.dtype == "float32"
             return "native" if cpu32 and _native.available() else "eager"
-        if _compile_failed and choice in ("auto", "compiled"):
-            return "eager"
         return str(choice)
 
     def _fit_module(
@@ -682,18 +679,16 @@ def _row_weights(
 
 
 def _run_falling_back(run: Callable[[str], _R], kernels: str) -> _R:
-    """``run(kernels)``; if the compiled kernels cannot be built, ``run("eager")`` (and
-    eager from then on in this process, see :meth:`_VariationalEstimator._backend_for`)."""
-    global _compile_failed
+    """``run(kernels)``; if the compiled kernels cannot be built, ``run("eager")``. Each
+    fit tries again (nothing is remembered between fits: no process state)."""
     try:
         return run(kernels)
     except Exception as err:
         if kernels == "eager" or not _is_compile_error(err):
             raise
-        _compile_failed = True
         logger.warning(
-            "svbnn: the compiled kernels could not be built (%s: %s); using the eager "
-            "kernels from now on in this process",
+            "svbnn: the compiled kernels could not be built (%s: %s); this fit uses the "
+            "eager kernels (kernel_backend='eager' skips the attempt)",
             type(err).__name__,
             str(err).splitlines()[0] if str(err) else "",
         )

@@ -45,11 +45,13 @@ from .kernels import (
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
+    native_kernels,
     use_compiled,
 )
 from .native_step import may_step, native_negative_elbo, native_step_ok, step_likelihood
 from .paths import (
     draw_ok,
+    eager_fused_ok,
     flat_mlp_ok,
     fused_kl_ok,
     layer_shapes,
@@ -128,7 +130,9 @@ class FusedGumbelKL(torch.autograd.Function):
     ``d/dmu, d/drho, d/dalpha`` of ``<g_theta, theta> + <g_kl, kl>`` in one more pass from
     elementwise factors the forward saved. Noise: either ``u, eps`` (drawn from torch's
     generator, eager kernels) or a two-word ``seed`` for the counter-based noise of the
-    compiled kernel (:func:`svbnn._engine.fused_math.counter_noise`).
+    compiled kernel (:func:`svbnn._engine.fused_math.counter_noise`). ``compiled``: that
+    kernel compiled (else run eagerly); ``native``: on the native loops instead
+    (:func:`~svbnn._engine.kernels.native_kernels`).
 
     Notes
     -----
@@ -148,15 +152,18 @@ class FusedGumbelKL(torch.autograd.Function):
         tau: float,
         log_sigma0: float,
         compiled: bool,
+        native: bool = False,
     ) -> tuple[Tensor, Tensor]:
         # The kernels take 1 / sigma_0^2 and 1 / tau (see fused_forward).
         consts = (log_lam, log_1mlam, log_sigma0, math.exp(-2.0 * log_sigma0), 1.0 / tau)
         if len(noise) == 1:
-            out = kernels(compiled)["fused_forward"](mu, rho, alpha, noise[0], *consts)
+            table = native_kernels() if native else kernels(compiled)
+            out = table["fused_forward"](mu, rho, alpha, noise[0], *consts)
         else:
-            compiled = False
+            compiled = native = False
             out = kernels(False)["fused_forward_given_noise"](mu, rho, alpha, *noise, *consts)
         ctx.compiled = compiled
+        ctx.native = native
         theta, kl, *saved = out
         ctx.save_for_backward(theta, *saved)
         return theta, kl
@@ -171,15 +178,14 @@ class FusedGumbelKL(torch.autograd.Function):
             g_theta = torch.zeros(shape, dtype=saved[0].dtype, device=saved[0].device)
         if g_kl is None:
             g_kl = torch.zeros(shape[:-1], dtype=saved[0].dtype, device=saved[0].device)
-        # Compiled, the saved factors become the gradients (one loop storing into what it
-        # reads), unless this graph is kept for another backward (retain_graph,
+        # Compiled or native, the saved factors become the gradients (one loop storing into
+        # what it reads), unless this graph is kept for another backward (retain_graph,
         # create_graph: e.g. the KL and the likelihood backpropagated separately), which
         # reads them again. Eager, that would be one more pass, so never.
-        into_factors = ctx.compiled and not _graph_is_kept()
-        grads = kernels(ctx.compiled)["fused_backward"](
-            g_theta, g_kl.unsqueeze(-1), *saved, into_factors
-        )
-        return (*grads, None, None, None, None, None, None)
+        into_factors = (ctx.compiled or ctx.native) and not _graph_is_kept()
+        table = native_kernels() if ctx.native else kernels(ctx.compiled)
+        grads = table["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved, into_factors)
+        return (*grads, None, None, None, None, None, None, None)
 
 
 def _graph_is_kept() -> bool:
@@ -405,6 +411,8 @@ class FusedEngine:
             out_whole: Tensor = out
             return out_whole
         if fused_kl_ok(layers):
+            if not eager_fused_ok(model) and self._eager_draw(model, first):
+                return None  # a large network on the eager kernels: layer by layer
             key = _kl_key(model)
             flat, kl = self.draw_with_kl(model, first, key)
             self.kl_cache = (kl, key)
@@ -491,15 +499,8 @@ class FusedEngine:
         first layer (sampler settings, generator); ``key``: the current KL key, if the
         caller has it."""
         mu = model.mu
-        # A network the native loops run whole takes them under auto at any size (checked
-        # only where the size alone does not already choose the compiled kernels); under
-        # the native backend they draw wherever they serve (kernels() then gives them).
-        compiled = (
-            use_compiled(mu.numel(), mu.device)
-            or native_network(model, model.layers())
-            or (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True))
-        )
-        if _fused_path(mu.numel(), mu.device) or compiled:
+        compiled, native = self._kernels_for(model, first)
+        if _fused_path(mu.numel(), mu.device) or compiled or native:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
             gen = first.generator
@@ -516,10 +517,32 @@ class FusedEngine:
             float(first.temperature),
             0.5 * math.log(first.prior_variance),
             compiled,
+            native,
         )
         return flat, kl
 
     # -- helpers -----------------------------------------------------------------------
+    @staticmethod
+    def _kernels_for(model: SpikeSlabMLP, first: SpikeSlabLinear) -> tuple[bool, bool]:
+        """Whether :meth:`draw_with_kl` runs inductor's kernel, and whether the native
+        loops: ``(compiled, native)``."""
+        mu = model.mu
+        # Inductor's kernel where the kernels run compiled. The native loops draw under the
+        # native backend wherever they serve, and under auto a network they run whole
+        # (narrow layers) where the eager kernels would draw it: in place of inductor's
+        # kernel they gain too little (docs/performance.md, "Fast paths of a training step").
+        compiled = use_compiled(mu.numel(), mu.device)
+        native = (backend() is Backend.NATIVE and native_draw(model, first, any_threads=True)) or (
+            not compiled and native_network(model, model.layers())
+        )
+        return compiled, native
+
+    def _eager_draw(self, model: SpikeSlabMLP, first: SpikeSlabLinear) -> bool:
+        """Whether :meth:`draw_with_kl` would draw with torch's generator and the eager
+        kernels (path 2)."""
+        mu = model.mu
+        return not (_fused_path(mu.numel(), mu.device) or any(self._kernels_for(model, first)))
+
     def _whole_network_inputs(
         self, model: SpikeSlabMLP, layers: list[SpikeSlabLinear], key: tuple[Any, ...]
     ) -> tuple[tuple[Tensor, ...], tuple[Any, ...]]:

@@ -18,9 +18,11 @@ graph serves every layer shape). A :class:`~svbnn.nn.SpikeSlabMLP` training step
 draws every weight of the network and computes the KL and the elementwise factors of both
 gradients in one function, :func:`fused_forward` (compiled, counter-based noise) or
 :func:`fused_forward_given_noise` (eager, torch's generator), and applies them in
-:func:`fused_backward`. With one torch thread, the compiled :func:`fused_forward` and
-:func:`fused_backward` of one float32 network on the CPU run the same loops as built by the
-C++ compiler itself (:mod:`svbnn._engine.native`), which give inductor's outputs bit for bit.
+:func:`fused_backward`. The compiled kernels are always inductor's: the same two loops as
+built by the C++ compiler itself (:mod:`svbnn._engine.native`), which give inductor's
+outputs bit for bit, run only where the caller asks for them (:func:`native_kernels`: the
+``native`` backend, and ``auto`` on the small networks of narrow layers that the native
+loops run whole).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "kernels",
     "parse_backend",
     "log_softplus",
+    "native_kernels",
     "softplus",
     "set_backend",
     "use_compiled",
@@ -563,74 +566,80 @@ def use_whole_network(numel: int, device: torch.device | None = None) -> bool:
 
 
 def kernels(compiled: bool | None = None) -> dict[str, Callable[..., Any]]:
-    """The kernel functions: compiled or eager (``None``: as the backend says, ``auto``
-    counting as compiled)."""
+    """The kernel functions: compiled by inductor or eager (``None``: as the backend says,
+    ``auto`` counting as compiled). Under the ``native`` backend the compiled table is
+    :func:`native_kernels`: that backend never compiles."""
     mode = backend()
     if compiled is None:
         compiled = mode in (Backend.COMPILED, Backend.AUTO)
     if not compiled:
         return _EAGER
     if mode is Backend.NATIVE:
-        # Callers ask for these only where the native loops serve the draw.
         return _NATIVE_KERNELS
     with _compile_lock:
         if not _COMPILED:
             logger.info("compiling spike-and-slab kernels with torch.compile")
             # One symbolic-shape graph per kernel serves every layer and network size.
-            compiled_fns = {
-                name: torch.compile(fn, dynamic=True, options=COMPILE_OPTIONS)
-                for name, fn in _EAGER.items()
-            }
-            compiled_fns["fused_forward"] = _with_native(compiled_fns["fused_forward"])
-            compiled_fns["fused_backward"] = _with_native_backward(compiled_fns["fused_backward"])
-            _COMPILED.update(compiled_fns)
+            _COMPILED.update(
+                {
+                    name: torch.compile(fn, dynamic=True, options=COMPILE_OPTIONS)
+                    for name, fn in _EAGER.items()
+                }
+            )
     return _COMPILED
 
 
-def _with_native(
-    inductor_kernel: Callable[..., Any], any_threads: bool = False
-) -> Callable[..., Any]:
-    """The compiled :func:`fused_forward`: the C++ compiler's build of the same loop
-    (:mod:`svbnn._engine.native`) where it serves the call (one network's or R replicates' float32
-    parameters on the CPU, one thread), with the same outputs bit for bit, else inductor's
-    (timings: ``docs/performance.md``, "The draw + KL loops built by the C++ compiler").
-    ``SVBNN_NATIVE=0`` keeps inductor's everywhere."""
+def native_kernels() -> dict[str, Callable[..., Any]]:
+    """The kernel functions with the fused draw + KL pair on svbnn's C++ loops
+    (:mod:`svbnn._engine.native`) where they serve the call, at any thread count, else
+    the eager kernels; never a compile. The loops give inductor's :func:`fused_forward`
+    and :func:`fused_backward` outputs bit for bit. The ``native`` backend's table, and
+    the one ``auto`` draws with on a network the native loops run whole
+    (:func:`~svbnn._engine.paths.native_network`) below :data:`AUTO_MIN_NUMEL`
+    parameters, where the eager kernels would run. Where ``auto`` and ``compiled`` run
+    inductor's kernels, the loops stand in for nothing: they gain too little against them
+    (``docs/performance.md``, "Fast paths of a training step")."""
+    return _NATIVE_KERNELS
 
-    def fused_forward_compiled(*args: Any) -> tuple[Tensor, ...]:
+
+def _with_native(eager_kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`fused_forward` on the native loops where they serve the call (float32 CPU
+    parameters of one network or of R replicates with one prior, ``tau`` = 1/2 or 1), with
+    inductor's outputs bit for bit, else ``eager_kernel``. ``SVBNN_NATIVE=0`` keeps the
+    eager kernel everywhere."""
+
+    def fused_forward_native(*args: Any) -> tuple[Tensor, ...]:
         # fused_forward's arguments: mu, rho, alpha, seed, log_lam, ..., inv_tau
         mu, rho, alpha, _, log_lam = args[:5]
-        if _native.usable(mu, rho, alpha, log_lam, args[-1], any_threads):
+        if _native.usable(mu, rho, alpha, log_lam, args[-1], any_threads=True):
             return _native.fused_forward(*args)
-        return tuple(inductor_kernel(*args))
+        return tuple(eager_kernel(*args))
 
-    return fused_forward_compiled
+    return fused_forward_native
 
 
-def _with_native_backward(
-    inductor_kernel: Callable[..., Any], any_threads: bool = False
-) -> Callable[..., Any]:
-    """The compiled :func:`fused_backward`: with ``into_factors``, the C++ compiler's build
-    of the same loop where it serves the call (as :func:`_with_native`), else inductor's,
-    with the same gradients bit for bit."""
+def _with_native_backward(eager_kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`fused_backward` on the native loop where it serves the call (as
+    :func:`_with_native`), else ``eager_kernel``, with inductor's gradients bit for bit.
+    The loop writes the gradients over the three KL factors: without ``into_factors`` (a
+    graph kept for another backward reads them again) it writes over copies of them."""
 
-    def fused_backward_compiled(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
+    def fused_backward_native(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
         # fused_backward's arguments: g_theta, g_kl, the six saved arrays, into_factors
         g_theta, g_kl, *saved = args[:8]
-        if (
-            args[8:]
-            and args[8]
-            and _native.backward_usable(g_theta, g_kl, tuple(saved), any_threads)
-        ):
-            return _native.fused_backward(*args[:8])
-        return inductor_kernel(*args)
+        if not _native.backward_usable(g_theta, g_kl, tuple(saved), any_threads=True):
+            return eager_kernel(*args)
+        if not (args[8:] and args[8]):
+            saved = [*saved[:3], *(t.clone() for t in saved[3:])]
+        return _native.fused_backward(g_theta, g_kl, *saved)
 
-    return fused_backward_compiled
+    return fused_backward_native
 
 
-# The native backend's kernels: the native loops where they serve (any thread count; nothing
-# compares them with inductor's there), else the eager kernels, never a compile.
+# The native kernels: the native loops where they serve, else the eager kernels, never a
+# compile.
 _NATIVE_KERNELS: dict[str, Callable[..., Any]] = {
     **_EAGER,
-    "fused_forward": _with_native(_EAGER["fused_forward"], any_threads=True),
-    "fused_backward": _with_native_backward(_EAGER["fused_backward"], any_threads=True),
+    "fused_forward": _with_native(_EAGER["fused_forward"]),
+    "fused_backward": _with_native_backward(_EAGER["fused_backward"]),
 }

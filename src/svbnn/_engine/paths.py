@@ -12,13 +12,15 @@ from torch import Tensor, nn
 
 from ..nn.base import ACTIVATIONS, ForwardMode, Sampler
 from . import native as _native
-from .kernels import Backend, backend, use_whole_network
+from .kernels import Backend, _on_cpu, backend, use_whole_network
 
 if TYPE_CHECKING:
     from ..nn.spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
 __all__ = [
+    "EAGER_FUSED_MAX_NUMEL",
     "draw_ok",
+    "eager_fused_ok",
     "flat_mlp_ok",
     "fused_kl_ok",
     "layer_shapes",
@@ -27,6 +29,26 @@ __all__ = [
     "native_network",
     "whole_network_ok",
 ]
+
+
+EAGER_FUSED_MAX_NUMEL = 100_000
+"""Size from which one network (not replicates) whose draw + KL would run on the eager
+kernels on the CPU (the ``eager`` backend; ``native`` where its loops do not serve) draws
+layer by layer (path 1) instead of with the fused eager function (path 2), whose
+whole-network temporaries fault pages in each step. Upper quartiles of path 2's step time
+over path 1's (``benchmarks.engine_paths``, 15 rounds, MNIST's network with two hidden
+layers of 64 to 512 units; ``docs/results/engine-paths/run6`` to ``run8``): 0.811-0.864 at
+55,050 parameters, 0.872 and 1.052 at 85,642, 0.903-1.338 from 118,282 to 669,706; the
+rule that keeps a fast path asks for below 0.91 (``docs/performance.md``, "Path 2 by
+network size")."""
+
+
+def eager_fused_ok(model: SpikeSlabMLP) -> bool:
+    """Whether the fused eager draw + KL (path 2) serves this network, where its draw runs
+    on the eager kernels: replicates, off the CPU, or one network below
+    :data:`EAGER_FUSED_MAX_NUMEL` parameters."""
+    mu = model.mu
+    return mu.dim() != 1 or mu.numel() < EAGER_FUSED_MAX_NUMEL or not _on_cpu(mu.device)
 
 
 def layer_shapes(layers: list[SpikeSlabLinear]) -> tuple[tuple[int, int], ...]:
@@ -103,7 +125,9 @@ def native_network(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
     one prior, under ``auto`` one torch thread: the draw + KL and the layers,
     :mod:`svbnn._engine.native`). Such a network takes
     the per-parameter kernels instead of the one-graph step, which compiles first and
-    steps slower for such networks (``docs/performance.md``)."""
+    steps slower for such networks (``docs/performance.md``): where the native step turns
+    it away, the native loops' draw + KL below ``AUTO_MIN_NUMEL`` parameters and
+    inductor's from there on."""
     mu = model._parameters.get("mu")
     return mu is not None and mu.dim() == 2 and native_loops(model, layers)
 

@@ -271,8 +271,9 @@ def _parameter_rows(*tensors: Tensor, any_threads: bool = False) -> bool:
     first = tensors[0]
     return (
         _enabled()
-        # The inductor kernel splits its loop among threads; with one it and this loop agree.
-        # A caller that never runs inductor's kernel (the native backend) needs no agreement.
+        # These loops run on one thread: auto takes them only where torch has one too (with
+        # several, the kernels in their place split their loops among them); the native
+        # backend takes them at any count.
         and (any_threads or torch.get_num_threads() == 1)
         and first.dim() in (1, 2)
         and 0 < first.numel() < 2**31
@@ -291,10 +292,10 @@ def usable(
 ) -> bool:
     """Whether :func:`fused_forward` serves this call: one network's flat float32 CPU
     parameters ``(T,)`` or R replicates' ``(R, T)`` (contiguous, fewer than 2^31), a scalar
-    prior, ``1 / tau`` of 1 or 2, one torch thread (the inductor kernel splits its loop among
-    several; ``any_threads`` for a caller that never runs that kernel), outside a caller's
-    ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library compiled. Otherwise the
-    inductor kernel runs, with the same results."""
+    prior, ``1 / tau`` of 1 or 2, one torch thread unless ``any_threads`` (the native
+    backend), outside a caller's ``torch.compile``, no ``SVBNN_NATIVE=0``, and the library
+    compiled. Otherwise the caller's other kernel runs: inductor's gives the same results
+    bit for bit."""
     return (
         inv_tau in _INV_TAUS
         and log_lam.dim() == 0
