@@ -51,7 +51,7 @@ def test_forced_collapse_warns() -> None:
     collapse = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
     # One warning with every reason, and the remedies that fitted where defaults collapsed.
     assert len(collapse) == 1, collapse
-    for part in ("no input selected", "no path", "training R^2", "kl_weight=0.2", "'eb'"):
+    for part in ("no input selected", "no path", "training R^2", "kl_weight=0.2", "'eb'", "'cv'"):
         assert part in collapse[0], (part, collapse[0])
     assert reg.collapsed_
     assert sum(w.startswith("CollapseWarning: ") for w in reg.fit_warnings_) == 1

@@ -89,8 +89,8 @@ dtype : {"float32", "float64"}, default "float32"
     is, so a row's prediction depends on the other rows of ``X`` and their order only
     through rounding (about 1e-16 relative).
 kernel_backend : {"auto", "compiled", "eager", "native"}, default "auto"
-    The spike-and-slab kernels inside ``fit`` (the process-wide setting is restored
-    after it; the baselines' networks do not use them; see
+    The spike-and-slab kernels inside ``fit`` (for this fit's thread only: no other fit
+    or thread sees it; the baselines' networks do not use them; see
     :class:`svbnn.KernelBackend`): ``"auto"`` compiles them with ``torch.compile`` for
     networks of at least ``AUTO_MIN_NUMEL`` parameters and fits smaller ones with
     ``"native"``: svbnn's C++ loops (built once per machine, never a compile), which
@@ -354,7 +354,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         """Train; sets the fitted attributes and returns the likelihood as fitted.
 
         ``make_likelihood()`` builds a fresh likelihood (one with a learnable noise level
-        is trained with the network). ``weights``: per row, positive and of mean 1
+        is trained with the network; ``make_likelihood(R)`` one for ``R`` replicates).
+        ``weights``: per row, positive and of mean 1
         (:func:`_row_weights`), the weight of its likelihood term; ``None`` weighs every
         row alike (and keeps the model's fused step).
         """
@@ -364,49 +365,30 @@ class _VariationalEstimator(BaseEstimator, ABC):
         Xt = self._tensor(X, "X")
         seed = seeds.seed()
         extra_callbacks = self._prepare(n, p, n_out)
-        batch = min(int(self.batch_size), n)
-        n_batches = math.ceil(n / batch)
-        epochs = self._epoch_budget(n)
-        tol = self.tol
-
-        def run(kernels: str) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
-            gen = torch.Generator(device=self.device)
-            gen.manual_seed(seed)
-            model = self._build_module(p, n_out, gen)
-            lik = make_likelihood().to(self.device)
-            fit_lik, fit_target = lik, target
-            if weights is not None:
-                fit_lik = _RowWeighted(lik)
-                w = self._tensor(weights, "sample_weight")
-                fit_target = torch.stack([target.to(w.dtype), w], dim=-1)
-            monitor = ConvergenceMonitor(
-                n_batches,
-                tol=0.0 if tol is None else float(tol),
-                n_iter_no_change=int(self.n_iter_no_change),
-                enabled=tol is not None,
-            )
-            callbacks: list[Any] = [*extra_callbacks, monitor]
-            with backend_scope(kernels), _diverged_names(self):
-                history = train(
-                    model,
-                    Xt,
-                    fit_target,
-                    fit_lik,
-                    n_mc=int(self.n_mc_train),
-                    kl_weight=float(self.kl_weight),
-                    epochs=epochs,
-                    batch_size=batch,
-                    lr=float(self.learning_rate_init),
-                    optimizer=self.optimizer,
-                    generator=gen,
-                    verbose=bool(self.verbose),
-                    callbacks=callbacks,
-                    track_sparsity=True,
-                )
-            return model, lik, history, monitor
-
         n_params = sum((a + 1) * b for a, b in _layer_pairs(p, self.hidden_layer_sizes, n_out))
-        model, lik, history, monitor = _run_falling_back(run, self._backend_for(n_params))
+        kernels = self._backend_for(n_params)
+        start = None
+        if self._held_out_choice(n):
+            # Its own seed, drawn after the fit's: the fit's seed is what it was without it.
+            start = self._choose_on_held_out(
+                X, target, n_out, make_likelihood, weights, seeds.seed()
+            )
+        epochs = self._epoch_budget(n)
+        model, lik, history, monitor = _run_falling_back(
+            lambda k: self._train(
+                lambda gen: self._build_module(p, n_out, gen),
+                make_likelihood,
+                Xt,
+                target,
+                weights,
+                epochs,
+                extra_callbacks,
+                seed,
+                k,
+                start,
+            ),
+            kernels,
+        )
         # Generators are process-local state: keep the fitted estimator picklable.
         set_generator(model, None)
         self.module_ = model
@@ -414,12 +396,92 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self.n_iter_ = len(history.epoch)
         self.converged_ = bool(monitor.converged)
         self._budget_exhausted_ = (
-            tol is not None and not monitor.converged and self.n_iter_ >= epochs
+            self.tol is not None and not monitor.converged and self.n_iter_ >= epochs
         )
         self.loss_curve_ = list(history.loss)
         self._predict_seed_ = seeds.seed()
         self._summarize(model)
         return lik
+
+    def _train(
+        self,
+        build: Callable[[torch.Generator], nn.Module],
+        make_likelihood: Callable[[], nn.Module],
+        X: Tensor,
+        target: Tensor,
+        weights: NDArray[Any] | None,
+        epochs: int,
+        extra_callbacks: list[Any],
+        seed: int,
+        kernels: str,
+        start: Callable[[nn.Module, nn.Module], None] | None = None,
+        gate_tol: float = 1e-3,
+    ) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
+        """One training run: ``build(generator)`` and ``make_likelihood()`` give a fresh
+        network and likelihood (``start(network, likelihood)``, when given, sets their
+        starting values); ``X`` ``(n, p)`` or ``(R, n, p)`` for a replicated network,
+        ``target`` and ``weights`` per row. Returns the trained network, the likelihood,
+        the history and the stopping rule (``gate_tol``: its bound on the gates that
+        cross 0.5 in a period, :class:`~svbnn.convergence.ConvergenceMonitor`)."""
+        n = X.shape[-2]
+        batch = min(int(self.batch_size), n)
+        tol = self.tol
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        model = build(gen)
+        lik = make_likelihood().to(self.device)
+        if start is not None:
+            start(model, lik)
+        fit_lik, fit_target = cast(LikelihoodLike, lik), target
+        if weights is not None:
+            fit_lik = _RowWeighted(lik)
+            w = self._tensor(weights, "sample_weight")
+            if target.dim() > w.dim():  # replicated: (R, n) targets, (n,) weights
+                w = w.expand(target.shape)
+            fit_target = torch.stack([target.to(w.dtype), w], dim=-1)
+        monitor = ConvergenceMonitor(
+            math.ceil(n / batch),
+            tol=0.0 if tol is None else float(tol),
+            n_iter_no_change=int(self.n_iter_no_change),
+            gate_tol=gate_tol,
+            enabled=tol is not None,
+        )
+        with backend_scope(kernels), _diverged_names(self):
+            history = train(
+                model,
+                X,
+                fit_target,
+                fit_lik,
+                n_mc=int(self.n_mc_train),
+                kl_weight=float(self.kl_weight),
+                epochs=epochs,
+                batch_size=batch,
+                lr=float(self.learning_rate_init),
+                optimizer=self.optimizer,
+                generator=gen,
+                verbose=bool(self.verbose),
+                callbacks=[*extra_callbacks, monitor],
+                track_sparsity=True,
+            )
+        return model, lik, history, monitor
+
+    def _held_out_choice(self, n: int) -> bool:
+        """Whether the family chooses a setting on held-out rows before a fit on ``n``
+        rows (see :meth:`_choose_on_held_out`)."""
+        return False
+
+    def _choose_on_held_out(
+        self,
+        X: NDArray[Any],
+        target: Tensor,
+        n_out: int,
+        make_likelihood: Callable[..., nn.Module],
+        weights: NDArray[Any] | None,
+        seed: int,
+    ) -> Callable[[nn.Module, nn.Module], None] | None:
+        """Set the family's held-out choice (only called when :meth:`_held_out_choice`);
+        returns the fit's starting point (see :meth:`_train`) or ``None``."""
+        raise NotImplementedError
 
     def _warn(self, message: str, category: type[Warning]) -> None:
         """Raise ``message`` as ``category`` for the caller of ``fit`` and record it in
@@ -470,13 +532,14 @@ class _VariationalEstimator(BaseEstimator, ABC):
         if lam is not None and math.isfinite(lam):
             # Measured (docs/guide/estimators.md, "Small data sets"): on small data the
             # exact ELBO's fit pruned every path of wine's although the data carry a strong
-            # signal; a tempered posterior or "eb" fitted.
+            # signal; a tempered posterior, "eb" or "cv" fitted.
             cause = (
                 f"The prior (lambda = {lam:.3g}) pruned what the data support (on small "
                 "data sets this happens even with a strong signal), learning_rate_init (now "
                 f"{self.learning_rate_init!r}) is too high, or the data carry no signal; try "
-                "kl_weight=0.2 (a tempered posterior) or prior_inclusion='eb' (both keep "
-                "more inputs), a lower learning_rate_init, more data, or check X and y."
+                "prior_inclusion='cv' (lambda chosen on held-out rows), kl_weight=0.2 (a "
+                "tempered posterior) or prior_inclusion='eb' (all keep more inputs), a lower "
+                "learning_rate_init, more data, or check X and y."
             )
         else:
             cause = (

@@ -220,7 +220,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 Xv,
                 self._tensor(z, "y"),
                 1,
-                lambda: GaussianLikelihood(noise0, learn_noise=learn).to(_DTYPES[self.dtype]),
+                # R replicates (a held-out choice) learn a noise level each.
+                lambda r=None: GaussianLikelihood(
+                    noise0 if r is None else torch.full((r, 1), noise0), learn_noise=learn
+                ).to(_DTYPES[self.dtype]),
                 seeds,
                 w,
             )
@@ -436,7 +439,9 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                         f"{_label(self.classes_[codes[0]])!r}"
                     )
             target = torch.tensor(codes, dtype=torch.long, device=self.device)
-            self._fit_module(Xv, target, len(self.classes_), CategoricalLikelihood, seeds, w)
+            self._fit_module(
+                Xv, target, len(self.classes_), lambda r=None: CategoricalLikelihood(), seeds, w
+            )
         self._warn_if_degenerate(self._fit_problem())
         self._warn_if_unconverged()
         # Collapse to the class frequencies (the majority class's predictor): the training
@@ -606,7 +611,7 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
                 Xv,
                 self._tensor(counts, "y"),
                 1,
-                lambda: PoissonLikelihood(offset),
+                lambda r=None: PoissonLikelihood(offset),
                 seeds,
             )
         self._warn_if_unconverged()

@@ -116,7 +116,9 @@ class ConvergenceMonitor:
 
     def __call__(self, epoch: int, model: nn.Module, history: Any) -> bool:
         """Record the epoch; at the end of a period, decide. Returns ``True`` to stop."""
-        self._losses.append(float(history.loss[-1]))
+        # A replicated model records one loss per replicate: the rule watches their mean.
+        last = history.loss[-1]
+        self._losses.append(sum(last) / len(last) if isinstance(last, list) else float(last))
         if len(self._losses) < self.epochs_per_period:
             return False
         loss = sum(self._losses) / len(self._losses)

@@ -19,11 +19,12 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from numpy.typing import NDArray
+from sklearn.model_selection import train_test_split
 from sklearn.utils.validation import check_is_fitted
 from torch import Tensor, nn
 
@@ -31,6 +32,7 @@ from ._estimator_base import (
     _COMMON_ATTRIBUTES,
     _COMMON_PARAMETERS,
     _fill_doc,
+    _run_falling_back,
     _VariationalEstimator,
 )
 from ._estimator_checks import (
@@ -41,6 +43,7 @@ from ._estimator_checks import (
     _check_real,
     _empirical_bayes_inclusion,
     _hidden_sizes,
+    _layer_pairs,
 )
 from ._estimator_tasks import (
     _CLASSIFICATION_ATTRIBUTES,
@@ -55,7 +58,7 @@ from ._estimator_tasks import (
 from .export import export_compact, export_draws, export_onnx
 from .nn.base import Sampler, forward_mode, frozen_sample
 from .nn.spike_slab import SpikeSlabMLP, check_temperature
-from .prediction import _evaluation
+from .prediction import _evaluation, sample_outputs
 from .priors import (
     LOG_INCLUSION_MIN,
     check_prior_variance,
@@ -71,15 +74,24 @@ from .selection import (
     spike_slab_layers,
     unresolved_fraction,
 )
+from .training import LikelihoodLike
 
 __all__ = ["CollapseWarning", "SVBNNClassifier", "SVBNNPoissonRegressor", "SVBNNRegressor"]
 
 _SPIKE_SLAB_PARAMETERS = """\
-prior_inclusion : "opt", "eb" or float, default "opt"
+prior_inclusion : "opt", "eb", "cv" or float, default "opt"
     Prior inclusion ``lambda``: ``"opt"`` is ``lambda_opt`` of Theorem 4.1 (about 1e-4;
     needed for variable selection); ``"eb"`` sets it during training to its
     empirical-Bayes value, the mean ``phi`` (capped at 0.5: better fits on small data, but
-    every input then reaches the output with high probability); or a float.
+    every input then reaches the output with high probability); ``"cv"`` chooses it on
+    held-out rows, the way ``LassoCV`` chooses ``alpha``: a grid of ``INCLUSION_GRID``
+    values, log-spaced from ``lambda_opt`` to ``INCLUSION_MAX`` (0.1: with a denser prior
+    the gates of edges the data do not inform stay near ``lambda``, and many such edges
+    add up to a selected input), is fitted on 80% of the rows as the
+    replicates of one network, and the smallest ``lambda`` whose held-out log predictive
+    density is within one standard error of the best is kept (the one-standard-error
+    rule); the fit on all rows then starts from that replicate (with fewer than 10 rows,
+    ``"cv"`` is ``"opt"``); or a float.
 log_prior_inclusion : float, optional
     ``log(lambda)``, in ``[-1e30, 0)``; overrides ``prior_inclusion`` (use it below
     ~1e-300).
@@ -110,7 +122,10 @@ sparsity_ : float
 density_ : float
     Fraction of parameters with ``phi > 0.5``.
 lambda_, log_lambda_ : float
-    The prior inclusion used (with ``"eb"``: its final value)."""
+    The prior inclusion used (with ``"eb"``: its final value; with ``"cv"``: the chosen).
+inclusion_grid_, inclusion_scores_ : ndarray of shape (INCLUSION_GRID,)
+    With ``prior_inclusion="cv"`` only: the candidate ``log(lambda)`` and their held-out
+    mean log predictive density per row (nats; standardised ``y`` for a regressor)."""
 
 _SPIKE_SLAB_WARNS = """\
 sklearn.exceptions.ConvergenceWarning
@@ -126,6 +141,44 @@ CollapseWarning
 UserWarning
     A regressor that diverged (training R^2 below -1) or a classifier whose training
     log-loss is over 10 times a uniform prediction's; the message says "diverged"."""
+
+
+INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
+INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
+_HELD_OUT = 0.2  # and the fraction of rows held out to choose among them
+
+
+def _held_out_rows(target: Tensor, seed: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Rows to fit on and rows held out (a ``_HELD_OUT`` fraction, at least one each),
+    stratified by class for class labels where every class has two rows or more."""
+    n = target.shape[0]
+    labels = target.cpu().numpy() if not target.is_floating_point() else None
+    if labels is not None and np.bincount(labels).min(initial=n) < 2:
+        labels = None
+    n_held = min(max(1, round(_HELD_OUT * n)), n - 1)
+    if labels is not None and n_held < len(np.unique(labels)):
+        labels = None
+    fit, held = train_test_split(np.arange(n), test_size=n_held, random_state=seed, stratify=labels)
+    return np.sort(fit), np.sort(held)
+
+
+def _one_standard_error(
+    lpd: NDArray[np.float64], w: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], int]:
+    """The one-standard-error rule over candidates ordered from the sparsest prior.
+
+    ``lpd`` ``(R, m)``: each candidate's held-out log predictive density per row; ``w``
+    ``(m,)`` row weights summing to 1. Returns the weighted mean per candidate and the
+    first (sparsest) candidate whose mean is within one standard error of the best's,
+    the error of its paired difference to the best over the rows."""
+    means = lpd @ w
+    best = int(np.argmax(means))
+    diff = lpd - lpd[best]
+    m_eff = 1.0 / float(np.sum(w**2))  # Kish's effective number of rows
+    var = ((diff - (diff @ w)[:, None]) ** 2) @ w
+    se = np.sqrt(var / max(m_eff - 1.0, 1.0))
+    ok = means >= means[best] - se
+    return means, int(np.argmax(ok))
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -144,9 +197,9 @@ class _SpikeSlabFamily(_VariationalEstimator):
     def _check_family_params(self) -> None:
         _check_choice("sampler", self.sampler, [s.value for s in Sampler])
         if isinstance(self.prior_inclusion, str):
-            if self.prior_inclusion not in ("opt", "eb"):
+            if self.prior_inclusion not in ("opt", "eb", "cv"):
                 raise ValueError(
-                    "prior_inclusion must be 'opt', 'eb' or a float in (0, 1), "
+                    "prior_inclusion must be 'opt', 'eb', 'cv' or a float in (0, 1), "
                     f"got {self.prior_inclusion!r}"
                 )
         else:
@@ -175,21 +228,98 @@ class _SpikeSlabFamily(_VariationalEstimator):
         elif self.prior_inclusion == "eb":
             log_lam = math.log(0.5)  # the starting value; fitted with the rest
         elif isinstance(self.prior_inclusion, str):
+            # "opt"; and "cv" until the held-out choice (_choose_on_held_out) replaces it.
             log_lam = mlp_log_lambda_opt(p, _hidden_sizes(self.hidden_layer_sizes), n_out, n)
         else:
             log_lam = resolve_log_inclusion(inclusion=float(self.prior_inclusion))
         self.log_lambda_ = log_lam
         self.lambda_ = math.exp(log_lam)
+        for name in ("inclusion_grid_", "inclusion_scores_"):  # a "cv" refit's, if any
+            self.__dict__.pop(name, None)
         return [_empirical_bayes_inclusion] if self._empirical_bayes() else []
 
-    def _build_module(self, n_features: int, n_out: int, gen: torch.Generator) -> nn.Module:
+    def _held_out_choice(self, n: int) -> bool:
+        # Too few rows to hold any out: "cv" keeps lambda_opt (documented).
+        return self.prior_inclusion == "cv" and self.log_prior_inclusion is None and n >= 10
+
+    def _choose_on_held_out(
+        self,
+        X: NDArray[Any],
+        target: Tensor,
+        n_out: int,
+        make_likelihood: Any,
+        weights: NDArray[Any] | None,
+        seed: int,
+    ) -> Any:
+        """``prior_inclusion="cv"``: the grid fitted as replicates on 80% of the rows, the
+        one-standard-error rule on the other 20% (see the parameter). The fit on all rows
+        starts from the chosen replicate (its network and likelihood parameters)."""
+        n, p = X.shape
+        fit_rows, held = _held_out_rows(target, seed)
+        grid = np.linspace(self.log_lambda_, math.log(INCLUSION_MAX), INCLUSION_GRID)
+        R = len(grid)
+        log_lams = torch.tensor(grid, dtype=_DTYPES[self.dtype]).reshape(R, 1)
+        Xt = self._tensor(X, "X")
+        Xf = Xt[fit_rows].expand(R, len(fit_rows), p)
+        yf = target[fit_rows].expand(R, len(fit_rows))
+        wf = None if weights is None else weights[fit_rows]
+        n_params = sum((a + 1) * b for a, b in _layer_pairs(p, self.hidden_layer_sizes, n_out))
+        model, lik, _, _ = _run_falling_back(
+            lambda k: self._train(
+                lambda gen: self._build_module(
+                    p, n_out, gen, n_replicates=R, log_prior_inclusion=log_lams
+                ),
+                lambda: make_likelihood(R),
+                Xf,
+                yf,
+                wf,
+                self._epoch_budget(len(fit_rows)),
+                [],
+                seed,
+                k,
+                # The choice needs settled predictions, not settled gates: the fit on all
+                # rows that follows settles them.
+                gate_tol=1.0,
+            ),
+            self._backend_for(n_params),
+        )
+        H = int(self.n_samples_predict)
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        with torch.no_grad():
+            Xh = Xt[held].expand(R, len(held), p)
+            out = sample_outputs(model, Xh, H, generator=gen)  # (H, R, m, out)
+            lp = cast(LikelihoodLike, lik).log_prob(out, target[held].expand(H, R, len(held)))
+            lpd = (torch.logsumexp(lp.double(), 0) - math.log(H)).cpu().numpy()  # (R, m)
+        w = np.ones(len(held)) if weights is None else weights[held]
+        self.inclusion_grid_ = grid
+        self.inclusion_scores_, best = _one_standard_error(lpd, w / w.sum())
+        self.log_lambda_ = float(grid[best])
+        self.lambda_ = math.exp(self.log_lambda_)
+        chosen = [
+            {k: v.detach()[best].clone() for k, v in m.named_parameters()} for m in (model, lik)
+        ]
+
+        def start(network: nn.Module, likelihood: nn.Module) -> None:
+            with torch.no_grad():
+                for m, values in zip((network, likelihood), chosen, strict=True):
+                    for k, v in m.named_parameters():
+                        v.copy_(values[k].reshape(v.shape))
+
+        return start
+
+    def _build_module(
+        self, n_features: int, n_out: int, gen: torch.Generator, **replicated: Any
+    ) -> nn.Module:
+        """The network; ``replicated``: ``n_replicates`` and a per-replicate
+        ``log_prior_inclusion`` ``(R, 1)`` (the held-out choice's grid)."""
         return SpikeSlabMLP(
             n_features,
             _hidden_sizes(self.hidden_layer_sizes),
             n_out,
             activation=self.activation,
             prior_variance=self.prior_variance,
-            log_prior_inclusion=self.log_lambda_,
+            log_prior_inclusion=replicated.pop("log_prior_inclusion", self.log_lambda_),
             sampler=self.sampler,
             temperature=self.temperature,
             init_inclusion=self.init_inclusion,
@@ -197,6 +327,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
             generator=gen,
             device=self.device,
             dtype=_DTYPES[self.dtype],
+            **replicated,
         )
 
     def _summarize(self, model: nn.Module) -> None:
@@ -270,16 +401,19 @@ class _SpikeSlabFamily(_VariationalEstimator):
         Parameters
         ----------
         storage : {"auto", "dense", "sparse"}, default "auto"
-            Per layer ``nn.Linear`` or CSR (:func:`svbnn.export.sparse_is_faster`).
+            ``"auto"``: one :class:`svbnn.export.CompactMLP`, each layer dense or sparse
+            by :func:`svbnn.export.sparse_is_faster`; ``"dense"`` / ``"sparse"``: the
+            layered form, ``nn.Linear`` / CSR layers (see
+            :func:`svbnn.export.export_compact`).
         batch_size : int, default 64
             The batch size the module will mostly run at (chooses the storage).
 
         Returns
         -------
         torch.nn.Sequential
-            In eval mode, no gradients; ``torch.jit.script`` and ``torch.export`` (at a
-            fixed batch size when a layer is sparse) accept it; for a dynamic batch and
-            ONNX use :func:`svbnn.export.to_dense` of it (as :meth:`export_onnx` does).
+            In eval mode, no gradients; ``torch.export`` accepts it (``"auto"``: at any
+            batch size); ``torch.jit.script`` accepts the layered form only; for ONNX use
+            :func:`svbnn.export.to_dense` of it (as :meth:`export_onnx` does).
         """
         check_is_fitted(self, "module_")
         self._warn_if_unresolved()

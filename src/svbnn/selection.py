@@ -24,11 +24,12 @@ __all__ = [
     "export_sparse",
     "feature_inclusion",
     "fpr_fnr",
-    "unresolved_fraction",
+    "gate_statistics",
     "module_size_bytes",
     "selected_features",
     "sparsity",
     "spike_slab_layers",
+    "unresolved_fraction",
 ]
 
 
@@ -38,21 +39,33 @@ def spike_slab_layers(model: nn.Module) -> list[GatedLayer]:
     return [m for m in model.modules() if is_gated_layer(m)]
 
 
-def _phi_sums(model: nn.Module, threshold: float | None) -> Tensor:
+def gate_statistics(
+    model: nn.Module, threshold: float | None = None, low: float = 0.1, high: float = 0.9
+) -> tuple[Tensor, Tensor]:
+    """In one pass over the gates of all weights and biases (``T`` of them): the mean of
+    ``phi`` (or of ``1[phi > threshold]``) and the fraction with ``low < phi < high``.
+
+    Each is a scalar, or ``(R,)`` for a replicated model. :func:`sparsity`,
+    :func:`density` and :func:`unresolved_fraction` are its parts; training records both
+    of the first every epoch.
+    """
     layers = spike_slab_layers(model)
     if not layers:
         raise ValueError("model has no spike-and-slab layers")
     total: Tensor | None = None
+    open_: Tensor | None = None
     count = 0
-    for layer in layers:
-        with torch.no_grad():
+    with torch.no_grad():
+        for layer in layers:
             phi = torch.sigmoid(layer.alpha)
             vals = phi if threshold is None else (phi > threshold).to(phi.dtype)
             s = vals.sum(dim=(-2, -1))
-        total = s if total is None else total + s
-        count += layer.n_params()
-    assert total is not None
-    return total / count
+            u = ((phi > low) & (phi < high)).to(phi.dtype).sum(dim=(-2, -1))
+            total = s if total is None else total + s
+            open_ = u if open_ is None else open_ + u
+            count += layer.n_params()
+    assert total is not None and open_ is not None
+    return total / count, open_ / count
 
 
 def sparsity(model: nn.Module) -> Tensor:
@@ -61,12 +74,12 @@ def sparsity(model: nn.Module) -> Tensor:
     This is a density: the expected fraction of parameters kept. Returns a scalar, or
     ``(R,)`` for a replicated model.
     """
-    return _phi_sums(model, None)
+    return gate_statistics(model)[0]
 
 
 def density(model: nn.Module, threshold: float = 0.5) -> Tensor:
     """Fraction of parameters with ``phi > threshold`` (the authors' code's "sparsity")."""
-    return _phi_sums(model, threshold)
+    return gate_statistics(model, threshold)[0]
 
 
 def selected_features(
@@ -126,19 +139,7 @@ def feature_inclusion(model: nn.Module) -> NDArray[np.float64]:
 
 def unresolved_fraction(model: nn.Module, low: float = 0.1, high: float = 0.9) -> Tensor:
     """Fraction of all gates with ``low < phi < high`` (scalar, or ``(R,)`` replicated)."""
-    layers = spike_slab_layers(model)
-    if not layers:
-        raise ValueError("model has no spike-and-slab layers")
-    total: Tensor | None = None
-    count = 0
-    with torch.no_grad():
-        for layer in layers:
-            phi = torch.sigmoid(layer.alpha)
-            s = ((phi > low) & (phi < high)).to(phi.dtype).sum(dim=(-2, -1))
-            total = s if total is None else total + s
-            count += layer.n_params()
-    assert total is not None
-    return total / count
+    return gate_statistics(model, None, low, high)[1]
 
 
 def fpr_fnr(

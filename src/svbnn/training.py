@@ -31,7 +31,7 @@ from ._engine import native as _native
 from ._engine.kernels import Backend, backend, backend_scope, parse_backend
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
-from .selection import sparsity, spike_slab_layers, unresolved_fraction
+from .selection import gate_statistics, spike_slab_layers
 
 __all__ = [
     "DIVERGED_R2",
@@ -608,8 +608,9 @@ def _record_epoch(
     history.nll.append(_to_list(nll))
     history.kl.append(_to_list(kl))
     if track_sparsity:
-        history.sparsity.append(_to_list(sparsity(model)))
-        history.unresolved.append(_to_list(unresolved_fraction(model)))
+        kept, unresolved = gate_statistics(model)
+        history.sparsity.append(_to_list(kept))
+        history.unresolved.append(_to_list(unresolved))
 
 
 def _save_state(
