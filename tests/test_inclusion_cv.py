@@ -120,3 +120,17 @@ def test_cv_poisson_regressor() -> None:
     assert est.log_lambda_ in est.inclusion_grid_.tolist()
     assert np.all(np.isfinite(est.inclusion_scores_))
     assert np.all(est.predict(X) > 0)
+
+
+def test_cv_choice_survives_save_and_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    X, y = _sparse_problem(120)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = SVBNNRegressor(**SMALL).fit(X, y)
+    path = tmp_path / "m.svbnn"
+    a.save(path)
+    b = SVBNNRegressor.load(path)
+    np.testing.assert_array_equal(a.inclusion_grid_, b.inclusion_grid_)
+    np.testing.assert_array_equal(a.inclusion_scores_, b.inclusion_scores_)
+    assert a.log_lambda_ == b.log_lambda_
+    np.testing.assert_array_equal(a.predict(X), b.predict(X))
