@@ -90,8 +90,8 @@ prior_inclusion : "opt", "eb", "cv" or float, default "opt"
     add up to a selected input), is fitted on 80% of the rows as the
     replicates of one network, and the smallest ``lambda`` whose held-out log predictive
     density is within one standard error of the best is kept (the one-standard-error
-    rule); the fit on all rows then starts from that replicate (with fewer than 10 rows,
-    ``"cv"`` is ``"opt"``); or a float.
+    rule); the fit on all rows then starts from that replicate (``n_iter_`` and
+    ``history_`` are its; with fewer than 10 rows, ``"cv"`` is ``"opt"``); or a float.
 log_prior_inclusion : float, optional
     ``log(lambda)``, in ``[-1e30, 0)``; overrides ``prior_inclusion`` (use it below
     ~1e-300).
