@@ -368,6 +368,16 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
             info["predictive_class_agreement"] = float(
                 np.mean(pred_onnx.argmax(1) == proba.argmax(1))
             )
+            # predict_proba's own Monte Carlo error: its classes with the default draws
+            # against 1,000 draws (the posterior predictive to within MC error), and the
+            # export's agreement with those.
+            proba_many = est.predict_proba(Xte, n_samples=1000)
+            info["predict_vs_1000_draws_class_agreement"] = float(
+                np.mean(proba.argmax(1) == proba_many.argmax(1))
+            )
+            info["class_agreement_1000_draws"] = float(
+                np.mean(out.argmax(1) == proba_many.argmax(1))
+            )
             info["predictive_max_abs_diff"] = float(np.abs(pred_onnx - proba).max())
         else:
             pred = est.predict(Xte)
