@@ -174,15 +174,14 @@ def test_draw_ablation_swaps_the_forward_loop_and_times_it(tmp_path: Path) -> No
         with kernel_backend("native"):  # the backend that draws with the loops
             return model._fused.draw_with_kl(model, first)[0].detach()
 
-    real = _native._library
+    real = _native.library()
     assert real is not None
     drawn = {}
     for variant in (library, no_noise):
-        _native._library = ab._Swapped(ab.build(variant, tmp_path), real)  # type: ignore[assignment]
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            swapped = ab._Swapped(ab.build(variant, tmp_path), real)
+            mp.setattr(_native, "library", lambda swapped=swapped: swapped)
             drawn[variant.name] = weights()
-        finally:
-            _native._library = real
     reference = weights()
     assert torch.equal(drawn[library.name], reference)
     assert not torch.equal(drawn[no_noise.name], reference)
@@ -192,11 +191,10 @@ def test_draw_ablation_swaps_the_forward_loop_and_times_it(tmp_path: Path) -> No
     exp_variant = next(v for v in ab.VARIANTS if v.name == "exp parametrisation")
     with torch.no_grad():
         model.rho.copy_(torch.nn.functional.softplus(model.rho.double()).log().float())
-    _native._library = ab._Swapped(ab.build(exp_variant, tmp_path), real)  # type: ignore[assignment]
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        swapped = ab._Swapped(ab.build(exp_variant, tmp_path), real)
+        mp.setattr(_native, "library", lambda: swapped)
         exp_drawn = weights()
-    finally:
-        _native._library = real
     assert torch.equal(exp_drawn == 0, reference == 0)
     torch.testing.assert_close(exp_drawn, reference, rtol=1e-5, atol=1e-6)
 

@@ -46,10 +46,10 @@ def install_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fresh_loader(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """The loader as a new process finds it, its install folder ``tmp_path / "_build"``."""
     build_dir = tmp_path / "_build"
-    monkeypatch.setattr(_native, "_library", None)
-    monkeypatch.setattr(_native, "_failed", False)
+    _native._load_once.cache_clear()
     monkeypatch.setattr(_native, "BUILD_DIR", build_dir)
     yield build_dir
+    _native._load_once.cache_clear()  # the next use loads the package's own build again
 
 
 def _only_entry(folder: Path) -> dict[str, str]:
@@ -110,7 +110,7 @@ def test_the_install_build_is_loaded_only_if_it_matches_the_manifest(
     # are built for this process in a fresh private folder instead, gone after the load.
     with open(library, "ab") as f:
         f.write(b"\0")
-    monkeypatch.setattr(_native, "_library", None)
+    _native._load_once.cache_clear()
     with caplog.at_level(logging.WARNING, logger="svbnn._engine.native"):
         assert _native.available()
     assert len(builds) == 1 and builds[0].parent == Path(tempfile.gettempdir())
@@ -128,7 +128,7 @@ def test_an_install_build_in_a_process_that_imported_one_moves_only_its_own(
     shutil.copytree(install_build, fresh_loader)
     library = fresh_loader / _only_entry(fresh_loader)["library"]
     assert _native.available()
-    loaded = _native._library
+    loaded = _native.library()
 
     def build(build_directory: Path, name: str) -> object:
         shutil.copy(library, build_directory / f"{name}.so")

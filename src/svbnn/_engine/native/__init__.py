@@ -27,6 +27,7 @@ torch's operations (:func:`available` says which).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -53,6 +54,7 @@ __all__ = [
     "fused_forward",
     "gather_rows",
     "gather_usable",
+    "library",
     "narrow_mlp_backward",
     "narrow_mlp_forward",
     "narrow_mlp_gaussian_step",
@@ -85,8 +87,6 @@ _FLAGS = [
 _INV_TAUS = (2.0, 1.0)
 
 _lock = threading.Lock()
-_library: ModuleType | None = None
-_failed = False
 
 
 def _cpu_signature() -> str:
@@ -229,25 +229,32 @@ def _load() -> ModuleType:
         return _build(Path(private), f"svbnn_native_{key}")
 
 
+@functools.cache
+def _load_once() -> ModuleType | None:
+    try:
+        return _load()
+    except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as err:
+        detail = getattr(err, "stderr", "") or err
+        logger.warning(
+            "svbnn's native loops did not compile (%s); using torch's kernels instead",
+            str(detail).strip().splitlines()[-1:] or err,
+        )
+        logger.debug("the native build's output:\n%s", detail)
+        return None
+
+
+def library() -> ModuleType | None:
+    """The loops' extension module, loaded (built if need be) on the first call and then
+    kept for the process, as an imported module is: a fact of the environment, not an
+    option, and no call changes it. ``None`` where it cannot be built (no compiler, a
+    compile error: logged once)."""
+    with _lock:  # one build, whatever the threads
+        return _load_once()
+
+
 def available() -> bool:
-    """Whether the compiled library is loaded, compiling it on the first call. A failure
-    (no compiler, a compile error) is logged once and the answer stays ``False``."""
-    global _library, _failed
-    if _library is not None or _failed:
-        return _library is not None
-    with _lock:
-        if _library is None and not _failed:
-            try:
-                _library = _load()
-            except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as err:
-                _failed = True
-                detail = getattr(err, "stderr", "") or err
-                logger.warning(
-                    "svbnn's native loops did not compile (%s); using torch's kernels instead",
-                    str(detail).strip().splitlines()[-1:] or err,
-                )
-                logger.debug("the native build's output:\n%s", detail)
-    return _library is not None
+    """Whether the compiled library is loaded, compiling it on the first call."""
+    return library() is not None
 
 
 def _enabled() -> bool:
@@ -332,8 +339,9 @@ def fused_forward(
 ) -> tuple[Tensor, ...]:
     """:func:`svbnn._engine.kernels.fused_forward` in the compiled library; call it where
     :func:`usable` says so. Same arguments and outputs (``kl`` of shape ``mu.shape[:-1]``)."""
-    assert _library is not None
-    out: tuple[Tensor, ...] = _library.fused_forward(
+    lib = library()
+    assert lib is not None
+    out: tuple[Tensor, ...] = lib.fused_forward(
         mu, rho, alpha, seed, log_lam, log_1mlam, log_sigma0, prec0, inv_tau
     )
     return out
@@ -352,9 +360,10 @@ def fused_backward(
     """:func:`svbnn._engine.kernels.fused_backward` with ``into_factors=True`` in the compiled
     library (where :func:`backward_usable` says so): the gradients over ``kl_mu, kl_rho,
     kl_alpha``, which it returns. ``g_kl``: one value per row (``()``, ``(1,)`` or ``(R, 1)``)."""
-    assert _library is not None
+    lib = library()
+    assert lib is not None
     # autograd may hand over an expanded (stride 0) g_kl: the extension makes it contiguous
-    _library.fused_backward(g_theta, g_kl, theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha)
+    lib.fused_backward(g_theta, g_kl, theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha)
     return kl_mu, kl_rho, kl_alpha
 
 
@@ -379,8 +388,9 @@ def gather_rows(src: Tensor, rows: Tensor, out: Tensor) -> Tensor:
     """``out[i] = src[rows[i]]`` (``index_select`` along dimension 0, the same bytes), the
     next rows prefetched while one is copied (``docs/performance.md``, "Replicated networks:
     the gather and the narrow layers"). A row out of range is an error (``RuntimeError``)."""
-    assert _library is not None
-    _library.gather_rows(src, rows, out)
+    lib = library()
+    assert lib is not None
+    lib.gather_rows(src, rows, out)
     return out
 
 
@@ -442,8 +452,9 @@ def narrow_mlp_forward(
     """:func:`svbnn._engine.graphs.mlp_layers` of R replicates, where
     :func:`narrow_mlp_usable` says so: the hidden activations ``[x^T, h_1, ...]``
     (``(R, width, m)``, ``x^T`` a view) and the output ``(R, out, m)``, feature-major."""
-    assert _library is not None
-    hs, out = _library.narrow_mlp_forward(theta, x, _outs(shapes), activation == "relu")
+    lib = library()
+    assert lib is not None
+    hs, out = lib.narrow_mlp_forward(theta, x, _outs(shapes), activation == "relu")
     return [x.transpose(1, 2), *hs], out
 
 
@@ -463,8 +474,9 @@ def narrow_mlp_gaussian_step(
     averaged over the ``m`` rows and negated (``g_mean = -1 / m`` as a float32). Returns the
     output ``(R, 1, m)``; the weight gradient goes into ``grad`` as there. Where
     :func:`narrow_mlp_usable` says so, with ``y`` contiguous float32."""
-    assert _library is not None
-    out: Tensor = _library.narrow_mlp_gaussian_step(
+    lib = library()
+    assert lib is not None
+    out: Tensor = lib.narrow_mlp_gaussian_step(
         theta, x, y, _outs(shapes), activation == "relu", v, g_mean, grad
     )
     return out
@@ -482,7 +494,8 @@ def narrow_mlp_backward(
     output's gradient ``g`` ``(R, out, m)`` (feature-major) and the activations ``hs`` it
     returned, written into ``grad`` ``(R, T)``, laid out as ``theta`` (the rest of ``grad``
     is not touched)."""
-    assert _library is not None
-    _library.narrow_mlp_backward(
+    lib = library()
+    assert lib is not None
+    lib.narrow_mlp_backward(
         theta, hs[0].transpose(1, 2), hs[1:], g, _outs(shapes), activation == "relu", grad
     )
