@@ -371,7 +371,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         if self._held_out_choice(n):
             # Its own seed, drawn after the fit's: the fit's seed is what it was without it.
             start = self._choose_on_held_out(
-                X, target, n_out, make_likelihood, weights, seeds.seed()
+                Xt, target, n_out, make_likelihood, weights, seeds.seed(), kernels
             )
         epochs = self._epoch_budget(n)
         model, lik, history, monitor = _run_falling_back(
@@ -472,15 +472,17 @@ class _VariationalEstimator(BaseEstimator, ABC):
 
     def _choose_on_held_out(
         self,
-        X: NDArray[Any],
+        X: Tensor,
         target: Tensor,
         n_out: int,
         make_likelihood: Callable[..., nn.Module],
         weights: NDArray[Any] | None,
         seed: int,
+        kernels: str,
     ) -> Callable[[nn.Module, nn.Module], None] | None:
-        """Set the family's held-out choice (only called when :meth:`_held_out_choice`);
-        returns the fit's starting point (see :meth:`_train`) or ``None``."""
+        """Set the family's held-out choice (only called when :meth:`_held_out_choice`;
+        ``kernels``: the fit's kernel backend); returns the fit's starting point (see
+        :meth:`_train`) or ``None``."""
         raise NotImplementedError
 
     def _warn(self, message: str, category: type[Warning]) -> None:

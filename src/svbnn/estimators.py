@@ -43,7 +43,6 @@ from ._estimator_checks import (
     _check_real,
     _empirical_bayes_inclusion,
     _hidden_sizes,
-    _layer_pairs,
 )
 from ._estimator_tasks import (
     _CLASSIFICATION_ATTRIBUTES,
@@ -244,12 +243,13 @@ class _SpikeSlabFamily(_VariationalEstimator):
 
     def _choose_on_held_out(
         self,
-        X: NDArray[Any],
+        X: Tensor,
         target: Tensor,
         n_out: int,
         make_likelihood: Any,
         weights: NDArray[Any] | None,
         seed: int,
+        kernels: str,
     ) -> Any:
         """``prior_inclusion="cv"``: the grid fitted as replicates on 80% of the rows, the
         one-standard-error rule on the other 20% (see the parameter). The fit on all rows
@@ -259,11 +259,9 @@ class _SpikeSlabFamily(_VariationalEstimator):
         grid = np.linspace(self.log_lambda_, math.log(INCLUSION_MAX), INCLUSION_GRID)
         R = len(grid)
         log_lams = torch.tensor(grid, dtype=_DTYPES[self.dtype]).reshape(R, 1)
-        Xt = self._tensor(X, "X")
-        Xf = Xt[fit_rows].expand(R, len(fit_rows), p)
+        Xf = X[fit_rows].expand(R, len(fit_rows), p)
         yf = target[fit_rows].expand(R, len(fit_rows))
         wf = None if weights is None else weights[fit_rows]
-        n_params = sum((a + 1) * b for a, b in _layer_pairs(p, self.hidden_layer_sizes, n_out))
         model, lik, _, _ = _run_falling_back(
             lambda k: self._train(
                 lambda gen: self._build_module(
@@ -281,13 +279,13 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 # rows that follows settles them.
                 gate_tol=1.0,
             ),
-            self._backend_for(n_params),
+            kernels,
         )
         H = int(self.n_samples_predict)
         gen = torch.Generator(device=self.device)
         gen.manual_seed(seed)
         with torch.no_grad():
-            Xh = Xt[held].expand(R, len(held), p)
+            Xh = X[held].expand(R, len(held), p)
             out = sample_outputs(model, Xh, H, generator=gen)  # (H, R, m, out)
             lp = cast(LikelihoodLike, lik).log_prob(out, target[held].expand(H, R, len(held)))
             lpd = (torch.logsumexp(lp.double(), 0) - math.log(H)).cpu().numpy()  # (R, m)
