@@ -92,7 +92,12 @@ def test_families_share_the_common_parameters() -> None:
         "device",
         "verbose",
     }
+    # One documented exception: classifiers fit a tempered posterior by default.
+    assert params[SVBNNClassifier].pop("kl_weight") == 0.2
+    assert params[SVBNNRegressor].pop("kl_weight") == 1.0
+    common.discard("kl_weight")
     for cls, p in params.items():
+        p.pop("kl_weight", None)
         assert {k: p[k] for k in common} == {k: params[SVBNNRegressor][k] for k in common}, cls
     for reg, clf in zip(REGRESSORS, CLASSIFIERS, strict=True):
         assert params[reg].pop("noise_std") == "auto"

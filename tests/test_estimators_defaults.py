@@ -127,10 +127,12 @@ SIGMA, N_TRAIN, N_TEST = 0.5, 1000, 2000
 
 @pytest.fixture(scope="module")
 def sparse_fit():  # type: ignore[no-untyped-def]
-    """One default fit (learning rate 0.01: converges in ~1000 epochs, a quarter of the
-    default's time) on a Simulation-II-like problem, shared by the checks below."""
+    """A fit with the defaults but twice the default step budget (1,000 epochs: 8,000
+    steps) on a Simulation-II-like problem, shared by the checks below. Within the
+    default 4,000 steps one of the seven pure-noise inputs is still unresolved here
+    (``feature_inclusion_`` 0.95 at seed 0; user guide, "How the defaults were chosen")."""
     X, y, _ = _sparse_problem(N_TRAIN + N_TEST, 4, noise=SIGMA)
-    reg = SVBNNRegressor(random_state=0, learning_rate_init=0.01)
+    reg = SVBNNRegressor(random_state=0, max_iter=1000)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)  # it must converge
         reg.fit(X[:N_TRAIN], y[:N_TRAIN])

@@ -29,8 +29,9 @@ __all__ = ["ConvergenceMonitor", "default_max_steps"]
 
 
 def default_max_steps(n: int, batch_size: int) -> int:
-    """Upper bound on optimiser steps for a fit on ``n`` rows (the early stop usually ends
-    training well before): 20,000 steps, and at least 20 epochs.
+    """Upper bound on optimiser steps for a fit on ``n`` rows: 4,000 steps, and at least 20
+    epochs (the estimators' cosine learning-rate schedule spans it; the stopping rule can
+    end a fit before).
 
     Steps, not epochs, are what moves the gates (Adam moves a logit ``alpha`` by about the
     learning rate a step, from ``logit(0.99) = 4.6`` to below zero, whatever ``n``); a
@@ -49,7 +50,7 @@ def default_max_steps(n: int, batch_size: int) -> int:
         The number of epochs that gives at least that many steps.
     """
     n_batches = math.ceil(n / min(batch_size, n))
-    return max(math.ceil(20_000 / n_batches), 20) * n_batches
+    return max(math.ceil(4_000 / n_batches), 20) * n_batches
 
 
 class ConvergenceMonitor:
@@ -76,6 +77,8 @@ class ConvergenceMonitor:
         Whether the last check found the fit converged.
     flipped : float
         Fraction of gates that crossed 0.5 in the last complete period.
+    gates_stable : bool
+        Whether at most ``gate_tol`` of them did (always, for a network without gates).
     n_periods : int
         Completed check periods.
     """
@@ -100,6 +103,7 @@ class ConvergenceMonitor:
         self.enabled = enabled
         self.converged = False
         self.flipped = math.nan
+        self.gates_stable = False
         self.n_periods = 0
         self._best = math.inf
         self._no_improvement = 0
@@ -135,8 +139,8 @@ class ConvergenceMonitor:
         else:
             self._no_improvement += 1
         self._best = min(self._best, loss)
-        gates_stable = gates is None or (
+        self.gates_stable = gates is None or (
             not math.isnan(self.flipped) and self.flipped <= self.gate_tol
         )
-        self.converged = self._no_improvement >= self.n_iter_no_change and gates_stable
+        self.converged = self._no_improvement >= self.n_iter_no_change and self.gates_stable
         return self.enabled and self.converged

@@ -12,6 +12,7 @@ exactly the gradient it would follow alone (Adam and RMSprop act elementwise).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -40,7 +41,9 @@ __all__ = [
     "History",
     "check_kl_weight",
     "training_r2",
+    "LRSchedule",
     "Optimizer",
+    "lr_factor",
     "make_optimizer",
     "negative_elbo",
     "Objective",
@@ -103,6 +106,37 @@ class Optimizer(str, Enum):
     ADAM = "adam"
     RMSPROP = "rmsprop"
     SGD = "sgd"
+
+
+class LRSchedule(str, Enum):
+    """How the learning rate moves over a run of ``S`` optimiser steps (:func:`lr_factor`)."""
+
+    CONSTANT = "constant"
+    COSINE = "cosine"
+
+
+# The cosine schedule's floor: the last steps still move the parameters a little (a rate
+# of exactly 0 would make the last epochs pure Monte Carlo noise in the record).
+_LR_FLOOR = 0.01
+# The fraction of the run held at the initial rate.
+_LR_HOLD = 0.5
+
+
+def lr_factor(schedule: LRSchedule | str, step: int, total: int) -> float:
+    """The learning rate of optimiser step ``step`` (0-based) of ``total``, as a fraction
+    of the initial one.
+
+    ``"constant"``: 1. ``"cosine"``: 1 for the first half of the run, then half a cosine
+    from 1 down to 0.01 at the last step: the first half moves the gates of a
+    spike-and-slab network across (each moves about the learning rate a step under Adam),
+    the second settles the weights and the noise level without the Monte Carlo noise of a
+    large step.
+    """
+    if LRSchedule(schedule) is LRSchedule.CONSTANT or total <= 1:
+        return 1.0
+    hold = _LR_HOLD * total
+    frac = min(max((step - hold) / (total - hold), 0.0), 1.0)
+    return _LR_FLOOR + (1.0 - _LR_FLOOR) * 0.5 * (1.0 + math.cos(math.pi * frac))
 
 
 @dataclass
@@ -348,6 +382,7 @@ def train(
     batch_size: int,
     lr: float,
     optimizer: Optimizer | str = Optimizer.ADAM,
+    lr_schedule: LRSchedule | str = LRSchedule.CONSTANT,
     n_mc: int = 1,
     generator: torch.Generator | None = None,
     verbose: bool = False,
@@ -387,6 +422,11 @@ def train(
     epochs, batch_size, lr : int, int, float
         Passes over the data, minibatch size ``m`` and learning rate.
     optimizer : {"adam", "rmsprop", "sgd"}
+    lr_schedule : {"constant", "cosine"}
+        The learning rate over the run's ``epochs * ceil(n / batch_size)`` steps
+        (:func:`lr_factor`; torch's ``LambdaLR``): ``"constant"`` (the paper's), or
+        ``"cosine"``, constant for the first half and then down to 1% along half a
+        cosine. A stopping callback may end the run before the schedule does.
     n_mc : int
         ``K`` Monte Carlo draws per step.
     generator : torch.Generator, optional
@@ -447,6 +487,7 @@ def train(
         and the field).
     """
     _check_train_args(likelihood, objective, epochs, batch_size, n_mc, kl_weight)
+    lr_schedule = LRSchedule(lr_schedule)
     kernels = parse_backend(kernel_backend) if kernel_backend is not None else None
     if replicated is None:
         replicated = any(layer.n_replicates is not None for layer in variational_layers(model))
@@ -479,8 +520,23 @@ def train(
     run_identity = _train_identity(opt, X, batch_size, n_mc, kl_weight, replicated, identity)
     # The kernels draw differently (a seed reproduces a run within one backend).
     run_identity["kernel_backend"] = (kernels or backend()).value
+    total_steps = epochs * batches.n_batches
+    if lr_schedule is not LRSchedule.CONSTANT:
+        # A resume must continue the same schedule: its kind and its length.
+        run_identity["lr_schedule"] = lr_schedule.value
+        run_identity["schedule_steps"] = total_steps
     if resume and ckpt is not None and ckpt.exists():
         history, start = _resume(ckpt, saved, opt, generator, run_identity, epochs)
+    if lr_schedule is not LRSchedule.CONSTANT:
+        # Built after a resume: LambdaLR then sets the rate of the step the run is at.
+        for group in opt.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            opt,
+            lambda t: lr_factor(lr_schedule, t, total_steps),
+            last_epoch=start * batches.n_batches - 1,
+        )
+        on_step = functools.partial(_scheduled_step, scheduler, on_step)
 
     def save(epoch: int) -> None:
         if ckpt is not None:
@@ -576,6 +632,17 @@ def _warn_if_diverged(
         ),
         stacklevel=3,
     )
+
+
+def _scheduled_step(
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    on_step: Callable[[int], None] | None,
+    step: int,
+) -> None:
+    """After optimiser step ``step``: the scheduler's step, then the caller's ``on_step``."""
+    scheduler.step()
+    if on_step is not None:
+        on_step(step)
 
 
 def _check_train_args(
