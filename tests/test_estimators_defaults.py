@@ -281,3 +281,15 @@ def test_small_networks_fit_on_the_native_loops_without_compiling(
     finally:
         torch.set_num_threads(threads)
     assert reg.history_.loss[-1] < reg.history_.loss[0]
+
+
+def test_default_step_budget() -> None:
+    from svbnn.convergence import default_max_steps
+
+    # 4,000 steps on small tables, 160 epochs on larger ones, at most 20,000 steps (and at
+    # least 20 epochs), always whole epochs.
+    assert default_max_steps(100, 128) == 4000  # one full batch a step
+    assert default_max_steps(750, 128) == 667 * 6
+    assert default_max_steps(6144, 128) == 160 * 48
+    assert default_max_steps(45_000, 128) == 57 * 352
+    assert default_max_steps(1_000_000, 128) == 20 * 7813

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from svbnn.checkpoint import CheckpointError
 from svbnn.nn import SpikeSlabMLP, kl_divergence, set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.prediction import predictive_mean
-from svbnn.training import Minibatches, negative_elbo, replicate_orders, train
+from svbnn.training import Minibatches, lr_factor, negative_elbo, replicate_orders, train
 
 D = torch.float64
 
@@ -359,3 +361,78 @@ def test_train_learns_the_noise_of_a_likelihood_per_replicate(tmp_path: Path) ->
     lik2 = GaussianLikelihood(torch.ones(2, 1, dtype=D), learn_noise=True)
     train(_model(n_replicates=2), Xr, yr, lik2, epochs=150, resume=True, **kw)
     assert torch.equal(lik2.log_noise_std, lik.log_noise_std)
+
+
+def test_lr_factor_is_constant_then_half_a_cosine_to_one_percent() -> None:
+    assert [lr_factor("constant", t, 100) for t in (0, 50, 99)] == [1.0, 1.0, 1.0]
+    assert lr_factor("cosine", 0, 100) == 1.0
+    assert lr_factor("cosine", 50, 100) == 1.0  # held for the first half
+    assert lr_factor("cosine", 75, 100) == pytest.approx(0.01 + 0.99 * 0.5, abs=1e-15)
+    assert lr_factor("cosine", 100, 100) == pytest.approx(0.01, abs=1e-15)
+    assert lr_factor("cosine", 0, 1) == 1.0
+    steps = [lr_factor("cosine", t, 40) for t in range(41)]
+    assert all(a >= b for a, b in itertools.pairwise(steps))  # never rises
+    with pytest.raises(ValueError):
+        lr_factor("linear", 0, 10)
+
+
+def _rates_seen(**kw: object) -> list[float]:
+    """The learning rate of every optimiser step of one ``train`` call."""
+    seen: list[float] = []
+    handle = register_optimizer_step_pre_hook(
+        lambda opt, args, kwargs: seen.append(opt.param_groups[0]["lr"])
+    )
+    try:
+        X, y = _data()
+        train(_model(), X, y, GaussianLikelihood(0.3), batch_size=16, lr=0.02, **kw)  # type: ignore[arg-type]
+    finally:
+        handle.remove()
+    return seen
+
+
+def test_train_steps_at_the_scheduled_rates() -> None:
+    # 64 rows, batches of 16: 4 steps an epoch, 10 epochs.
+    assert _rates_seen(epochs=10) == [0.02] * 40
+    rates = _rates_seen(epochs=10, lr_schedule="cosine")
+    assert rates == pytest.approx([0.02 * lr_factor("cosine", t, 40) for t in range(40)], rel=1e-12)
+    with pytest.raises(ValueError):
+        _rates_seen(epochs=1, lr_schedule="step")
+
+
+def test_cosine_run_resumes_bit_for_bit_and_refuses_another_length(tmp_path: Path) -> None:
+    X, y = _data()
+    lik = GaussianLikelihood(0.3)
+    kw = dict(batch_size=16, lr=0.02, lr_schedule="cosine")
+    full = _model()
+    h_full = train(full, X, y, lik, epochs=12, generator=torch.Generator().manual_seed(3), **kw)  # type: ignore[arg-type]
+    # The same 12-epoch run, interrupted after epoch 5 (a callback stops it).
+    ckpt = tmp_path / "run.pt"
+    train(
+        _model(),
+        X,
+        y,
+        lik,
+        epochs=12,
+        generator=torch.Generator().manual_seed(3),
+        checkpoint_path=ckpt,
+        callbacks=[lambda epoch, model, history: epoch == 5],
+        **kw,  # type: ignore[arg-type]
+    )
+    resumed = _model(seed=99)
+    h_res = train(
+        resumed,
+        X,
+        y,
+        lik,
+        epochs=12,
+        generator=torch.Generator().manual_seed(1234),
+        checkpoint_path=ckpt,
+        resume=True,
+        **kw,  # type: ignore[arg-type]
+    )
+    for a, b in zip(full.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert h_res.loss == h_full.loss
+    # Another length is another schedule: refused, naming it.
+    with pytest.raises(CheckpointError, match="schedule_steps"):
+        train(_model(), X, y, lik, epochs=20, checkpoint_path=ckpt, resume=True, **kw)  # type: ignore[arg-type]
