@@ -64,3 +64,26 @@ def test_splits_follow_the_table_size() -> None:
     assert abs(d["Xtr"][:, -10:].std() - 1) < 0.1
     assert not np.array_equal(d["Xtr"][:, -1], tp.make_split("wine", 1)["Xtr"][:, -1])
     assert list(tp.DATASETS)[:3] == ["wine", "yacht", "diabetes"]
+
+
+def test_a_failing_peer_is_a_recorded_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Broken:
+        def fit(self, X: np.ndarray, y: np.ndarray) -> None:
+            raise ValueError("Input y contains infinity")
+
+    builders = tp.peer_builders
+    monkeypatch.setattr(
+        tp,
+        "peer_builders",
+        lambda *a: {**builders(*a), "NGBoost": lambda p: tp._pipe(Broken())},
+    )
+    out = tmp_path / "peers"
+    tp.main(["--out", str(out), "--datasets", "wine", *TINY, "--svbnn", 'SVBNN={"max_iter": 3}'])
+    rows = {r["method"]: r for r in tp.read_rows(out / "results.csv")}
+    assert rows["NGBoost"]["warnings"] == "failed: ValueError: Input y contains infinity"
+    assert rows["NGBoost"]["accuracy"] is None and rows["SVBNN"]["accuracy"] is not None
+    md = (out / "report.md").read_text()
+    assert "- NGBoost failed on split 0: ValueError: Input y contains infinity" in md
+    assert "SVBNN: " in md  # the targets are still checked against the peers that fitted
