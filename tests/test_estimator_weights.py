@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from svbnn import SVBNNClassifier, SVBNNRegressor
+from svbnn import SVBNNClassifier, SVBNNPoissonRegressor, SVBNNRegressor
 
 SMALL = dict(
     hidden_layer_sizes=(8,),
@@ -35,13 +35,26 @@ def _clf_data(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return X, np.where(X[:, 0] + X[:, 1] > 0, "yes", "no")
 
 
+def _count_data(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-1, 1, (n, 3))
+    return X, rng.poisson(np.exp(1.0 + X[:, 0]))
+
+
+CASES = [
+    (SVBNNRegressor, _reg_data),
+    (SVBNNClassifier, _clf_data),
+    (SVBNNPoissonRegressor, _count_data),
+]
+
+
 def _out(est: object, X: np.ndarray) -> np.ndarray:
     if isinstance(est, SVBNNClassifier):
         return est.predict_proba(X)
     return est.predict(X)  # type: ignore[attr-defined,no-any-return]
 
 
-@pytest.mark.parametrize("cls, data", [(SVBNNRegressor, _reg_data), (SVBNNClassifier, _clf_data)])
+@pytest.mark.parametrize("cls, data", CASES)
 def test_equal_zero_and_scaled_weights_are_exact(cls: type, data: object) -> None:
     X, y = data()  # type: ignore[operator]
     base = _out(cls(**SMALL).fit(X, y), X)
@@ -80,6 +93,14 @@ def test_weighted_regression_fits_the_weighted_target() -> None:
         weighted = SVBNNRegressor(**params).fit(X, y, sample_weight=np.where(group > 0, 9, 1))
     assert abs(np.mean(plain.predict(x) - 2 * x[:, 0])) < 0.15
     assert abs(np.mean(weighted.predict(x) - 2 * x[:, 0]) - 0.8) < 0.15
+
+
+def test_poisson_offset_is_the_weighted_mean_count() -> None:
+    X, y = _count_data()
+    w = np.random.default_rng(3).uniform(0.2, 3.0, len(y))
+    est = SVBNNPoissonRegressor(**{**SMALL, "max_iter": 1}).fit(X, y, sample_weight=w)
+    assert est.log_offset_ == np.log(np.average(y, weights=w))
+    assert est.log_offset_ != np.log(np.mean(y))
 
 
 def test_class_weight_is_a_per_class_sample_weight() -> None:
@@ -128,7 +149,7 @@ def test_class_weight_errors(kwargs: dict, match: str) -> None:
     assert not hasattr(est, "classes_")
 
 
-@pytest.mark.parametrize("cls, data", [(SVBNNRegressor, _reg_data), (SVBNNClassifier, _clf_data)])
+@pytest.mark.parametrize("cls, data", CASES)
 def test_sample_weight_errors(cls: type, data: object) -> None:
     X, y = data(40)  # type: ignore[operator]
     est = cls(**{**SMALL, "max_iter": 1})

@@ -587,10 +587,12 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
         tags.target_tags.positive_only = True
         return tags
 
-    def fit(self: _P, X: ArrayLike, y: ArrayLike) -> _P:
+    def fit(self: _P, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> _P:
         """Fit the variational posterior; ``y`` holds non-negative counts, shape ``(n,)``.
 
-        Checks and failure behaviour as the regressor's ``fit``.
+        Checks, failure behaviour and ``sample_weight`` (relative weights of the rows'
+        likelihood terms, normalised to mean 1; the log offset is their weighted mean
+        count) as the regressor's ``fit``.
 
         Raises
         ------
@@ -604,7 +606,10 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
         with self._fit_transaction():
             Xv, yv = _numeric_fit_data(self, X, y)
             counts = _check_counts(yv)
-            mean = float(np.mean(counts))
+            keep, w = _row_weights(sample_weight, Xv)
+            if keep is not None:
+                Xv, counts = Xv[keep], counts[keep]
+            mean = float(np.average(counts, weights=w))
             self.log_offset_ = math.log(mean if mean > 0 else _MIN_RATE)
             offset = self.log_offset_
             self._fit_module(
@@ -613,6 +618,7 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
                 1,
                 lambda r=None: PoissonLikelihood(offset),
                 seeds,
+                w,
             )
         self._warn_if_unconverged()
         rows = Xv[: min(len(Xv), 512)]
