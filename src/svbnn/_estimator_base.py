@@ -73,7 +73,8 @@ learning_rate : {"cosine", "constant"}, default "cosine"
     along half a cosine, so a fit ends settled at the end of its budget; ``"constant"``
     keeps it (the paper's runs).
 max_iter : "auto" or int, default "auto"
-    Upper bound on the epochs. ``"auto"``: 4,000 optimiser steps and at least 20 epochs
+    Upper bound on the epochs. ``"auto"``: 4,000 optimiser steps, or 160 epochs where
+    that is more, up to 20,000 steps, and at least 20 epochs
     (:func:`svbnn.convergence.default_max_steps`).
 tol : float or None, default 1e-4
     Stopping rule (:class:`svbnn.convergence.ConvergenceMonitor`): stop when the

@@ -115,8 +115,8 @@ class LRSchedule(str, Enum):
     COSINE = "cosine"
 
 
-# The cosine schedule's floor: the last steps still move the parameters a little (a rate
-# of exactly 0 would make the last epochs pure Monte Carlo noise in the record).
+# The cosine schedule's floor, a fraction of the initial rate: the last steps still learn
+# (a floor of 0 would spend them on nothing).
 _LR_FLOOR = 0.01
 # The fraction of the run held at the initial rate.
 _LR_HOLD = 0.5
@@ -127,7 +127,7 @@ def lr_factor(schedule: LRSchedule | str, step: int, total: int) -> float:
     of the initial one.
 
     ``"constant"``: 1. ``"cosine"``: 1 for the first half of the run, then half a cosine
-    from 1 down to 0.01 at the last step: the first half moves the gates of a
+    from 1 down to 0.01 at its end (``step = total``): the first half moves the gates of a
     spike-and-slab network across (each moves about the learning rate a step under Adam),
     the second settles the weights and the noise level without the Monte Carlo noise of a
     large step.
