@@ -55,6 +55,19 @@ def test_forced_collapse_warns() -> None:
         assert part in collapse[0], (part, collapse[0])
     assert reg.collapsed_
     assert sum(w.startswith("CollapseWarning: ") for w in reg.fit_warnings_) == 1
+    # A fit already tempered that far is not told to temper.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        SVBNNRegressor(
+            log_prior_inclusion=-5000.0,
+            kl_weight=0.2,
+            learning_rate_init=0.05,
+            max_iter=200,
+            random_state=0,
+        ).fit(X, y)
+    collapse = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
+    assert len(collapse) == 1 and "kl_weight=0.2" not in collapse[0] and "'cv'" in collapse[0]
 
 
 def test_majority_class_collapse_warns_and_is_recorded() -> None:

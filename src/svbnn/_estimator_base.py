@@ -556,13 +556,15 @@ class _VariationalEstimator(BaseEstimator, ABC):
             # Measured (docs/guide/estimators.md, "Small data sets"): on small data the
             # exact ELBO's fit pruned every path of wine's although the data carry a strong
             # signal; a tempered posterior, "eb" or "cv" fitted.
+            # A fit already tempered that far is not told to temper (the classifier's default).
+            tempered = "" if self.kl_weight <= 0.2 else "kl_weight=0.2 (a tempered posterior), "
             cause = (
                 f"The prior (lambda = {lam:.3g}) pruned what the data support (on small "
                 "data sets this happens even with a strong signal), learning_rate_init (now "
                 f"{self.learning_rate_init!r}) is too high, or the data carry no signal; try "
-                "prior_inclusion='cv' (lambda chosen on held-out rows), kl_weight=0.2 (a "
-                "tempered posterior) or prior_inclusion='eb' (all keep more inputs), a lower "
-                "learning_rate_init, more data, or check X and y."
+                f"prior_inclusion='cv' (lambda chosen on held-out rows), {tempered}or "
+                "prior_inclusion='eb' (all keep more inputs), a lower learning_rate_init, "
+                "more data, or check X and y."
             )
         else:
             cause = (
