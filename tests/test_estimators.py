@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from sklearn.base import clone
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.utils.estimator_checks import check_estimator
 
 from svbnn import (
@@ -362,6 +362,19 @@ def test_exploding_fit_warns(cls: type) -> None:
         est = cls(**{**SMALL, "init_mu_range": 1e3}).fit(X, y)
     if cls is SVBNNRegressor:  # named by its training R^2, below -1
         assert any("training R^2" in w and "diverged" in w for w in est.fit_warnings_)
+
+
+def test_a_diverged_fit_warns_once_naming_the_estimators_settings() -> None:
+    # Means in [-30, 30] and a known noise: the fit ends finite with training R^2 of about
+    # -8e5, which the training loop would also report (naming its own lr).
+    X, y = _reg_data()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        SVBNNRegressor(**{**SMALL, "init_mu_range": 30.0, "noise_std": 0.5}).fit(X, y)
+    # (A ConvergenceWarning for the short budget may come too.)
+    bad = [w for w in caught if not issubclass(w.category, ConvergenceWarning)]
+    assert [w.category for w in bad] == [UserWarning]
+    assert "learning_rate_init" in str(bad[0].message)
 
 
 def test_sane_fit_does_not_warn() -> None:

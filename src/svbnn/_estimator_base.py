@@ -483,6 +483,9 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 verbose=bool(self.verbose),
                 callbacks=[*extra_callbacks, monitor],
                 track_sparsity=True,
+                # The task's fit checks divergence on its own predictions and names the
+                # estimator's parameters (learning_rate_init, not lr).
+                warn_divergence=False,
             )
         return model, lik, history, monitor
 

@@ -45,6 +45,7 @@ from .prediction import (
     response_mean,
     sample_outputs,
 )
+from .training import DIVERGED_R2
 
 # The fit-quality checks after fit (issue 31): a regressor whose training R^2 is at most
 # _COLLAPSED_R2 explains nothing (CollapseWarning); below _DIVERGED_R2 it diverged. A
@@ -53,7 +54,7 @@ from .prediction import (
 # spaced training rows (any order of the rows, e.g. sorted by class, is sampled evenly)
 # with _CHECK_DRAWS posterior draws.
 _COLLAPSED_R2 = 0.02
-_DIVERGED_R2 = -1.0
+_DIVERGED_R2 = DIVERGED_R2  # the training loop's threshold, one definition
 _COLLAPSED_SHARE = 0.99
 _MINORITY_SHARE = 0.10
 _CHECK_ROWS = 1000

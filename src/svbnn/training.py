@@ -397,6 +397,7 @@ def train(
     checkpoint_extra: Callable[[], dict[str, Any]] | None = None,
     kernel_backend: Backend | str | None = None,
     identity: Mapping[str, Any] | None = None,
+    warn_divergence: bool = True,
 ) -> History:
     """Fit a model by minimising the per-datum negative ELBO (or another objective).
 
@@ -472,6 +473,10 @@ def train(
         Further settings that define the run and are not arguments of ``train`` (a seed,
         the data's source; text, numbers, flags or lists of them): saved in every
         checkpoint, and a resume under other values is refused.
+    warn_divergence : bool
+        Warn (:class:`DivergenceWarning`) when a Gaussian fit ends with training R^2 below
+        :data:`DIVERGED_R2`; ``False`` for a caller that checks the fit itself and names
+        its own settings (the estimators).
 
     Returns
     -------
@@ -562,7 +567,8 @@ def train(
         if checkpoint_every and last % checkpoint_every == 0:
             save(last)
     save(max(last, start))
-    _warn_if_diverged(likelihood, y, history, lr, optimizer)
+    if warn_divergence:
+        _warn_if_diverged(likelihood, y, history, lr, optimizer)
     return history
 
 
