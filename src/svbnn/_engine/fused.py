@@ -411,10 +411,11 @@ class FusedEngine:
             out_whole: Tensor = out
             return out_whole
         if fused_kl_ok(layers):
-            if not eager_fused_ok(model) and self._eager_draw(model, first):
+            kernels = self._kernels_for(model, first)
+            if not eager_fused_ok(model) and self._eager_draw(model, kernels):
                 return None  # a large network on the eager kernels: layer by layer
             key = _kl_key(model)
-            flat, kl = self.draw_with_kl(model, first, key)
+            flat, kl = self.draw_with_kl(model, first, key, kernels)
             self.kl_cache = (kl, key)
         else:
             flat = model._draw_flat(first)
@@ -492,14 +493,18 @@ class FusedEngine:
         return elbo
 
     def draw_with_kl(
-        self, model: SpikeSlabMLP, first: SpikeSlabLinear, key: tuple[Any, ...] | None = None
+        self,
+        model: SpikeSlabMLP,
+        first: SpikeSlabLinear,
+        key: tuple[Any, ...] | None = None,
+        kernels: tuple[bool, bool] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """One training draw of all weights and the exact KL, as one fused function:
         ``(theta, kl)``, flat ``(T,)`` or ``(R, T)`` and ``()`` or ``(R,)``. ``first``: the
-        first layer (sampler settings, generator); ``key``: the current KL key, if the
-        caller has it."""
+        first layer (sampler settings, generator); ``key``: the current KL key and
+        ``kernels``: :meth:`_kernels_for`'s answer, if the caller has them."""
         mu = model.mu
-        compiled, native = self._kernels_for(model, first)
+        compiled, native = self._kernels_for(model, first) if kernels is None else kernels
         if _fused_path(mu.numel(), mu.device) or compiled or native:
             noise: tuple[Tensor, ...] = (_counter_seed(model, first),)
         else:  # torch's generator, in the order of the unfused draw (u, then eps)
@@ -537,11 +542,12 @@ class FusedEngine:
         )
         return compiled, native
 
-    def _eager_draw(self, model: SpikeSlabMLP, first: SpikeSlabLinear) -> bool:
+    @staticmethod
+    def _eager_draw(model: SpikeSlabMLP, kernels: tuple[bool, bool]) -> bool:
         """Whether :meth:`draw_with_kl` would draw with torch's generator and the eager
-        kernels (path 2)."""
+        kernels (path 2); ``kernels``: :meth:`_kernels_for`'s answer."""
         mu = model.mu
-        return not (_fused_path(mu.numel(), mu.device) or any(self._kernels_for(model, first)))
+        return not (_fused_path(mu.numel(), mu.device) or any(kernels))
 
     def _whole_network_inputs(
         self, model: SpikeSlabMLP, layers: list[SpikeSlabLinear], key: tuple[Any, ...]
