@@ -158,6 +158,26 @@ def test_a_manifest_names_only_a_library_beside_it(
     assert imported == [builds[0] / outside.name]
 
 
+def test_an_install_build_for_another_key_warns_and_builds_privately(
+    install_build: Path,
+    fresh_loader: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What an upgrade without a rebuild leaves: a manifest whose one entry is another key's.
+    shutil.copytree(install_build, fresh_loader)
+    manifest = json.loads((fresh_loader / "manifest.json").read_text())
+    (key,) = manifest
+    manifest = {"0" * 20: manifest[key]}
+    (fresh_loader / "manifest.json").write_text(json.dumps(manifest))
+    builds, _ = _private_builds(monkeypatch, install_build)
+    with caplog.at_level(logging.WARNING, logger="svbnn._engine.native"):
+        assert _native.available()
+    assert len(builds) == 1
+    (message,) = [r.getMessage() for r in caplog.records if "does not match" in r.getMessage()]
+    assert "python -m svbnn._engine.native" in message
+
+
 def test_without_an_install_build_the_loops_are_built_privately(
     install_build: Path, fresh_loader: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -214,6 +214,14 @@ def _load() -> ModuleType:
     compiler = os.environ.get("CXX", "c++")
     key = _build_key(compiler)
     entry = _read_manifest(BUILD_DIR).get(key)
+    if entry is None and (BUILD_DIR / _MANIFEST).is_file():
+        # An install build exists, for other sources, flags, compiler, CPU, torch or Python
+        # (an upgrade without a rebuild): every process would pay a private build, silently.
+        logger.warning(
+            "svbnn's installed native build does not match these sources, compiler, CPU, "
+            "torch and Python; building a private copy for this process (`python -m "
+            "svbnn._engine.native` rebuilds the installed one)"
+        )
     if entry is not None:
         installed = BUILD_DIR / entry["library"]
         if installed.is_file():
