@@ -3,6 +3,7 @@
 import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -73,6 +74,26 @@ def test_training_reduces_loss_and_records_history() -> None:
     assert rmse < 0.25 * float(y.std())
 
 
+def _resume_12_epochs(
+    X: torch.Tensor, y: torch.Tensor, lik: GaussianLikelihood, ckpt: Path, **kw: Any
+) -> tuple[SpikeSlabMLP, Any]:
+    """A 12-epoch run resumed from ``ckpt``: another initialisation and another generator
+    seed, so that everything must come from the checkpoint."""
+    resumed = _model(seed=99)
+    history = train(
+        resumed,
+        X,
+        y,
+        lik,
+        epochs=12,
+        generator=torch.Generator().manual_seed(1234),
+        checkpoint_path=ckpt,
+        resume=True,
+        **kw,
+    )
+    return resumed, history
+
+
 def test_same_seed_same_fit_and_checkpoint_resume_is_bit_for_bit(tmp_path: Path) -> None:
     X, y = _data()
     lik = GaussianLikelihood(0.3)
@@ -97,18 +118,7 @@ def test_same_seed_same_fit_and_checkpoint_resume_is_bit_for_bit(tmp_path: Path)
         checkpoint_every=5,
         **kw,
     )
-    resumed = _model(seed=99)  # different init: everything must come from the checkpoint
-    h_res = train(
-        resumed,
-        X,
-        y,
-        lik,
-        epochs=12,
-        generator=torch.Generator().manual_seed(1234),
-        checkpoint_path=ckpt,
-        resume=True,
-        **kw,
-    )
+    resumed, h_res = _resume_12_epochs(X, y, lik, ckpt, **kw)
     for a, b in zip(full.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(a, b)
     assert h_res.loss == h_full.loss
@@ -418,18 +428,7 @@ def test_cosine_run_resumes_bit_for_bit_and_refuses_another_length(tmp_path: Pat
         callbacks=[lambda epoch, model, history: epoch == 5],
         **kw,  # type: ignore[arg-type]
     )
-    resumed = _model(seed=99)
-    h_res = train(
-        resumed,
-        X,
-        y,
-        lik,
-        epochs=12,
-        generator=torch.Generator().manual_seed(1234),
-        checkpoint_path=ckpt,
-        resume=True,
-        **kw,  # type: ignore[arg-type]
-    )
+    resumed, h_res = _resume_12_epochs(X, y, lik, ckpt, **kw)
     for a, b in zip(full.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(a, b)
     assert h_res.loss == h_full.loss
