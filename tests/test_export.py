@@ -193,12 +193,7 @@ def test_flat_module_exports_copies_and_reloads(batch_size: int, tmp_path: Path)
     dense = to_dense(module)
     assert all(k == "dense" for k in dense[0].storage) and dense[0].layout == "rows"
     torch.testing.assert_close(dense(x), want, rtol=1e-6, atol=1e-6)
-    path = tmp_path / "flat.onnx"
-    export_onnx(module, path, n_features=300)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for rows in (x, x[:1]):
-        got = sess.run(None, {"x": rows.numpy()})[0]
-        np.testing.assert_allclose(got, module(rows).numpy(), rtol=0, atol=1e-5)
+    _assert_onnx_runs_as(module, tmp_path / "flat.onnx", 300, x)
     torch.testing.assert_close(copy.deepcopy(module)(x), want, rtol=0, atol=0)
     buf = io.BytesIO()
     torch.save(module.state_dict(), buf)
@@ -262,12 +257,7 @@ def test_torch_export_and_onnxruntime_agree(storage: str, tmp_path: Path) -> Non
     batch = torch.export.Dim("batch")
     ep = torch.export.export(to_dense(module), (x,), dynamic_shapes=({0: batch},))
     torch.testing.assert_close(ep.module()(x[:3]), want[:3], rtol=1e-6, atol=1e-6)
-    path = tmp_path / "net.onnx"
-    export_onnx(module, path, n_features=40)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for rows in (x, x[:1]):
-        got = sess.run(None, {"x": rows.numpy()})[0]
-        np.testing.assert_allclose(got, module(rows).numpy(), rtol=0, atol=1e-5)
+    _assert_onnx_runs_as(module, tmp_path / "net.onnx", 40, x)
 
 
 def test_errors() -> None:
@@ -286,6 +276,18 @@ def test_errors() -> None:
         warnings.simplefilter("ignore")
         with pytest.raises(ValueError, match="dtype"):
             export_onnx(export_compact(_net())[0], "x.onnx", n_features=40, dtype="int8")
+
+
+def _assert_onnx_runs_as(
+    module: torch.nn.Module, path: Path, n_features: int, x: torch.Tensor
+) -> None:
+    """``module`` exported to ONNX at ``path`` gives its outputs in onnxruntime to 1e-5, on
+    all rows of ``x`` and on one."""
+    export_onnx(module, path, n_features=n_features)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for rows in (x, x[:1]):
+        got = sess.run(None, {"x": rows.numpy()})[0]
+        np.testing.assert_allclose(got, module(rows).numpy(), rtol=0, atol=1e-5)
 
 
 # ------------------------------------------------------------------------ estimators
