@@ -196,19 +196,22 @@ def test_resume_with_the_same_identity_continues(tmp_path: Path) -> None:
     assert load_checkpoint(ckpt)["epoch"] == 3
 
 
-def test_checkpoint_without_identity_is_still_checked_for_the_optimiser(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("optimizer", "other"), [("adam", "sgd"), ("rmsprop", "sgd"), ("sgd", "adam")])
+def test_checkpoint_without_identity_is_still_checked_for_the_optimiser(
+    tmp_path: Path, optimizer: str, other: str
+) -> None:
     """A checkpoint written before identities were recorded: its optimiser state says which
-    optimiser and learning rate wrote it."""
+    optimiser and learning rate wrote it (RMSprop's state also holds a ``momentum``)."""
     ckpt = tmp_path / "c.pt"
-    _fit(ckpt, epochs=2)
+    _resume_with(ckpt, epochs=2, optimizer=optimizer)
     state = load_checkpoint(ckpt)
     del state["identity"]
     save_checkpoint(state, ckpt)
-    with pytest.raises(CheckpointError, match="optimizer='adam'"):
-        _resume_with(ckpt, optimizer="sgd")
+    with pytest.raises(CheckpointError, match=f"optimizer='{optimizer}'"):
+        _resume_with(ckpt, optimizer=other)
     with pytest.raises(CheckpointError, match="lr=0.01"):
-        _resume_with(ckpt, lr=0.5)
-    _resume_with(ckpt, epochs=3)  # same settings: resumes
+        _resume_with(ckpt, lr=0.5, optimizer=optimizer)
+    _resume_with(ckpt, epochs=3, optimizer=optimizer)  # same settings: resumes
     assert load_checkpoint(ckpt)["epoch"] == 3
 
 

@@ -788,13 +788,19 @@ def _legacy_identity(state: Mapping[str, Any]) -> dict[str, Any] | None:
         lr = float(group["lr"])
     except (KeyError, IndexError, TypeError, ValueError):
         return None
+    # Each optimiser's own key: RMSprop's groups hold "momentum" too, so "alpha" is
+    # tested before SGD's "dampening".
     kind = (
-        Optimizer.SGD.value
-        if "momentum" in group
-        else Optimizer.RMSPROP.value
+        Optimizer.RMSPROP.value
         if "alpha" in group
         else Optimizer.ADAM.value
+        if "betas" in group
+        else Optimizer.SGD.value
+        if "dampening" in group
+        else None
     )
+    if kind is None:
+        return {"lr": lr}
     return {"optimizer": kind, "lr": lr}
 
 
