@@ -196,7 +196,9 @@ def test_resume_with_the_same_identity_continues(tmp_path: Path) -> None:
     assert load_checkpoint(ckpt)["epoch"] == 3
 
 
-@pytest.mark.parametrize(("optimizer", "other"), [("adam", "sgd"), ("rmsprop", "sgd"), ("sgd", "adam")])
+@pytest.mark.parametrize(
+    ("optimizer", "other"), [("adam", "sgd"), ("rmsprop", "sgd"), ("sgd", "adam")]
+)
 def test_checkpoint_without_identity_is_still_checked_for_the_optimiser(
     tmp_path: Path, optimizer: str, other: str
 ) -> None:
