@@ -120,6 +120,7 @@ def _good_data(draw: st.DrawFn, classifier: bool) -> tuple[Any, Any]:
 _PARAMS: dict[str, st.SearchStrategy[Any]] = {
     "hidden_layer_sizes": st.sampled_from([2, (2,), (), (2, 2), (0,), "a", 2.5, (True,), None]),
     "learning_rate_init": st.sampled_from([1e-3, 0.1, 1e6, 0.0, -1.0, np.nan, np.inf, "1"]),
+    "kl_warmup": st.sampled_from([0.0, 0.5, 0.99, 1.0, -0.1, np.nan, "0.2", True]),
     "init_mu_range": st.sampled_from([None, 0.5, 1e3, 0.0, -1.0, np.inf, "x"]),
     "batch_size": st.sampled_from([1, 4, 0, -1, 2.5, True, np.int64(3)]),
     "max_iter": st.sampled_from([0, 1, 2, -1, 1.5, "2"]),

@@ -83,6 +83,7 @@ def test_families_share_the_common_parameters() -> None:
         "tol",
         "n_iter_no_change",
         "kl_weight",
+        "kl_warmup",
         "optimizer",
         "n_mc_train",
         "n_samples_predict",
@@ -419,3 +420,15 @@ def test_predictions_agree_up_to_rounding_whatever_the_row_order(dtype: str, tol
     plo, phi = est.predict_interval(X[perm], n_samples=50)
     np.testing.assert_allclose(plo, lo[perm], rtol=0, atol=tol * scale)
     np.testing.assert_allclose(phi, hi[perm], rtol=0, atol=tol * scale)
+
+
+@pytest.mark.parametrize("cls", [SVBNNRegressor, VBNNRegressor])
+def test_kl_warmup_weighs_the_kl_over_that_fraction_of_the_budget(cls: type) -> None:
+    """One step an epoch, 20 epochs, kl_warmup=0.5: epoch e's objective is
+    nll + min(e / 10, 1) * kl (the history's kl is unweighted)."""
+    X, y = _reg_data(64)
+    est = cls(**{**SMALL, "batch_size": 64, "max_iter": 20, "tol": None, "kl_warmup": 0.5})
+    est.set_params(noise_std=0.5, dtype="float64").fit(X, y)
+    h = est.history_
+    weights = [(lo - nl) / kl for lo, nl, kl in zip(h.loss, h.nll, h.kl, strict=True)]
+    assert weights == pytest.approx([min(e / 10, 1.0) for e in range(1, 21)], rel=1e-9)

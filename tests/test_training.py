@@ -13,7 +13,16 @@ from svbnn.checkpoint import CheckpointError
 from svbnn.nn import SpikeSlabMLP, kl_divergence, set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.prediction import predictive_mean
-from svbnn.training import Minibatches, lr_factor, negative_elbo, replicate_orders, train
+from svbnn.training import (
+    Minibatches,
+    elbo_objective,
+    kl_warmup_factor,
+    loss_objective,
+    lr_factor,
+    negative_elbo,
+    replicate_orders,
+    train,
+)
 
 D = torch.float64
 
@@ -435,3 +444,80 @@ def test_cosine_run_resumes_bit_for_bit_and_refuses_another_length(tmp_path: Pat
     # Another length is another schedule: refused, naming it.
     with pytest.raises(CheckpointError, match="schedule_steps"):
         train(_model(), X, y, lik, epochs=20, checkpoint_path=ckpt, resume=True, **kw)  # type: ignore[arg-type]
+
+
+def test_kl_warmup_factor_rises_linearly_to_one() -> None:
+    assert [kl_warmup_factor(t, 4) for t in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert kl_warmup_factor(0, 0) == kl_warmup_factor(10**9, 0) == 1.0
+    assert kl_warmup_factor(0, 1) == 1.0
+
+
+def test_warmed_objective_weighs_the_kl_of_each_step() -> None:
+    """Call t of a warmed objective (counted from first_step) is negative_elbo with the KL
+    weight kl_weight * kl_warmup_factor(t, warmup), draw for draw."""
+    X, y = _data()
+    model, lik = _model(), GaussianLikelihood(0.5)
+    g = torch.Generator().manual_seed(0)
+    set_generator(model, g)
+    warmed = elbo_objective(lik, 64, kl_weight=0.5, kl_warmup=4, first_step=2)
+    for t in range(2, 7):
+        g.manual_seed(t)
+        loss, nll, kl = warmed(model, X[:16], y[:16])
+        g.manual_seed(t)
+        w = 0.5 * kl_warmup_factor(t, 4)
+        expected = negative_elbo(model, lik, X[:16], y[:16], 64, 1, w)
+        assert torch.equal(loss, expected[0]) and torch.equal(kl, expected[2])
+        assert torch.equal(loss.detach(), nll + w * kl)
+
+
+def test_warmed_run_resumes_bit_for_bit_and_refuses_another_warmup(tmp_path: Path) -> None:
+    X, y = _data()
+    lik = GaussianLikelihood(0.3)
+    kw = dict(batch_size=16, lr=0.02, kl_warmup=30)  # 4 steps an epoch: 7.5 epochs
+    full = _model()
+    h_full = train(full, X, y, lik, epochs=12, generator=torch.Generator().manual_seed(3), **kw)  # type: ignore[arg-type]
+    plain = train(
+        _model(),
+        X,
+        y,
+        lik,
+        epochs=12,
+        generator=torch.Generator().manual_seed(3),
+        batch_size=16,
+        lr=0.02,
+    )
+    assert h_full.loss[0] < plain.loss[0]  # less KL in the first epoch's objective
+    ckpt = tmp_path / "run.pt"
+    train(
+        _model(),
+        X,
+        y,
+        lik,
+        epochs=12,
+        generator=torch.Generator().manual_seed(3),
+        checkpoint_path=ckpt,
+        callbacks=[lambda epoch, model, history: epoch == 5],  # stopped inside the warm-up
+        **kw,  # type: ignore[arg-type]
+    )
+    resumed, h_res = _resume_12_epochs(X, y, lik, ckpt, **kw)
+    for a, b in zip(full.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert h_res.loss == h_full.loss
+    with pytest.raises(CheckpointError, match="kl_warmup"):
+        _resume_12_epochs(X, y, lik, ckpt, **{**kw, "kl_warmup": 10})
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "3"])
+def test_kl_warmup_must_be_whole_steps(bad: object) -> None:
+    X, y = _data()
+    with pytest.raises(ValueError, match="kl_warmup"):
+        train(
+            _model(), X, y, GaussianLikelihood(0.3), epochs=1, batch_size=16, lr=0.01, kl_warmup=bad
+        )  # type: ignore[arg-type]
+
+
+def test_kl_warmup_needs_the_elbo() -> None:
+    X, y = _data()
+    plain = loss_objective(torch.nn.functional.mse_loss)
+    with pytest.raises(ValueError, match="kl_warmup"):
+        train(_model(), X, y, objective=plain, epochs=1, batch_size=16, lr=0.01, kl_warmup=4)

@@ -88,6 +88,12 @@ kl_weight : float, default 1.0 (:class:`~svbnn.SVBNNClassifier`: 0.2)
     posterior: the classifier's default, where it gives the accuracy and calibration of
     the usual tools; a regressor's prediction intervals under it are too narrow (user
     guide, "When to change the defaults").
+kl_warmup : float, default 0.0
+    The fraction of the ``max_iter`` budget's steps, in ``[0, 1)``, over which the KL
+    weight rises linearly from near 0 to ``kl_weight`` (``train(kl_warmup=...)``): the
+    network fits the data before the prior prunes it. The stopping rule waits for its end.
+    Better RMSE and NLL on some regression tables, more noise inputs kept (user guide,
+    "When to change the defaults").
 optimizer : {"adam", "rmsprop", "sgd"}, default "adam"
 n_mc_train : int, default 1
     Monte Carlo draws ``K`` per step.
@@ -174,6 +180,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
     tol: float | None = 1e-4
     n_iter_no_change: int = 10
     kl_weight: float = 1.0
+    kl_warmup: float = 0.0
     optimizer: str = "adam"
     n_mc_train: int = 1
     n_samples_predict: int = 30
@@ -277,6 +284,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         _check_int("n_iter_no_change", self.n_iter_no_change, 1)
         _check_real("kl_weight", self.kl_weight, low=0.0)
         check_kl_weight(self.kl_weight)
+        _check_real("kl_warmup", self.kl_warmup, low=0.0, high=1.0, low_inclusive=True)
         _check_choice("kernel_backend", self.kernel_backend, _KERNEL_BACKENDS)
         _check_int("n_mc_train", self.n_mc_train, 1)
         _check_int("n_samples_predict", self.n_samples_predict, 1)
@@ -459,12 +467,15 @@ class _VariationalEstimator(BaseEstimator, ABC):
             if target.dim() > w.dim():  # replicated: (R, n) targets, (n,) weights
                 w = w.expand(target.shape)
             fit_target = torch.stack([target.to(w.dtype), w], dim=-1)
+        n_batches = math.ceil(n / batch)
+        warmup = round(float(self.kl_warmup) * epochs * n_batches)
         monitor = ConvergenceMonitor(
-            math.ceil(n / batch),
+            n_batches,
             tol=0.0 if tol is None else float(tol),
             n_iter_no_change=int(self.n_iter_no_change),
             gate_tol=gate_tol,
             enabled=tol is not None,
+            warmup_steps=warmup,
         )
         with backend_scope(kernels), _diverged_names(self):
             history = train(
@@ -474,6 +485,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 fit_lik,
                 n_mc=int(self.n_mc_train),
                 kl_weight=float(self.kl_weight),
+                kl_warmup=warmup,
                 epochs=epochs,
                 batch_size=batch,
                 lr=float(self.learning_rate_init),

@@ -79,6 +79,9 @@ class ConvergenceMonitor:
         Largest fraction of gates allowed to cross 0.5 during the last period.
     enabled : bool
         ``False`` records the diagnostics but never stops training.
+    warmup_steps : int
+        The run's KL warm-up (``train(kl_warmup=...)``): the objective changes until then,
+        so a period that ends within it is not compared (nor can the fit converge in it).
 
     Attributes
     ----------
@@ -100,11 +103,14 @@ class ConvergenceMonitor:
         check_steps: int = 100,
         gate_tol: float = 1e-3,
         enabled: bool = True,
+        warmup_steps: int = 0,
     ) -> None:
         if n_batches < 1 or n_iter_no_change < 1 or check_steps < 1:
             raise ValueError("n_batches, n_iter_no_change and check_steps must be >= 1")
-        if not (tol >= 0 and gate_tol >= 0):
-            raise ValueError("tol and gate_tol must be >= 0")
+        if not (tol >= 0 and gate_tol >= 0 and warmup_steps >= 0):
+            raise ValueError("tol, gate_tol and warmup_steps must be >= 0")
+        self.n_batches = n_batches
+        self.warmup_steps = warmup_steps
         self.epochs_per_period = max(1, math.ceil(check_steps / n_batches))
         self.tol = tol
         self.n_iter_no_change = n_iter_no_change
@@ -142,6 +148,10 @@ class ConvergenceMonitor:
             if self._gates is not None:
                 self.flipped = float((gates != self._gates).float().mean())
             self._gates = gates
+        if epoch * self.n_batches <= self.warmup_steps:
+            # The KL's weight is still rising: a period's loss says nothing of convergence.
+            self.converged = self.gates_stable = False
+            return False
         # sklearn's rule: an improvement is a decrease by more than tol over the best so far.
         if loss < self._best - self.tol:
             self._no_improvement = 0

@@ -13,6 +13,7 @@ exactly the gradient it would follow alone (Adam and RMSprop act elementwise).
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import os
@@ -43,6 +44,7 @@ __all__ = [
     "training_r2",
     "LRSchedule",
     "Optimizer",
+    "kl_warmup_factor",
     "lr_factor",
     "make_optimizer",
     "negative_elbo",
@@ -137,6 +139,16 @@ def lr_factor(schedule: LRSchedule | str, step: int, total: int) -> float:
     hold = _LR_HOLD * total
     frac = min(max((step - hold) / (total - hold), 0.0), 1.0)
     return _LR_FLOOR + (1.0 - _LR_FLOOR) * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+
+def kl_warmup_factor(step: int, warmup: int) -> float:
+    """The KL weight of optimiser step ``step`` (0-based) under a warm-up of ``warmup``
+    steps, as a fraction of ``kl_weight``: ``(step + 1) / warmup`` up to 1, so that the
+    first step already has a KL term and step ``warmup - 1`` on has all of it. ``warmup``
+    of 0 (no warm-up): 1 from the first step."""
+    if warmup <= 0:
+        return 1.0
+    return min((step + 1) / warmup, 1.0)
 
 
 @dataclass
@@ -237,14 +249,31 @@ recorded in :class:`History`."""
 
 
 def elbo_objective(
-    likelihood: LikelihoodLike, n_train: int, n_mc: int = 1, kl_weight: float = 1.0
+    likelihood: LikelihoodLike,
+    n_train: int,
+    n_mc: int = 1,
+    kl_weight: float = 1.0,
+    kl_warmup: int = 0,
+    first_step: int = 0,
 ) -> Objective:
-    """The per-datum negative ELBO (:func:`negative_elbo`) as an :data:`Objective`."""
+    """The per-datum negative ELBO (:func:`negative_elbo`) as an :data:`Objective`.
 
-    def objective(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return negative_elbo(model, likelihood, x, y, n_train, n_mc, kl_weight)
+    With ``kl_warmup > 0`` the objective counts its calls, one an optimiser step, from
+    ``first_step``, and call ``t`` weighs the KL by ``kl_weight *
+    kl_warmup_factor(t, kl_warmup)`` (:func:`kl_warmup_factor`)."""
+    if kl_warmup <= 0:
 
-    return objective
+        def objective(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            return negative_elbo(model, likelihood, x, y, n_train, n_mc, kl_weight)
+
+        return objective
+    steps = itertools.count(first_step)
+
+    def warmed(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        w = kl_weight * kl_warmup_factor(next(steps), kl_warmup)
+        return negative_elbo(model, likelihood, x, y, n_train, n_mc, w)
+
+    return warmed
 
 
 def loss_objective(loss_fn: Callable[[Tensor, Tensor], Tensor]) -> Objective:
@@ -392,6 +421,7 @@ def train(
     callbacks: Sequence[Callable[[int, nn.Module, History], bool | None]] = (),
     track_sparsity: bool = True,
     kl_weight: float = 1.0,
+    kl_warmup: int = 0,
     on_step: Callable[[int], None] | None = None,
     replicated: bool | None = None,
     checkpoint_extra: Callable[[], dict[str, Any]] | None = None,
@@ -456,6 +486,11 @@ def train(
     kl_weight : float
         ``w`` in the objective ``nll + w KL / n`` (:func:`negative_elbo`); 1, the default, is
         the exact negative ELBO.
+    kl_warmup : int
+        Optimiser steps over which the KL weight rises linearly to ``kl_weight``
+        (:func:`kl_warmup_factor`; the step count continues across a resume): the network
+        fits the data before the prior prunes it. 0, the default, is the paper's objective
+        from the first step. Only with ``likelihood``.
     on_step : callable, optional
         Called as ``on_step(t)`` after optimiser step ``t`` (0-based, counted from the start
         of the run, so a resumed run continues the count): pruning schedules and masks.
@@ -491,7 +526,7 @@ def train(
         it and both values) or with a field that is not valid (the message names the file
         and the field).
     """
-    _check_train_args(likelihood, objective, epochs, batch_size, n_mc, kl_weight)
+    _check_train_args(likelihood, objective, epochs, batch_size, n_mc, kl_weight, kl_warmup)
     lr_schedule = LRSchedule(lr_schedule)
     kernels = parse_backend(kernel_backend) if kernel_backend is not None else None
     if replicated is None:
@@ -508,9 +543,6 @@ def train(
     check_training_devices(params, X, y, generator)
     batches = Minibatches(X, y, batch_size, generator, replicated)
     n = batches.n
-    if objective is None:
-        assert likelihood is not None
-        objective = elbo_objective(likelihood, n, n_mc, kl_weight)
     set_generator(model, generator)
     track_sparsity = track_sparsity and bool(spike_slab_layers(model))
     opt = make_optimizer(params, optimizer, lr)
@@ -530,8 +562,15 @@ def train(
         # A resume must continue the same schedule: its kind and its length.
         run_identity["lr_schedule"] = lr_schedule.value
         run_identity["schedule_steps"] = total_steps
+    if kl_warmup > 0:
+        run_identity["kl_warmup"] = int(kl_warmup)
     if resume and ckpt is not None and ckpt.exists():
         history, start = _resume(ckpt, saved, opt, generator, run_identity, epochs)
+    if objective is None:
+        assert likelihood is not None
+        # Built after a resume: a warm-up continues from the step the run is at.
+        first = start * batches.n_batches
+        objective = elbo_objective(likelihood, n, n_mc, kl_weight, kl_warmup, first)
     if lr_schedule is not LRSchedule.CONSTANT:
         # Built after a resume: LambdaLR then sets the rate of the step the run is at.
         for group in opt.param_groups:
@@ -658,6 +697,7 @@ def _check_train_args(
     batch_size: int,
     n_mc: int,
     kl_weight: float,
+    kl_warmup: int,
 ) -> None:
     """:func:`train`'s argument checks, before anything is built."""
     if (likelihood is None) == (objective is None):
@@ -665,6 +705,10 @@ def _check_train_args(
     if epochs < 0 or batch_size < 1 or n_mc < 1:
         raise ValueError("epochs must be >= 0, batch_size and n_mc >= 1")
     check_kl_weight(kl_weight)
+    if isinstance(kl_warmup, bool) or not isinstance(kl_warmup, int) or kl_warmup < 0:
+        raise ValueError(f"kl_warmup must be an int >= 0 (optimiser steps), got {kl_warmup!r}")
+    if kl_warmup and objective is not None:
+        raise ValueError("kl_warmup weighs the ELBO's KL: give likelihood, not objective")
 
 
 def _record_epoch(
