@@ -103,6 +103,24 @@ def _resume_12_epochs(
     return resumed, history
 
 
+def _interrupted_12_epochs(
+    X: torch.Tensor, y: torch.Tensor, lik: GaussianLikelihood, ckpt: Path, **kw: Any
+) -> None:
+    """The 12-epoch run of seed 3, stopped by a callback after epoch 5 (checkpoint in
+    ``ckpt``)."""
+    train(
+        _model(),
+        X,
+        y,
+        lik,
+        epochs=12,
+        generator=torch.Generator().manual_seed(3),
+        checkpoint_path=ckpt,
+        callbacks=[lambda epoch, model, history: epoch == 5],
+        **kw,
+    )
+
+
 def test_same_seed_same_fit_and_checkpoint_resume_is_bit_for_bit(tmp_path: Path) -> None:
     X, y = _data()
     lik = GaussianLikelihood(0.3)
@@ -426,17 +444,7 @@ def test_cosine_run_resumes_bit_for_bit_and_refuses_another_length(tmp_path: Pat
     h_full = train(full, X, y, lik, epochs=12, generator=torch.Generator().manual_seed(3), **kw)  # type: ignore[arg-type]
     # The same 12-epoch run, interrupted after epoch 5 (a callback stops it).
     ckpt = tmp_path / "run.pt"
-    train(
-        _model(),
-        X,
-        y,
-        lik,
-        epochs=12,
-        generator=torch.Generator().manual_seed(3),
-        checkpoint_path=ckpt,
-        callbacks=[lambda epoch, model, history: epoch == 5],
-        **kw,  # type: ignore[arg-type]
-    )
+    _interrupted_12_epochs(X, y, lik, ckpt, **kw)
     resumed, h_res = _resume_12_epochs(X, y, lik, ckpt, **kw)
     for a, b in zip(full.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(a, b)
@@ -488,17 +496,7 @@ def test_warmed_run_resumes_bit_for_bit_and_refuses_another_warmup(tmp_path: Pat
     )
     assert h_full.loss[0] < plain.loss[0]  # less KL in the first epoch's objective
     ckpt = tmp_path / "run.pt"
-    train(
-        _model(),
-        X,
-        y,
-        lik,
-        epochs=12,
-        generator=torch.Generator().manual_seed(3),
-        checkpoint_path=ckpt,
-        callbacks=[lambda epoch, model, history: epoch == 5],  # stopped inside the warm-up
-        **kw,  # type: ignore[arg-type]
-    )
+    _interrupted_12_epochs(X, y, lik, ckpt, **kw)  # stopped inside the warm-up
     resumed, h_res = _resume_12_epochs(X, y, lik, ckpt, **kw)
     for a, b in zip(full.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(a, b)
