@@ -16,6 +16,7 @@ import functools
 import itertools
 import logging
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -562,8 +563,9 @@ def train(
         # A resume must continue the same schedule: its kind and its length.
         run_identity["lr_schedule"] = lr_schedule.value
         run_identity["schedule_steps"] = total_steps
+    kl_warmup = int(kl_warmup)
     if kl_warmup > 0:
-        run_identity["kl_warmup"] = int(kl_warmup)
+        run_identity["kl_warmup"] = kl_warmup
     if resume and ckpt is not None and ckpt.exists():
         history, start = _resume(ckpt, saved, opt, generator, run_identity, epochs)
     if objective is None:
@@ -705,7 +707,7 @@ def _check_train_args(
     if epochs < 0 or batch_size < 1 or n_mc < 1:
         raise ValueError("epochs must be >= 0, batch_size and n_mc >= 1")
     check_kl_weight(kl_weight)
-    if isinstance(kl_warmup, bool) or not isinstance(kl_warmup, int) or kl_warmup < 0:
+    if isinstance(kl_warmup, bool) or not isinstance(kl_warmup, numbers.Integral) or kl_warmup < 0:
         raise ValueError(f"kl_warmup must be an int >= 0 (optimiser steps), got {kl_warmup!r}")
     if kl_warmup and objective is not None:
         raise ValueError("kl_warmup weighs the ELBO's KL: give likelihood, not objective")
