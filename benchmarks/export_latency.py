@@ -20,6 +20,10 @@ Usage::
   onnxruntime's classes against ``predict_proba``'s; ``SVBNNRegressor`` defaults on
   diabetes and Friedman #1 (with 10 noise columns): how far the median model's
   predictions are from ``predict``'s posterior mean. Latency as above.
+* ``--agreement-seeds K``: how often the median model's classes agree with
+  ``predict_proba``'s, over ``K`` fits of ``SVBNNClassifier`` defaults on digits and breast
+  cancer (10 noise columns), split and estimator seeded ``0 .. K-1``; also against 1,000
+  posterior draws, and ``predict_proba``'s own agreement with those. No timings.
 * ``--crossover``: one linear layer as a :class:`~svbnn.export.CompactMLP`, stored dense
   against sparse, at several densities and batch 1, 16, 64, 1000 (the storage rule of the
   export, :func:`~svbnn.export.sparse_is_faster`).
@@ -305,13 +309,60 @@ def _noisy(X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.hstack([X, rng.normal(size=(len(X), 10))])
 
 
+def _split(X: Any, y: Any, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``X`` with 10 N(0, 1) columns added, split 75/25 and standardised on the training
+    rows (seed ``seed`` for the noise columns and the split)."""
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    X = _noisy(np.asarray(X, dtype=np.float64), np.random.default_rng(seed))
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=seed)
+    sc = StandardScaler().fit(Xtr)
+    return sc.transform(Xtr), sc.transform(Xte), ytr, yte
+
+
+def agreement(seeds: int, quick: bool) -> list[dict[str, Any]]:
+    """Per classifier set and seed: the median model's (``est.export()``) classes against
+    ``predict_proba``'s (its default draws) and against 1,000 posterior draws."""
+    from sklearn.datasets import load_breast_cancer, load_digits
+
+    from svbnn import SVBNNClassifier
+
+    rows = []
+    for name, load in (("digits", load_digits), ("breast_cancer", load_breast_cancer)):
+        X, y = load(return_X_y=True)
+        for seed in range(seeds):
+            Xtr, Xte, ytr, yte = _split(X, y, seed)
+            est = SVBNNClassifier(random_state=seed, **({"max_iter": 5} if quick else {}))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                est.fit(Xtr, ytr)
+                module = est.export()
+            with torch.inference_mode():
+                median = module(torch.from_numpy(Xte)).numpy().argmax(1)
+            proba = est.predict_proba(Xte).argmax(1)
+            many = est.predict_proba(Xte, n_samples=1000).argmax(1)
+            rows.append(
+                {
+                    "network": name,
+                    "seed": seed,
+                    "test_rows": len(Xte),
+                    "class_agreement": float(np.mean(median == proba)),
+                    "class_agreement_1000_draws": float(np.mean(median == many)),
+                    "predict_vs_1000_draws": float(np.mean(proba == many)),
+                    "accuracy_predict": float(np.mean(est.classes_[proba] == yte)),
+                    "accuracy_export": float(np.mean(est.classes_[median] == yte)),
+                    "unresolved": float(est.unresolved_),
+                }
+            )
+    return rows
+
+
 def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
     """Classifier defaults (digits, breast cancer) and regressor defaults (diabetes,
     Friedman #1), each with 10 noise columns, standardised on the training rows."""
     import onnxruntime as ort
     from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits, make_friedman1
-    from sklearn.model_selection import train_test_split
-    from sklearn.preprocessing import StandardScaler
 
     from svbnn import SVBNNClassifier, SVBNNRegressor
 
@@ -323,11 +374,7 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
     ]
     infos, rows = [], []
     for name, task, (X, y) in sets:
-        rng = np.random.default_rng(0)
-        X = _noisy(np.asarray(X, dtype=np.float64), rng)
-        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.25, random_state=0)
-        sc = StandardScaler().fit(Xtr)
-        Xtr, Xte = sc.transform(Xtr), sc.transform(Xte)
+        Xtr, Xte, ytr, yte = _split(X, y, 0)
         kw: dict[str, Any] = {"random_state": 0}
         if quick:
             kw["max_iter"] = 5
@@ -399,7 +446,7 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
         info.update(
             layer_shapes=rep.layer_shapes,
             kept_inputs=len(rep.kept_inputs or []),
-            n_features=X.shape[1],
+            n_features=Xtr.shape[1],
             dense_macs=macs[0],
             export_macs=macs[1],
             size_dense_bytes=module_size_bytes(dense_full),
@@ -410,7 +457,7 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             exports = {b: est.export(batch_size=b) for b in BATCHES}
-        rows += latency_rows(name, dense_full, exports, X.shape[1], rounds, tmp, macs)
+        rows += latency_rows(name, dense_full, exports, Xtr.shape[1], rounds, tmp, macs)
         # The predictive export (n_samples_predict draws, float64) against the dense median
         # model, PyTorch, at batch 1 and 1000.
         for batch in (1, 1000):
@@ -514,6 +561,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--mnist", action="append", default=[], metavar="LABEL=CHECKPOINT")
     ap.add_argument("--tabular", action="store_true")
     ap.add_argument("--crossover", action="store_true")
+    ap.add_argument("--agreement-seeds", type=int, default=0, metavar="K")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--n-test", type=int, default=10000, help="MNIST test rows (all: 10000)")
     ap.add_argument("--quick", action="store_true", help="tabular fits of 5 epochs (smoke)")
@@ -522,7 +570,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.perf_counter()
-    result: dict[str, Any] = {"mnist": [], "tabular": [], "rows": [], "crossover": []}
+    result: dict[str, Any] = {
+        "mnist": [],
+        "tabular": [],
+        "rows": [],
+        "crossover": [],
+        "agreement": [],
+    }
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         for spec in args.mnist:
@@ -538,6 +592,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             result["rows"] += r["rows"]
     if args.crossover:
         result["crossover"] = crossover(args.rounds)
+    if args.agreement_seeds > 0:
+        result["agreement"] = agreement(args.agreement_seeds, args.quick)
     settings = {
         "command": "python -m benchmarks.export_latency " + " ".join(argv or sys.argv[1:]),
         "date_utc": started.strftime("%Y-%m-%d %H:%M"),
@@ -560,7 +616,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    rows = result["rows"] + result["crossover"]
+    rows = result["rows"] + result["crossover"] + result["agreement"]
     if rows:
         fields: list[str] = []
         for r in rows:
@@ -629,6 +685,30 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
                     for k, v in info.items()
                     if k not in ("network",)
                 )
+            )
+        md.append("")
+    if result["agreement"]:
+        md += [
+            "## The median model's classes against predict_proba's, over seeds",
+            "",
+            "| set | seed | test rows | median = predict_proba | median = 1,000 draws "
+            "| predict_proba = 1,000 draws | accuracy: predict / median | unresolved gates |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for a in result["agreement"]:
+            md.append(
+                f"| {a['network']} | {a['seed']} | {a['test_rows']} | "
+                f"{a['class_agreement']:.4f} | {a['class_agreement_1000_draws']:.4f} | "
+                f"{a['predict_vs_1000_draws']:.4f} | {a['accuracy_predict']:.4f} / "
+                f"{a['accuracy_export']:.4f} | {a['unresolved']:.4f} |"
+            )
+        for name in dict.fromkeys(a["network"] for a in result["agreement"]):
+            vals = [a["class_agreement"] for a in result["agreement"] if a["network"] == name]
+            md.append("")
+            md.append(
+                f"{name}: median = predict_proba on {min(vals):.4f}-{max(vals):.4f} of the "
+                f"test rows (mean {np.mean(vals):.4f}); at least 0.99 in "
+                f"{sum(v >= 0.99 for v in vals)} of {len(vals)} fits."
             )
         md.append("")
     if result["crossover"]:

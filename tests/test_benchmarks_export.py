@@ -55,3 +55,17 @@ def test_export_latency_writes_rows_and_report(
     assert info["argmax_equal_rows"] == info["test_rows"] == 20
     assert info["export_macs"] < info["dense_macs"]
     assert "## MNIST `toy`" in (out / "report.md").read_text()
+
+
+def test_agreement_over_seeds_writes_a_row_per_fit(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    bench.main(["--agreement-seeds", "2", "--quick", "--out", str(out)])
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [(r["network"], r["seed"]) for r in rows] == [
+        (n, s) for n in ("digits", "breast_cancer") for s in ("0", "1")
+    ]
+    for r in rows:
+        for key in ("class_agreement", "class_agreement_1000_draws", "predict_vs_1000_draws"):
+            assert 0.0 <= float(r[key]) <= 1.0
+    assert {r["test_rows"] for r in rows} == {"450", "143"}
+    assert "median = predict_proba on" in (out / "report.md").read_text()
