@@ -629,8 +629,11 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
     details = {"settings": settings, "mnist": result["mnist"], "tabular": result["tabular"]}
     (out / "settings.json.tmp").write_text(json.dumps(details, indent=2) + "\n")
     os.replace(out / "settings.json.tmp", out / "settings.json")
+    timed = bool(result["rows"] or result["crossover"])
     md = [
-        "# Export latency: the compacted median model against the dense network",
+        "# Export latency: the compacted median model against the dense network"
+        if timed
+        else "# Export: the median model's classes against predict_proba's",
         "",
         f"Command: `{settings['command']}`; {settings['date_utc']} UTC; CPU: "
         f"{settings['cpu']} ({settings['logical_cpus']} logical CPUs, shared), one thread; "
