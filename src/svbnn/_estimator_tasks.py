@@ -48,13 +48,12 @@ from .prediction import (
 from .training import DIVERGED_R2
 
 # The fit-quality checks after fit (issue 31): a regressor whose training R^2 is at most
-# _COLLAPSED_R2 explains nothing (CollapseWarning); below _DIVERGED_R2 it diverged. A
-# classifier collapsed when it predicts one class for _COLLAPSED_SHARE of the training rows
-# while another class has _MINORITY_SHARE of them. Checked on up to _CHECK_ROWS evenly
-# spaced training rows (any order of the rows, e.g. sorted by class, is sampled evenly)
-# with _CHECK_DRAWS posterior draws.
+# _COLLAPSED_R2 explains nothing (CollapseWarning); below DIVERGED_R2 (the training
+# loop's threshold) it diverged. A classifier collapsed when it predicts one class for
+# _COLLAPSED_SHARE of the training rows while another class has _MINORITY_SHARE of them.
+# Checked on up to _CHECK_ROWS evenly spaced training rows (any order of the rows, e.g.
+# sorted by class, is sampled evenly) with _CHECK_DRAWS posterior draws.
 _COLLAPSED_R2 = 0.02
-_DIVERGED_R2 = DIVERGED_R2  # the training loop's threshold, one definition
 _COLLAPSED_SHARE = 0.99
 _MINORITY_SHARE = 0.10
 _CHECK_ROWS = 1000
@@ -238,14 +237,14 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         r2 = self._training_r2(Xv, z)
         self._warn_if_degenerate(
             None
-            if r2 is None or r2 >= _DIVERGED_R2
-            else f"its training R^2 is {r2:.3g} (below {_DIVERGED_R2:g}: far worse than "
+            if r2 is None or r2 >= DIVERGED_R2
+            else f"its training R^2 is {r2:.3g} (below {DIVERGED_R2:g}: far worse than "
             "predicting the mean of y)"
         )
         self._warn_if_unconverged()
         self._warn_if_collapsed(
             []
-            if r2 is None or not (_DIVERGED_R2 <= r2 <= _COLLAPSED_R2)
+            if r2 is None or not (DIVERGED_R2 <= r2 <= _COLLAPSED_R2)
             else [
                 f"its training R^2 is {r2:.3g} (at most {_COLLAPSED_R2:g}: the predictions "
                 "explain next to none of the variance of y, as a constant would)"
