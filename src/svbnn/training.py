@@ -259,22 +259,16 @@ def elbo_objective(
 ) -> Objective:
     """The per-datum negative ELBO (:func:`negative_elbo`) as an :data:`Objective`.
 
-    With ``kl_warmup > 0`` the objective counts its calls, one an optimiser step, from
-    ``first_step``, and call ``t`` weighs the KL by ``kl_weight *
-    kl_warmup_factor(t, kl_warmup)`` (:func:`kl_warmup_factor`)."""
-    if kl_warmup <= 0:
-
-        def objective(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            return negative_elbo(model, likelihood, x, y, n_train, n_mc, kl_weight)
-
-        return objective
+    The objective counts its calls, one an optimiser step, from ``first_step``: call ``t``
+    weighs the KL by ``kl_weight * kl_warmup_factor(t, kl_warmup)``
+    (:func:`kl_warmup_factor`; ``kl_weight`` itself without a warm-up)."""
     steps = itertools.count(first_step)
 
-    def warmed(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def objective(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         w = kl_weight * kl_warmup_factor(next(steps), kl_warmup)
         return negative_elbo(model, likelihood, x, y, n_train, n_mc, w)
 
-    return warmed
+    return objective
 
 
 def loss_objective(loss_fn: Callable[[Tensor, Tensor], Tensor]) -> Objective:
