@@ -1,13 +1,16 @@
-"""lambda_opt (Theorem 4.1) and prior inputs given as lambda or log-lambda."""
+"""lambda_opt (Theorem 4.1), the estimators' "auto" prior, and prior inputs given as lambda
+or log-lambda."""
 
 import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from svbnn import lambda_opt, log_lambda_opt, mlp_log_lambda_opt
+from svbnn import lambda_opt, log_lambda_opt, mlp_log_lambda_auto, mlp_log_lambda_opt
 from svbnn.nn import SpikeSlabLinear, SpikeSlabMLP
-from svbnn.priors import resolve_log_inclusion
+from svbnn.priors import REFERENCE_HIDDEN, resolve_log_inclusion
 
 
 def test_lambda_opt_formula_simulation2() -> None:
@@ -58,3 +61,57 @@ def test_lambda_or_log_lambda_everywhere() -> None:
     assert torch.isfinite(net(torch.randn(2, 3))).all()
     with pytest.raises(ValueError):
         net.set_log_prior_inclusion(0.5)
+
+
+# -- prior_inclusion="auto": mlp_log_lambda_auto -------------------------------------------
+def _size(p: int, hidden: tuple[int, ...], out: int) -> int:
+    sizes = [p, *hidden, out]
+    return sum((sizes[i] + 1) * sizes[i + 1] for i in range(len(sizes) - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    p=st.integers(1, 500),
+    hidden=st.lists(st.integers(1, 2000), min_size=0, max_size=4).map(tuple),
+    out=st.integers(1, 20),
+    n=st.integers(1, 10**6),
+)
+def test_auto_lambda_is_lambda_opt_up_to_the_reference_size_and_scaled_beyond(
+    p: int, hidden: tuple[int, ...], out: int, n: int
+) -> None:
+    opt = mlp_log_lambda_opt(p, hidden, out, n)
+    auto = mlp_log_lambda_auto(p, hidden, out, n)
+    ratio = _size(p, hidden, out) / _size(p, REFERENCE_HIDDEN, out)
+    if ratio <= 1.0:
+        assert auto == opt  # exactly: the theorem's value, bit for bit
+        return
+    base = mlp_log_lambda_opt(p, REFERENCE_HIDDEN, out, n) + math.log(ratio)
+    if len(hidden) >= 2:
+        base *= 2.0 / (len(hidden) + 1)
+    assert auto == max(opt, min(base, math.log(0.1)))
+    assert opt <= auto  # never a stronger prior than lambda_opt
+    assert auto <= max(opt, math.log(0.1))
+
+
+def test_auto_lambda_values() -> None:
+    # The default network is the reference: lambda_opt itself.
+    assert mlp_log_lambda_auto(20, (50,), 1, 332) == mlp_log_lambda_opt(20, (50,), 1, 332)
+    # One hidden layer of 500: the reference's lambda_opt times T / T_ref.
+    ref = mlp_log_lambda_opt(20, (50,), 1, 332)
+    ratio = (21 * 500 + 501) / (21 * 50 + 51)
+    assert mlp_log_lambda_auto(20, (500,), 1, 332) == pytest.approx(
+        ref + math.log(ratio), abs=1e-12
+    )
+    # Two hidden layers of 50: two thirds of that log, as a path crosses three gates.
+    ratio2 = (21 * 50 + 51 * 50 + 51) / (21 * 50 + 51)
+    assert mlp_log_lambda_auto(20, (50, 50), 1, 332) == pytest.approx(
+        (ref + math.log(ratio2)) * 2 / 3, abs=1e-12
+    )
+    # Continuous in the width of one hidden layer at the reference.
+    assert abs(mlp_log_lambda_auto(20, (51,), 1, 332) - ref) < 0.03
+    # The cap.
+    assert mlp_log_lambda_auto(20, (10**6,), 1, 332) == math.log(0.1)
+    assert mlp_log_lambda_auto(20, (10**6,), 1, 332, max_log_inclusion=-5.0) == -5.0
+    for bad in (0.0, 1.0, math.nan, -math.inf):
+        with pytest.raises(ValueError, match="max_log_inclusion"):
+            mlp_log_lambda_auto(20, (500,), 1, 332, max_log_inclusion=bad)

@@ -24,6 +24,7 @@ from .estimators import SVBNNClassifier, SVBNNPoissonRegressor, SVBNNRegressor
 from .priors import (
     lambda_opt,
     log_lambda_opt,
+    mlp_log_lambda_auto,
     mlp_log_lambda_opt,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "lambda_opt",
     "load_estimator",
     "log_lambda_opt",
+    "mlp_log_lambda_auto",
     "mlp_log_lambda_opt",
     "save_estimator",
     "set_kernel_backend",

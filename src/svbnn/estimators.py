@@ -61,6 +61,7 @@ from .prediction import _evaluation, sample_outputs
 from .priors import (
     LOG_INCLUSION_MIN,
     check_prior_variance,
+    mlp_log_lambda_auto,
     mlp_log_lambda_opt,
     resolve_log_inclusion,
 )
@@ -78,9 +79,14 @@ from .training import LikelihoodLike
 __all__ = ["CollapseWarning", "SVBNNClassifier", "SVBNNPoissonRegressor", "SVBNNRegressor"]
 
 _SPIKE_SLAB_PARAMETERS = """\
-prior_inclusion : "opt", "eb", "cv" or float, default "opt"
+prior_inclusion : "auto", "opt", "eb", "cv" or float, default "auto"
     Prior inclusion ``lambda``: ``"opt"`` is ``lambda_opt`` of Theorem 4.1 (about 1e-4;
-    needed for variable selection); ``"eb"`` sets it during training to its
+    needed for variable selection; the paper's); ``"auto"`` is ``lambda_opt`` for
+    networks up to the size of the default one (``hidden_layer_sizes=(50,)``) and, for
+    larger ones, ``lambda_opt`` of the default network scaled up with the number of
+    parameters and the depth (:func:`svbnn.priors.mlp_log_lambda_auto`), at most
+    ``INCLUSION_MAX``: with ``"opt"``, wider or deeper networks lose every path to the
+    output on small tables; ``"eb"`` sets it during training to its
     empirical-Bayes value, the mean ``phi`` (capped at 0.5: better fits on small data, but
     every input then reaches the output with high probability); ``"cv"`` chooses it on
     held-out rows, the way ``LassoCV`` chooses ``alpha``: a grid of ``INCLUSION_GRID``
@@ -185,7 +191,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
     """The paper's method: a :class:`~svbnn.nn.spike_slab.SpikeSlabMLP`, its prior's
     parameters, inclusion summaries and the median model (:meth:`export_sparse`)."""
 
-    prior_inclusion: str | float = "opt"
+    prior_inclusion: str | float = "auto"
     log_prior_inclusion: float | None = None
     prior_variance: float = 2.0
     temperature: float = 0.5
@@ -196,9 +202,9 @@ class _SpikeSlabFamily(_VariationalEstimator):
     def _check_family_params(self) -> None:
         _check_choice("sampler", self.sampler, [s.value for s in Sampler])
         if isinstance(self.prior_inclusion, str):
-            if self.prior_inclusion not in ("opt", "eb", "cv"):
+            if self.prior_inclusion not in ("auto", "opt", "eb", "cv"):
                 raise ValueError(
-                    "prior_inclusion must be 'opt', 'eb', 'cv' or a float in (0, 1), "
+                    "prior_inclusion must be 'auto', 'opt', 'eb', 'cv' or a float in (0, 1), "
                     f"got {self.prior_inclusion!r}"
                 )
         else:
@@ -221,14 +227,18 @@ class _SpikeSlabFamily(_VariationalEstimator):
         return self.prior_inclusion == "eb" and self.log_prior_inclusion is None
 
     def _prepare(self, n: int, p: int, n_out: int) -> list[Any]:
-        """The prior inclusion ``lambda`` (``"opt"`` depends on ``n`` and the widths)."""
+        """The prior inclusion ``lambda`` (``"auto"`` and ``"opt"`` depend on ``n`` and the
+        widths)."""
+        hidden = _hidden_sizes(self.hidden_layer_sizes)
         if self.log_prior_inclusion is not None:
             log_lam = resolve_log_inclusion(log_inclusion=self.log_prior_inclusion)
+        elif self.prior_inclusion == "auto":
+            log_lam = mlp_log_lambda_auto(p, hidden, n_out, n, math.log(INCLUSION_MAX))
         elif self.prior_inclusion == "eb":
             log_lam = math.log(0.5)  # the starting value; fitted with the rest
         elif isinstance(self.prior_inclusion, str):
             # "opt"; and "cv" until the held-out choice (_choose_on_held_out) replaces it.
-            log_lam = mlp_log_lambda_opt(p, _hidden_sizes(self.hidden_layer_sizes), n_out, n)
+            log_lam = mlp_log_lambda_opt(p, hidden, n_out, n)
         else:
             log_lam = resolve_log_inclusion(inclusion=float(self.prior_inclusion))
         self.log_lambda_ = log_lam

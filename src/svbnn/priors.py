@@ -20,6 +20,8 @@ __all__ = [
     "lambda_opt",
     "log1mexp",
     "log_lambda_opt",
+    "REFERENCE_HIDDEN",
+    "mlp_log_lambda_auto",
     "mlp_log_lambda_opt",
     "resolve_log_inclusion",
 ]
@@ -203,3 +205,69 @@ def mlp_log_lambda_opt(
     n_params = sum((sizes[i] + 1) * sizes[i + 1] for i in range(len(sizes) - 1))
     width = max(hidden_sizes) if len(hidden_sizes) else in_features
     return log_lambda_opt(n_params, len(hidden_sizes), width, n_train, in_features, delta)
+
+
+REFERENCE_HIDDEN: tuple[int, ...] = (50,)
+"""The hidden layers :func:`mlp_log_lambda_auto` scales from: the estimators' default
+network, the one their defaults were measured at."""
+
+
+def mlp_log_lambda_auto(
+    in_features: int,
+    hidden_sizes: tuple[int, ...] | list[int],
+    out_features: int,
+    n_train: int,
+    max_log_inclusion: float = math.log(0.1),
+) -> float:
+    """``log(lambda)`` of the estimators' default prior (``prior_inclusion="auto"``).
+
+    ``lambda_opt`` (:func:`mlp_log_lambda_opt`) is a rate: it falls like ``1 / T`` as the
+    network grows, while each edge's share of the fit falls too, and on a table of a few
+    hundred rows a wider or deeper network then loses every path from the inputs to the
+    output (measured in the user guide, "When to change the defaults"). So: with ``T``
+    and ``T_ref`` the weights and biases of the network and of the reference network
+    :data:`REFERENCE_HIDDEN` on the same inputs and outputs,
+
+    * ``T <= T_ref``: ``log lambda_opt`` itself;
+    * ``T > T_ref``: ``b = log lambda_opt(reference) + log(T / T_ref)`` (the reference's
+      ``lambda_opt`` times the ratio of the sizes); with ``L >= 2`` hidden layers
+      ``b * 2 / (L + 1)`` (a path from an input to an output crosses ``L + 1`` gates:
+      this holds its prior log-odds, ``(L + 1) log lambda``, at the one-hidden-layer
+      value); then at most ``max_log_inclusion`` and at least ``log lambda_opt``.
+
+    For one hidden layer this is continuous in the width (equal at 50 units); with two
+    or more, ``lambda`` jumps up where ``T`` passes ``T_ref``.
+
+    Parameters
+    ----------
+    in_features, out_features : int
+        ``p`` and the outputs.
+    hidden_sizes : sequence of int
+        The hidden widths (may be empty).
+    n_train : int
+        ``n``, the training rows.
+    max_log_inclusion : float, default log(0.1)
+        The cap, in ``(-inf, 0)``.
+
+    Returns
+    -------
+    float
+        ``log(lambda)``.
+    """
+    if not (math.isfinite(max_log_inclusion) and max_log_inclusion < 0.0):
+        raise ValueError(f"max_log_inclusion must be finite and < 0, got {max_log_inclusion}")
+    hidden = tuple(hidden_sizes)
+    opt = mlp_log_lambda_opt(in_features, hidden, out_features, n_train)
+
+    def size(h: tuple[int, ...]) -> int:
+        sizes = [in_features, *h, out_features]
+        return sum((sizes[i] + 1) * sizes[i + 1] for i in range(len(sizes) - 1))
+
+    ratio = size(hidden) / size(REFERENCE_HIDDEN)
+    if ratio <= 1.0:
+        return opt
+    base = mlp_log_lambda_opt(in_features, REFERENCE_HIDDEN, out_features, n_train)
+    base += math.log(ratio)
+    if len(hidden) >= 2:
+        base *= 2.0 / (len(hidden) + 1)
+    return max(opt, min(base, max_log_inclusion))
