@@ -451,10 +451,10 @@ def test_auto_prior_is_lambda_opt_at_the_default_size_and_scales_beyond() -> Non
     assert opt.log_lambda_ == mlp_log_lambda_opt(p, (500,), 1, n)
 
 
-def test_auto_prior_fits_a_deeper_network_that_lambda_opt_starves() -> None:
-    # scikit-learn's diabetes (442 rows) with 10 N(0, 1) columns, two hidden layers of
-    # 50: under lambda_opt most paths to the output are pruned (training R^2 0.08-0.36
-    # over seeds 0-2, against 0.44-0.48 under "auto", which keeps no noise column).
+def test_auto_prior_fits_a_wider_network_that_lambda_opt_starves() -> None:
+    # scikit-learn's diabetes (442 rows) with 10 N(0, 1) columns, one hidden layer of 500
+    # units: under lambda_opt most paths to the output are pruned (training R^2 0.28 with
+    # seed 0; seed 1 collapses), under "auto" R^2 is 0.45 with no noise column kept.
     from sklearn.datasets import load_diabetes
 
     X, y = load_diabetes(return_X_y=True)
@@ -465,7 +465,7 @@ def test_auto_prior_fits_a_deeper_network_that_lambda_opt_starves() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             est = SVBNNRegressor(
-                hidden_layer_sizes=(50, 50), prior_inclusion=prior, random_state=0
+                hidden_layer_sizes=(500,), prior_inclusion=prior, random_state=0
             ).fit(X, y)
         return 1.0 - float(np.mean((est.predict(X) - y) ** 2) / np.var(y)), est
 

@@ -86,8 +86,6 @@ def test_auto_lambda_is_lambda_opt_up_to_the_reference_size_and_scaled_beyond(
         assert auto == opt  # exactly: the theorem's value, bit for bit
         return
     base = mlp_log_lambda_opt(p, REFERENCE_HIDDEN, out, n) + math.log(ratio)
-    if len(hidden) >= 2:
-        base *= 2.0 / (len(hidden) + 1)
     assert auto == max(opt, min(base, math.log(0.1)))
     assert opt <= auto  # never a stronger prior than lambda_opt
     assert auto <= max(opt, math.log(0.1))
@@ -102,10 +100,10 @@ def test_auto_lambda_values() -> None:
     assert mlp_log_lambda_auto(20, (500,), 1, 332) == pytest.approx(
         ref + math.log(ratio), abs=1e-12
     )
-    # Two hidden layers of 50: two thirds of that log, as a path crosses three gates.
+    # Two hidden layers of 50: the same rule on their T.
     ratio2 = (21 * 50 + 51 * 50 + 51) / (21 * 50 + 51)
     assert mlp_log_lambda_auto(20, (50, 50), 1, 332) == pytest.approx(
-        (ref + math.log(ratio2)) * 2 / 3, abs=1e-12
+        ref + math.log(ratio2), abs=1e-12
     )
     # Continuous in the width of one hidden layer at the reference.
     assert abs(mlp_log_lambda_auto(20, (51,), 1, 332) - ref) < 0.03

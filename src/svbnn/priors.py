@@ -224,19 +224,20 @@ def mlp_log_lambda_auto(
     ``lambda_opt`` (:func:`mlp_log_lambda_opt`) is a rate: it falls like ``1 / T`` as the
     network grows, while each edge's share of the fit falls too, and on a table of a few
     hundred rows a wider or deeper network then loses every path from the inputs to the
-    output (measured in the user guide, "When to change the defaults"). So: with ``T``
+    output (measured in the user guide, "When to change the defaults"). So, with ``T``
     and ``T_ref`` the weights and biases of the network and of the reference network
-    :data:`REFERENCE_HIDDEN` on the same inputs and outputs,
+    :data:`REFERENCE_HIDDEN` on the same inputs and outputs:
 
-    * ``T <= T_ref``: ``log lambda_opt`` itself;
-    * ``T > T_ref``: ``b = log lambda_opt(reference) + log(T / T_ref)`` (the reference's
-      ``lambda_opt`` times the ratio of the sizes); with ``L >= 2`` hidden layers
-      ``b * 2 / (L + 1)`` (a path from an input to an output crosses ``L + 1`` gates:
-      this holds its prior log-odds, ``(L + 1) log lambda``, at the one-hidden-layer
-      value); then at most ``max_log_inclusion`` and at least ``log lambda_opt``.
+    * ``T <= T_ref``: ``log lambda_opt`` itself (the default network and any smaller
+      one);
+    * ``T > T_ref``: ``log lambda_opt(reference) + log(T / T_ref)``, the reference's
+      ``lambda_opt`` times the ratio of the sizes, at most ``max_log_inclusion`` and at
+      least ``log lambda_opt``.
 
-    For one hidden layer this is continuous in the width (equal at 50 units); with two
-    or more, ``lambda`` jumps up where ``T`` passes ``T_ref``.
+    For one hidden layer this is continuous in the width (equal to ``lambda_opt`` at 50
+    units); with two or more, ``log lambda`` rises by a fraction of a nat where ``T``
+    passes ``T_ref`` (``lambda_opt``'s depth term; e.g. 0.2 from ``(23, 23)`` to
+    ``(24, 24)`` on 20 inputs).
 
     Parameters
     ----------
@@ -268,6 +269,4 @@ def mlp_log_lambda_auto(
         return opt
     base = mlp_log_lambda_opt(in_features, REFERENCE_HIDDEN, out_features, n_train)
     base += math.log(ratio)
-    if len(hidden) >= 2:
-        base *= 2.0 / (len(hidden) + 1)
     return max(opt, min(base, max_log_inclusion))
