@@ -83,10 +83,10 @@ prior_inclusion : "auto", "opt", "eb", "cv" or float, default "auto"
     Prior inclusion ``lambda``: ``"opt"`` is ``lambda_opt`` of Theorem 4.1 (about 1e-4;
     needed for variable selection; the paper's); ``"auto"`` is ``lambda_opt`` for
     networks up to the size of the default one (``hidden_layer_sizes=(50,)``) and, for
-    larger ones, ``lambda_opt`` of the default network scaled up with the number of
-    parameters and the depth (:func:`svbnn.priors.mlp_log_lambda_auto`), at most
-    ``INCLUSION_MAX``: with ``"opt"``, wider or deeper networks lose every path to the
-    output on small tables; ``"eb"`` sets it during training to its
+    larger ones, ``lambda_opt`` of the default network times the ratio of the numbers of
+    parameters (:func:`svbnn.priors.mlp_log_lambda_auto`), at most ``INCLUSION_MAX``:
+    with ``"opt"``, wider networks lose every path to the output on small tables;
+    ``"eb"`` sets it during training to its
     empirical-Bayes value, the mean ``phi`` (capped at 0.5: better fits on small data, but
     every input then reaches the output with high probability); ``"cv"`` chooses it on
     held-out rows, the way ``LassoCV`` chooses ``alpha``: a grid of ``INCLUSION_GRID``
