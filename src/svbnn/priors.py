@@ -201,10 +201,17 @@ def mlp_log_lambda_opt(
     network 200-7-7-7-1 and ``n = 3000`` this is
     ``-log(1527) - 0.1 (4 log 7 + log(sqrt(3000) 200))``.
     """
-    sizes = [in_features, *hidden_sizes, out_features]
-    n_params = sum((sizes[i] + 1) * sizes[i + 1] for i in range(len(sizes) - 1))
+    n_params = _mlp_n_params(in_features, hidden_sizes, out_features)
     width = max(hidden_sizes) if len(hidden_sizes) else in_features
     return log_lambda_opt(n_params, len(hidden_sizes), width, n_train, in_features, delta)
+
+
+def _mlp_n_params(
+    in_features: int, hidden_sizes: tuple[int, ...] | list[int], out_features: int
+) -> int:
+    """``T``: the weights and biases of a fully connected network."""
+    sizes = [in_features, *hidden_sizes, out_features]
+    return sum((sizes[i] + 1) * sizes[i + 1] for i in range(len(sizes) - 1))
 
 
 REFERENCE_HIDDEN: tuple[int, ...] = (50,)
@@ -259,12 +266,9 @@ def mlp_log_lambda_auto(
         raise ValueError(f"max_log_inclusion must be finite and < 0, got {max_log_inclusion}")
     hidden = tuple(hidden_sizes)
     opt = mlp_log_lambda_opt(in_features, hidden, out_features, n_train)
-
-    def size(h: tuple[int, ...]) -> int:
-        sizes = [in_features, *h, out_features]
-        return sum((sizes[i] + 1) * sizes[i + 1] for i in range(len(sizes) - 1))
-
-    ratio = size(hidden) / size(REFERENCE_HIDDEN)
+    ratio = _mlp_n_params(in_features, hidden, out_features) / _mlp_n_params(
+        in_features, REFERENCE_HIDDEN, out_features
+    )
     if ratio <= 1.0:
         return opt
     base = mlp_log_lambda_opt(in_features, REFERENCE_HIDDEN, out_features, n_train)
