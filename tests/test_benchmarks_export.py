@@ -65,7 +65,15 @@ def test_agreement_over_seeds_writes_a_row_per_fit(tmp_path: Path) -> None:
         (n, s) for n in ("digits", "breast_cancer") for s in ("0", "1")
     ]
     for r in rows:
-        for key in ("class_agreement", "class_agreement_1000_draws", "predict_vs_1000_draws"):
+        for key in (
+            "class_agreement",
+            "class_agreement_1000_draws",
+            "predict_vs_1000_draws",
+            "mean_network_vs_predict",
+            "mean_network_vs_1000_draws",
+        ):
             assert 0.0 <= float(r[key]) <= 1.0
     assert {r["test_rows"] for r in rows} == {"450", "143"}
-    assert "median = predict_proba on" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "median = predict_proba on" in report
+    assert "The mean network (`phi * mu` on every edge, dense) = predict_proba on" in report
