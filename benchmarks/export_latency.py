@@ -723,19 +723,17 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
                 f"{a['accuracy_export']:.4f} | {a['unresolved']:.4f} |"
             )
         for name in dict.fromkeys(a["network"] for a in result["agreement"]):
-            vals = [a["class_agreement"] for a in result["agreement"] if a["network"] == name]
             md.append("")
-            md.append(
-                f"{name}: median = predict_proba on {min(vals):.4f}-{max(vals):.4f} of the "
-                f"test rows (mean {np.mean(vals):.4f}); at least 0.99 in "
-                f"{sum(v >= 0.99 for v in vals)} of {len(vals)} fits."
-            )
-            mv = [a["mean_network_vs_predict"] for a in result["agreement"] if a["network"] == name]
-            md.append(
-                f"The mean network (`phi * mu` on every edge, dense) = predict_proba on "
-                f"{min(mv):.4f}-{max(mv):.4f} (mean {np.mean(mv):.4f}); at least 0.99 in "
-                f"{sum(v >= 0.99 for v in mv)} of {len(mv)} fits."
-            )
+            for key, what in (
+                ("class_agreement", f"{name}: median"),
+                ("mean_network_vs_predict", "The mean network (`phi * mu` on every edge, dense)"),
+            ):
+                vals = [a[key] for a in result["agreement"] if a["network"] == name]
+                md.append(
+                    f"{what} = predict_proba on {min(vals):.4f}-{max(vals):.4f} of the test "
+                    f"rows (mean {np.mean(vals):.4f}); at least 0.99 in "
+                    f"{sum(v >= 0.99 for v in vals)} of {len(vals)} fits."
+                )
         md.append("")
     if result["crossover"]:
         md += [

@@ -4,9 +4,9 @@ Run ``python -m benchmarks.inclusion_cv_time [--datasets diabetes classification
 [--rounds 2]``: on split 0 of each table of :mod:`benchmarks.tabular_peers` (10 added
 noise columns, a ``StandardScaler`` pipeline, one thread), the regressor or classifier
 is fitted with ``prior_inclusion="opt"`` (at the default width, the default ``"auto"``'s
-lambda) and ``"cv"`` in alternating order,
-``--rounds`` times; it prints each fit's wall-clock time and epochs, and per table the
-ratios cv / opt of the rounds and their median.
+lambda) and ``"cv"`` in alternating order, ``--rounds`` times; it prints each fit's
+wall-clock time and epochs, and per table the ratios cv / opt of the rounds and their
+median.
 """
 
 from __future__ import annotations

@@ -86,9 +86,9 @@ prior_inclusion : "auto", "opt", "eb", "cv" or float, default "auto"
     larger ones, ``lambda_opt`` of the default network times the ratio of the numbers of
     parameters (:func:`svbnn.priors.mlp_log_lambda_auto`), at most ``INCLUSION_MAX``:
     with ``"opt"``, wider networks lose every path to the output on small tables;
-    ``"eb"`` sets it during training to its
-    empirical-Bayes value, the mean ``phi`` (capped at 0.5: better fits on small data, but
-    every input then reaches the output with high probability); ``"cv"`` chooses it on
+    ``"eb"`` sets it during training to its empirical-Bayes value, the mean ``phi``
+    (capped at 0.5: better fits on small data, but every input then reaches the output
+    with high probability); ``"cv"`` chooses it on
     held-out rows, the way ``LassoCV`` chooses ``alpha``: a grid of ``INCLUSION_GRID``
     values, log-spaced from ``lambda_opt`` to ``INCLUSION_MAX`` (0.1: with a denser prior
     the gates of edges the data do not inform stay near ``lambda``, and many such edges
