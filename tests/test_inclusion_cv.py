@@ -9,7 +9,8 @@ import torch
 from sklearn.utils.estimator_checks import check_estimator
 
 from svbnn import SVBNNClassifier, SVBNNRegressor
-from svbnn.estimators import INCLUSION_GRID, INCLUSION_MAX, _held_out_rows, _one_standard_error
+from svbnn._estimator_base import _held_out_rows
+from svbnn.estimators import INCLUSION_GRID, INCLUSION_MAX, _one_standard_error
 
 SMALL = dict(
     hidden_layer_sizes=(8,),

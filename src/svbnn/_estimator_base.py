@@ -26,6 +26,7 @@ import torch
 from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import train_test_split
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 from torch import Tensor, nn
 
@@ -143,6 +144,25 @@ history_ : History
 _T = TypeVar("_T", bound=type)
 _R = TypeVar("_R")
 _S = TypeVar("_S", bound="_VariationalEstimator")
+
+
+HELD_OUT = 0.2
+"""The fraction of the rows held out where a fit chooses or measures on held-out rows
+(``prior_inclusion="cv"``; a tempered regressor's noise level)."""
+
+
+def _held_out_rows(target: Tensor, seed: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Rows to fit on and rows held out (a :data:`HELD_OUT` fraction, at least one each),
+    stratified by class for class labels where every class has two rows or more."""
+    n = target.shape[0]
+    labels = target.cpu().numpy() if not target.is_floating_point() else None
+    if labels is not None and np.bincount(labels).min(initial=n) < 2:
+        labels = None
+    n_held = min(max(1, round(HELD_OUT * n)), n - 1)
+    if labels is not None and n_held < len(np.unique(labels)):
+        labels = None
+    fit, held = train_test_split(np.arange(n), test_size=n_held, random_state=seed, stratify=labels)
+    return np.sort(fit), np.sort(held)
 
 
 def _fill_doc(**pieces: str) -> Callable[[_T], _T]:
@@ -371,6 +391,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         make_likelihood: Any,
         seeds: _SeedSource,
         weights: NDArray[Any] | None = None,
+        held_out: Callable[[nn.Module, NDArray[np.intp], int], None] | None = None,
     ) -> nn.Module:
         """Train; sets the fitted attributes and returns the likelihood as fitted.
 
@@ -378,7 +399,11 @@ class _VariationalEstimator(BaseEstimator, ABC):
         is trained with the network; ``make_likelihood(R)`` one for ``R`` replicates).
         ``weights``: per row, positive and of mean 1
         (:func:`_row_weights`), the weight of its likelihood term; ``None`` weighs every
-        row alike (and keeps the model's fused step).
+        row alike (and keeps the model's fused step). ``held_out``, when given and there
+        are 10 rows or more: the same fit is run a second time on the rows that
+        :func:`_held_out_rows` keeps, with a seed of its own drawn after the fit's, and
+        ``held_out(network, held_rows, seed)`` is called with it (the fitted attributes
+        are the fit on all rows').
         """
         n, p = X.shape
         self.fit_warnings_: list[str] = []
@@ -429,6 +454,26 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self.loss_curve_ = list(history.loss)
         self._predict_seed_ = seeds.seed()
         self._summarize(model)
+        if held_out is not None and n >= 10:
+            held_seed = seeds.seed()
+            fit_rows, held = _held_out_rows(target, held_seed)
+            wf = None if weights is None else weights[fit_rows] / weights[fit_rows].mean()
+            part, _, _, _ = _run_falling_back(
+                lambda k: self._train(
+                    lambda gen: self._build_module(p, n_out, gen),
+                    make_likelihood,
+                    Xt[fit_rows],
+                    target[fit_rows],
+                    wf,
+                    self._epoch_budget(len(fit_rows)),
+                    extra_callbacks,
+                    held_seed,
+                    k,
+                ),
+                kernels,
+            )
+            set_generator(part, None)
+            held_out(part, held, held_seed)
         return lik
 
     def _train(

@@ -24,7 +24,6 @@ from typing import Any, cast
 import numpy as np
 import torch
 from numpy.typing import NDArray
-from sklearn.model_selection import train_test_split
 from sklearn.utils.validation import check_is_fitted
 from torch import Tensor, nn
 
@@ -32,6 +31,7 @@ from ._estimator_base import (
     _COMMON_ATTRIBUTES,
     _COMMON_PARAMETERS,
     _fill_doc,
+    _held_out_rows,
     _run_falling_back,
     _VariationalEstimator,
 )
@@ -150,21 +150,6 @@ UserWarning
 
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
 INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
-_HELD_OUT = 0.2  # and the fraction of rows held out to choose among them
-
-
-def _held_out_rows(target: Tensor, seed: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
-    """Rows to fit on and rows held out (a ``_HELD_OUT`` fraction, at least one each),
-    stratified by class for class labels where every class has two rows or more."""
-    n = target.shape[0]
-    labels = target.cpu().numpy() if not target.is_floating_point() else None
-    if labels is not None and np.bincount(labels).min(initial=n) < 2:
-        labels = None
-    n_held = min(max(1, round(_HELD_OUT * n)), n - 1)
-    if labels is not None and n_held < len(np.unique(labels)):
-        labels = None
-    fit, held = train_test_split(np.arange(n), test_size=n_held, random_state=seed, stratify=labels)
-    return np.sort(fit), np.sort(held)
 
 
 def _one_standard_error(
