@@ -87,8 +87,9 @@ n_iter_no_change : int, default 10
 kl_weight : float, default 1.0 (:class:`~svbnn.SVBNNClassifier`: 0.2)
     ``w`` in ``nll + w KL / n``, in ``(0, 1e30]``; 1 is the exact ELBO. Below 1, a tempered
     posterior: the classifier's default, where it gives the accuracy and calibration of
-    the usual tools; a regressor's prediction intervals under it are too narrow (user
-    guide, "When to change the defaults").
+    the usual tools; a regressor under it keeps more inputs, and its noise level is also
+    fitted on held-out rows, which doubles the fit time (``noise_std``; user guide, "When
+    to change the defaults").
 kl_warmup : float, default 0.0
     The fraction of the ``max_iter`` budget's steps, in ``[0, 1)``, over which the KL
     weight rises linearly from near 0 to ``kl_weight`` (``train(kl_warmup=...)``): the
