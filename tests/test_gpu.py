@@ -424,6 +424,17 @@ def test_regressor_fits_and_predicts_on_the_device(backend: str, noise_std: obje
     assert module(torch.tensor(X[:3], dtype=torch.float32, device=DEVICE)).shape[0] == 3
 
 
+def test_tempered_regressor_fits_its_noise_on_held_out_rows_on_the_device() -> None:
+    X, y = _data()
+    est = SVBNNRegressor(**SMALL, device=str(DEVICE), kl_weight=0.2)
+    _fit(est, X, y)
+    assert est.noise_std_held_out_ is not None and est.noise_std_held_out_ > 0
+    assert est.noise_std_ >= est.noise_std_held_out_
+    lo, hi = est.predict_prediction_interval(X[:10])
+    # At least about the noise alone's 95% width, 2 * 1.96 sd.
+    assert np.all(np.isfinite(lo)) and np.all(hi - lo >= 2 * 1.9 * est.noise_std_)
+
+
 def test_classifier_fits_and_predicts_on_the_device() -> None:
     X, y = _data()
     est = SVBNNClassifier(**SMALL, device=str(DEVICE))
