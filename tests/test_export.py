@@ -449,5 +449,19 @@ def test_predictive_export_is_predict(tmp_path: Path) -> None:
     X32 = X.astype(np.float32)
     out = reg.export_predictive()(torch.from_numpy(X32)).numpy()
     np.testing.assert_allclose(out, reg.predict(X32), rtol=0, atol=1e-9)
+    # The predictive distribution for intervals: predict(return_std=True)'s mean and sd.
+    mean, sd = reg.predict(X, return_std=True)
+    both = reg.export_predictive(return_std=True)(torch.from_numpy(X)).numpy()
+    assert both.shape == (len(X), 2)
+    np.testing.assert_allclose(both, np.stack([mean, sd], axis=1), rtol=1e-12, atol=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg.export_onnx(tmp_path / "std.onnx", predictive=True, return_std=True)
+    onnx_both = ort.InferenceSession(str(tmp_path / "std.onnx")).run(None, {"x": X})[0]
+    np.testing.assert_allclose(onnx_both, both, rtol=1e-6, atol=1e-6 * float(np.abs(both).max()))
+    with pytest.raises(ValueError, match="predictive=True"):
+        reg.export_onnx(tmp_path / "bad.onnx", return_std=True)
+    with pytest.raises(ValueError, match="return_std"):
+        clf.export_predictive(return_std=True)
     with pytest.raises(ValueError, match="n_samples"):
         reg.export_predictive(n_samples=0)

@@ -195,3 +195,20 @@ def test_the_exported_median_model_outputs_the_log_rate(count_fit: tuple) -> Non
         median = sample_outputs(est.module_, Xt, mode="median")[0, :, 0].double()
     torch.testing.assert_close(exported, median + est.log_offset_, rtol=1e-5, atol=1e-5)
     assert report.n_nonzero < report.n_total
+
+
+def test_exports_give_the_rate_and_predict(count_fit: tuple) -> None:
+    # export() ends with the rate of the median model, exp(eta + log_offset_);
+    # export_predictive() with the mean rate of predict's draws.
+    est, X, _, _ = count_fit
+    x = torch.from_numpy(X[:50])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (unresolved gates would warn)
+        rate = est.export()(x).double()
+    median = sample_outputs(est._module64(), x, mode="median")[0, :, 0]
+    # The export computes in the fit's float32 (u = 6e-8; a few roundings per layer).
+    torch.testing.assert_close(rate, torch.exp(median + est.log_offset_), rtol=1e-5, atol=0)
+    got = est.export_predictive()(x).numpy()
+    np.testing.assert_allclose(got, est.predict(X[:50]), rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="return_std"):
+        est.export_predictive(return_std=True)

@@ -286,9 +286,9 @@ class _VariationalEstimator(BaseEstimator, ABC):
         """The layers an exported network ends with (the task's; none here)."""
         return []
 
-    def _predictive_head(self) -> list[nn.Module]:
+    def _predictive_head(self, return_std: bool = False) -> list[nn.Module]:
         """The layers after an exported batch of draws ``(K, n, out)`` (the task's)."""
-        return []
+        raise NotImplementedError
 
     # -- helpers -------------------------------------------------------------------------
     def _check_params(self) -> None:

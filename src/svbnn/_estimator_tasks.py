@@ -35,7 +35,7 @@ from ._estimator_checks import (
     _SeedSource,
     _to_numpy,
 )
-from .export import MeanDraws, OutputAffine
+from .export import ExpOutput, MeanDraws, NormalPredictive, OutputAffine
 from .objectives import CategoricalLikelihood, GaussianLikelihood, PoissonLikelihood
 from .prediction import (
     credible_interval,
@@ -401,8 +401,12 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         """The layers after an exported network: its output in ``y``'s units, ``(n,)``."""
         return [OutputAffine(self._y_scale_, self._y_mean_)]
 
-    def _predictive_head(self) -> list[nn.Module]:
-        """After the batched draws: their mean, in ``y``'s units, ``(n,)``."""
+    def _predictive_head(self, return_std: bool = False) -> list[nn.Module]:
+        """After the batched draws: their mean, in ``y``'s units, ``(n,)``; with
+        ``return_std``, the mean and ``predict(return_std=True)``'s sd, ``(n, 2)``."""
+        if return_std:
+            noise = self.noise_std_ / self._y_scale_
+            return [NormalPredictive(self._y_scale_, self._y_mean_, noise)]
         return [MeanDraws(), OutputAffine(self._y_scale_, self._y_mean_)]
 
     def _in_user_units(self, module: nn.Module) -> nn.Module:
@@ -552,8 +556,9 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         """The layers after an exported network: class probabilities, ``(n, C)``."""
         return [nn.Softmax(dim=-1)]
 
-    def _predictive_head(self) -> list[nn.Module]:
+    def _predictive_head(self, return_std: bool = False) -> list[nn.Module]:
         """After the batched draws: the average of their softmax vectors, ``(n, C)``."""
+        _no_std(return_std, self)
         return [nn.Softmax(dim=-1), MeanDraws()]
 
     def predict_proba(
@@ -589,6 +594,14 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
 
 _MIN_RATE = 1e-8
 """The base rate of a training set of zero counts only (a log offset must be finite)."""
+
+
+def _no_std(return_std: bool, est: object) -> None:
+    if return_std:
+        raise ValueError(
+            f"return_std=True is for SVBNNRegressor's Gaussian predictive; "
+            f"{type(est).__name__}'s export returns its predictive mean"
+        )
 
 
 def _check_counts(y: NDArray[Any], name: str = "y") -> NDArray[np.float64]:
@@ -711,6 +724,15 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
         pred = self.predict(X)
         counts = _check_counts(column_or_1d(_to_numpy(y)))
         return float(d2_tweedie_score(counts, pred, sample_weight=sample_weight, power=1))
+
+    def _export_head(self) -> list[nn.Module]:
+        """The layers after an exported network: the median model's rate, ``(n,)``."""
+        return [ExpOutput(self.log_offset_)]
+
+    def _predictive_head(self, return_std: bool = False) -> list[nn.Module]:
+        """After the batched draws: the mean of their rates (``predict``'s), ``(n,)``."""
+        _no_std(return_std, self)
+        return [ExpOutput(self.log_offset_), MeanDraws()]
 
     def _in_user_units(self, module: nn.Module) -> nn.Module:
         """The exported module outputs the log rate ``eta`` (the offset added)."""

@@ -384,8 +384,9 @@ class _SpikeSlabFamily(_VariationalEstimator):
         ``(n, n_features_in_)`` with every column, float32 or float64 (cast inside); it
         keeps the selected columns itself (:func:`svbnn.export.export_compact`: the
         inputs and units that cannot change the output are gone). It returns a
-        regressor's predictions in ``y``'s units, ``(n,)``, or a classifier's class
-        probabilities ``(n, n_classes)`` (columns in ``classes_`` order). These are the
+        regressor's predictions in ``y``'s units, ``(n,)``, a Poisson regressor's rates
+        ``(n,)``, or a classifier's class probabilities ``(n, n_classes)`` (columns in
+        ``classes_`` order). These are the
         median model's (edges with ``phi > 0.5``, weights ``mu``), not the posterior mean
         ``predict`` averages over draws; how far apart they are is measured in the user
         guide ("Exporting a fitted model"). Warns (``UserWarning``) when more than 1% of
@@ -413,18 +414,23 @@ class _SpikeSlabFamily(_VariationalEstimator):
         module, _ = export_compact(self.module_, storage=storage, batch_size=batch_size)
         return nn.Sequential(*module, *self._export_head()).eval()
 
-    def export_predictive(self, n_samples: int | None = None) -> nn.Sequential:
-        """``predict``'s posterior draws as one standard module: the posterior mean.
+    def export_predictive(
+        self, n_samples: int | None = None, return_std: bool = False
+    ) -> nn.Sequential:
+        """``predict``'s posterior draws as one standard module: the posterior predictive.
 
         The module holds the ``n_samples`` (default ``n_samples_predict``) weight draws
         ``predict`` / ``predict_proba`` use, batched (:func:`svbnn.export.export_draws`),
         in float64, and averages over them as they do: a regressor's posterior mean in
-        ``y``'s units ``(n,)``, a classifier's predictive probabilities
-        ``(n, n_classes)``. It returns their values up to floating-point rounding, on
-        the same inputs as :meth:`export`, at the cost of ``n_samples`` dense networks
-        (the inputs no draw uses are dropped).
+        ``y``'s units ``(n,)`` (with ``return_std=True``, ``(n, 2)``: the mean and the sd
+        of ``predict(X, return_std=True)``, for intervals), a Poisson regressor's mean
+        count ``(n,)``, a classifier's predictive probabilities ``(n, n_classes)``. It
+        returns their values up to floating-point rounding, on the same inputs as
+        :meth:`export`, at the cost of ``n_samples`` dense networks (the inputs no draw
+        uses are dropped).
         """
         check_is_fitted(self, "module_")
+        head = self._predictive_head(return_std)
         H = self._draws(n_samples)
         model = self._module64()
         assert isinstance(model, SpikeSlabMLP)
@@ -435,10 +441,14 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 with frozen_sample(model):
                     draws.append([_frozen_weights(layer) for layer in model.layers()])
         body = export_draws(draws, self.activation, int(self.n_features_in_))
-        return nn.Sequential(*body, *self._predictive_head()).eval()
+        return nn.Sequential(*body, *head).eval()
 
     def export_onnx(
-        self, path: str | os.PathLike[str], dtype: str = "float64", predictive: bool = False
+        self,
+        path: str | os.PathLike[str],
+        dtype: str = "float64",
+        predictive: bool = False,
+        return_std: bool = False,
     ) -> None:
         """Write :meth:`export`'s module as an ONNX model (needs the ``export`` extra).
 
@@ -455,8 +465,13 @@ class _SpikeSlabFamily(_VariationalEstimator):
         predictive : bool, default False
             Write :meth:`export_predictive`'s module (``predict``'s posterior mean)
             instead of the median model.
+        return_std : bool, default False
+            With ``predictive=True``, a regressor's mean and sd, ``y`` of shape
+            ``(batch, 2)`` (see :meth:`export_predictive`).
         """
-        module = self.export_predictive() if predictive else self.export()
+        if return_std and not predictive:
+            raise ValueError("return_std=True needs predictive=True (the posterior draws)")
+        module = self.export_predictive(return_std=return_std) if predictive else self.export()
         export_onnx(module, path, n_features=int(self.n_features_in_), dtype=dtype)
 
 

@@ -39,10 +39,12 @@ __all__ = [
     "SPARSE_MIN_WEIGHTS_SINGLE",
     "CompactMLP",
     "DrawLinear",
+    "ExpOutput",
     "ExpandDraws",
     "ExportReport",
     "InputSelect",
     "MeanDraws",
+    "NormalPredictive",
     "OutputAffine",
     "SparseLinear",
     "export_compact",
@@ -1044,6 +1046,45 @@ class MeanDraws(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return x.mean(dim=0)
+
+
+class NormalPredictive(nn.Module):
+    """``(K, n, 1) -> (n, 2)``: a Gaussian posterior predictive from ``K`` draws of a
+    one-output network on standardised ``y``, in ``y``'s units: column 0 the mean of the
+    draws ``* scale + shift``, column 1 ``sqrt(var + noise**2) * scale`` with ``var`` the
+    draws' variance (divided by ``K``) and ``noise`` the noise sd (standardised units)."""
+
+    def __init__(self, scale: float, shift: float, noise: float) -> None:
+        super().__init__()
+        self.scale = float(scale)
+        self.shift = float(shift)
+        self.noise = float(noise)
+
+    def forward(self, x: Tensor) -> Tensor:
+        f = x[..., 0]
+        mean = f.mean(dim=0)
+        var = (f - mean).square().mean(dim=0) + self.noise**2
+        return torch.stack([mean * self.scale + self.shift, var.sqrt() * self.scale], dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:g}, shift={self.shift:g}, noise={self.noise:g}"
+
+
+class ExpOutput(nn.Module):
+    """``exp(out[..., 0] + shift)``: a log-link network's rate (Poisson counts).
+
+    Shapes: ``(..., 1) -> (...)``.
+    """
+
+    def __init__(self, shift: float) -> None:
+        super().__init__()
+        self.shift = float(shift)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.exp(x[..., 0] + self.shift)
+
+    def extra_repr(self) -> str:
+        return f"shift={self.shift:g}"
 
 
 def _bias_or_zeros(b: Tensor | None, w: Tensor) -> Tensor:
