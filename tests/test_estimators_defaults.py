@@ -201,7 +201,7 @@ def test_tempered_fit_takes_its_noise_from_held_out_rows() -> None:
     # scikit-learn's diabetes with 10 noise columns, kl_weight=0.2: the tempered fit
     # overfits its training rows, whose residuals alone gave 95% intervals covering 0.55
     # of held-out rows (docs/results/tabular-peers, SVBNN-kl0.2); the noise fitted on
-    # held-out rows covers 0.94 there.
+    # held-out rows covers 0.955 there.
     from sklearn.datasets import load_diabetes
 
     X, y = load_diabetes(return_X_y=True)
