@@ -9,7 +9,7 @@ import torch
 from sklearn.utils.estimator_checks import check_estimator
 
 from svbnn import SVBNNClassifier, SVBNNRegressor
-from svbnn._estimator_base import _held_out_rows
+from svbnn._estimator_base import _held_out_rows, _subset_weights
 from svbnn.estimators import INCLUSION_GRID, INCLUSION_MAX, _one_standard_error
 
 SMALL = dict(
@@ -54,6 +54,16 @@ def test_held_out_rows_partition_and_stratify() -> None:
     # Regression targets (floating) are split without strata.
     fit, held = _held_out_rows(torch.randn(11, dtype=torch.float64), seed=0)
     assert len(held) == 2 and len(fit) == 9
+
+
+def test_a_held_out_fit_keeps_its_rows_weights_at_mean_one() -> None:
+    # The fit on 80% of the rows is per datum like the whole fit (_row_weights).
+    w = np.array([1.0, 2.0, 3.0, 4.0, 0.5])
+    part = _subset_weights(w, np.array([1, 3, 4]))
+    assert part is not None
+    np.testing.assert_allclose(part, np.array([2.0, 4.0, 0.5]) / (6.5 / 3), rtol=1e-15)
+    assert part.mean() == pytest.approx(1.0, abs=1e-15)
+    assert _subset_weights(None, np.array([0, 1])) is None
 
 
 def _sparse_problem(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -166,6 +166,17 @@ def _held_out_rows(target: Tensor, seed: int) -> tuple[NDArray[np.intp], NDArray
     return np.sort(fit), np.sort(held)
 
 
+def _subset_weights(
+    weights: NDArray[np.float64] | None, rows: NDArray[np.intp]
+) -> NDArray[np.float64] | None:
+    """The row weights of a fit on ``rows`` alone: renormalised to mean 1 there, as
+    :func:`_row_weights` makes them for a whole fit (``None``: unweighted)."""
+    if weights is None:
+        return None
+    part = weights[rows]
+    return part / part.mean()
+
+
 def _fill_doc(**pieces: str) -> Callable[[_T], _T]:
     """Class decorator: replace each ``{name}`` line of the docstring by ``pieces[name]``
     (the shared parameter and attribute descriptions, written once)."""
@@ -458,7 +469,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         if held_out is not None and n >= 10:
             held_seed = seeds.seed()
             fit_rows, held = _held_out_rows(target, held_seed)
-            wf = None if weights is None else weights[fit_rows] / weights[fit_rows].mean()
+            wf = _subset_weights(weights, fit_rows)
             part, _, _, _ = _run_falling_back(
                 lambda k: self._train(
                     lambda gen: self._build_module(p, n_out, gen),

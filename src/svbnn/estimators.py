@@ -33,6 +33,7 @@ from ._estimator_base import (
     _fill_doc,
     _held_out_rows,
     _run_falling_back,
+    _subset_weights,
     _VariationalEstimator,
 )
 from ._estimator_checks import (
@@ -256,7 +257,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         log_lams = torch.tensor(grid, dtype=_DTYPES[self.dtype]).reshape(R, 1)
         Xf = X[fit_rows].expand(R, len(fit_rows), p)
         yf = target[fit_rows].expand(R, len(fit_rows))
-        wf = None if weights is None else weights[fit_rows]
+        wf = _subset_weights(weights, fit_rows)
         model, lik, _, _ = _run_falling_back(
             lambda k: self._train(
                 lambda gen: self._build_module(
