@@ -294,8 +294,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         return est
 
     def _export_head(self) -> list[nn.Module]:
-        """The layers an exported network ends with (the task's; none here)."""
-        return []
+        """The layers an exported network ends with (the task's)."""
+        raise NotImplementedError
 
     def _predictive_head(self, return_std: bool = False) -> list[nn.Module]:
         """The layers after an exported batch of draws ``(K, n, out)`` (the task's)."""
@@ -431,22 +431,32 @@ class _VariationalEstimator(BaseEstimator, ABC):
             start = self._choose_on_held_out(
                 Xt, target, n_out, make_likelihood, weights, seeds.seed(), kernels
             )
+
+        def fit_on(
+            rows: NDArray[np.intp] | None, fit_seed: int, start: Any = None
+        ) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
+            """This fit on ``rows`` (``None``: all; a subset's weights renormalised)."""
+            Xr, yr = (Xt, target) if rows is None else (Xt[rows], target[rows])
+            wr = weights if rows is None else _subset_weights(weights, rows)
+            budget = self._epoch_budget(yr.shape[0])
+            return _run_falling_back(
+                lambda k: self._train(
+                    lambda gen: self._build_module(p, n_out, gen),
+                    make_likelihood,
+                    Xr,
+                    yr,
+                    wr,
+                    budget,
+                    extra_callbacks,
+                    fit_seed,
+                    k,
+                    start,
+                ),
+                kernels,
+            )
+
         epochs = self._epoch_budget(n)
-        model, lik, history, monitor = _run_falling_back(
-            lambda k: self._train(
-                lambda gen: self._build_module(p, n_out, gen),
-                make_likelihood,
-                Xt,
-                target,
-                weights,
-                epochs,
-                extra_callbacks,
-                seed,
-                k,
-                start,
-            ),
-            kernels,
-        )
+        model, lik, history, monitor = fit_on(None, seed, start)
         # Generators are process-local state: keep the fitted estimator picklable.
         set_generator(model, None)
         self.module_ = model
@@ -469,21 +479,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         if held_out is not None and n >= 10:
             held_seed = seeds.seed()
             fit_rows, held = _held_out_rows(target, held_seed)
-            wf = _subset_weights(weights, fit_rows)
-            part, _, _, _ = _run_falling_back(
-                lambda k: self._train(
-                    lambda gen: self._build_module(p, n_out, gen),
-                    make_likelihood,
-                    Xt[fit_rows],
-                    target[fit_rows],
-                    wf,
-                    self._epoch_budget(len(fit_rows)),
-                    extra_callbacks,
-                    held_seed,
-                    k,
-                ),
-                kernels,
-            )
+            part = fit_on(fit_rows, held_seed)[0]
             set_generator(part, None)
             held_out(part, held, held_seed)
         return lik

@@ -61,6 +61,16 @@ _CHECK_ROWS = 1000
 _CHECK_DRAWS = 10
 
 
+def _no_std(return_std: bool, est: object) -> None:
+    """``return_std`` of ``export_predictive`` refused by a task without a Gaussian
+    predictive (the classifier, the Poisson regressor)."""
+    if return_std:
+        raise ValueError(
+            f"return_std=True is for SVBNNRegressor's Gaussian predictive; "
+            f"{type(est).__name__}'s export returns its predictive mean"
+        )
+
+
 def _check_rows(n: int) -> NDArray[np.intp]:
     """Up to ``_CHECK_ROWS`` evenly spaced row indices of ``n`` rows."""
     if n <= _CHECK_ROWS:
@@ -594,14 +604,6 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
 
 _MIN_RATE = 1e-8
 """The base rate of a training set of zero counts only (a log offset must be finite)."""
-
-
-def _no_std(return_std: bool, est: object) -> None:
-    if return_std:
-        raise ValueError(
-            f"return_std=True is for SVBNNRegressor's Gaussian predictive; "
-            f"{type(est).__name__}'s export returns its predictive mean"
-        )
 
 
 def _check_counts(y: NDArray[Any], name: str = "y") -> NDArray[np.float64]:
