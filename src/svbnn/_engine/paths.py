@@ -60,6 +60,8 @@ def draw_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
     if not (model.fused and layers and "mu" in model._parameters):
         return False
     first = layers[0]
+    if first._local_step():  # local reparameterisation draws no weights
+        return False
     return first.mode is ForwardMode.SAMPLE and all(
         layer._flat is not None
         and layer._frozen is None

@@ -28,6 +28,7 @@ from .spike_slab import (
     SpikeSlabMLP,
     gumbel_spike_slab,
     inverse_cdf_spike_slab,
+    spike_slab_moments,
 )
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "frozen_sample",
     "gumbel_spike_slab",
     "inverse_cdf_spike_slab",
+    "spike_slab_moments",
     "is_gated_layer",
     "kl_divergence",
     "set_generator",

@@ -77,10 +77,21 @@ class ForwardMode(str, Enum):
 
 
 class Sampler(str, Enum):
-    """Reparameterisation used to draw spike-and-slab weights during training."""
+    """Reparameterisation used to draw spike-and-slab weights during training.
+
+    ``GUMBEL``: straight-through Gumbel-softmax gates (the paper's); ``INVERSE_CDF``: the
+    exact inverse-CDF draw of each weight. ``LOCAL``: local reparameterisation, which draws
+    no weights in training: each row's pre-activations are drawn from the Gaussian with
+    their exact mean and variance under q (:func:`svbnn.nn.spike_slab_moments`), with
+    noise independent across rows, so the gates get gradients without Gumbel noise. It
+    approximates the pre-activations' law (a sum of spike-and-slab terms is not Gaussian);
+    outside training (no gradients, or a frozen draw) a ``LOCAL`` layer draws its weights
+    exactly, as ``INVERSE_CDF`` does.
+    """
 
     GUMBEL = "gumbel"
     INVERSE_CDF = "inverse_cdf"
+    LOCAL = "local"
 
 
 class VariationalLayer(nn.Module):

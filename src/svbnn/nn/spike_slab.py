@@ -43,6 +43,7 @@ __all__ = [
     "SpikeSlabMLP",
     "gumbel_spike_slab",
     "inverse_cdf_spike_slab",
+    "spike_slab_moments",
 ]
 
 
@@ -108,6 +109,32 @@ def inverse_cdf_spike_slab(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor) ->
     v = torch.where(lower | upper, v, torch.full_like(v, 0.5)).clamp(tiny, 1.0 - tiny)
     theta = mu + sigma * torch.special.ndtri(v)
     return torch.where(lower | upper, theta, torch.zeros_like(theta))
+
+
+def spike_slab_moments(mu: Tensor, rho: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and variance of spike-and-slab weights under q.
+
+    For ``theta ~ phi N(mu, sigma^2) + (1 - phi) delta_0`` with ``sigma = softplus(rho)``
+    and ``phi = sigmoid(alpha)``: ``E[theta] = phi mu`` and, by the law of total variance,
+    ``Var[theta] = phi sigma^2 + phi (1 - phi) mu^2`` (a sum of nonnegative terms, so no
+    cancellation). The one definition that local reparameterisation
+    (:attr:`~svbnn.nn.base.Sampler.LOCAL`) draws pre-activations from.
+
+    Parameters
+    ----------
+    mu, rho, alpha : Tensor
+        Variational parameters of shape ``S``.
+
+    Returns
+    -------
+    mean, var : Tensor
+        Each of shape ``S``.
+    """
+    phi = torch.sigmoid(alpha)
+    sigma = softplus(rho)
+    mean = phi * mu
+    var = phi * (sigma * sigma + torch.sigmoid(-alpha) * mu * mu)
+    return mean, var
 
 
 def _log_prior_tensor(
@@ -360,6 +387,33 @@ class _SpikeSlabLayer(VariationalLayer, GatedLayer):
         w, b = self._split(flat)
         return self._shape_weight(w), b
 
+    def _local_step(self) -> bool:
+        """Whether this forward draws pre-activations, not weights: the ``LOCAL`` sampler
+        in training (sampling, gradients on, no frozen draw)."""
+        return (
+            self.sampler is Sampler.LOCAL
+            and self.mode is ForwardMode.SAMPLE
+            and self._frozen is None
+            and torch.is_grad_enabled()
+        )
+
+    def _product(self, x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+        """The layer's map of ``x`` with weights ``w`` and bias ``b``."""
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self._local_step():
+            return self._product(x, *self._weights())
+        # Local reparameterisation: each output entry is a sum of independent terms
+        # x_i theta_i, whose mean and variance are the product's with the weights' means
+        # and variances (x squared); one Gaussian draw per entry.
+        mean, var = spike_slab_moments(self.mu, self.rho, self.alpha)
+        m = self._product(x, *self._weights_from_flat(mean))
+        v = self._product(x * x, *self._weights_from_flat(var))
+        eps = torch.randn(m.shape, generator=self.generator, dtype=m.dtype, device=m.device)
+        # (clamped: a variance that underflows to 0 would give sqrt an infinite gradient)
+        return m + v.clamp_min(torch.finfo(v.dtype).tiny).sqrt() * eps
+
     def extra_repr(self) -> str:
         rep = f", n_replicates={self.n_replicates}" if self.n_replicates is not None else ""
         return (
@@ -387,8 +441,9 @@ class SpikeSlabLinear(_SpikeSlabLayer):
         Prior inclusion ``lambda`` or its log (give one; log-lambda may be ``-1000``, or a
         ``(R,)`` tensor with one value per replicate). Usually set for the whole model from
         :func:`svbnn.lambda_opt`.
-    sampler : {"gumbel", "inverse_cdf"}
-        Training reparameterisation.
+    sampler : {"gumbel", "inverse_cdf", "local"}
+        Training reparameterisation (:class:`~svbnn.nn.base.Sampler`; ``"local"`` draws
+        each row's pre-activations, not weights, in training).
     temperature : float
         Gumbel-softmax temperature ``tau`` (paper: 0.5).
     init_inclusion, init_rho, init_mu_range : float
@@ -407,8 +462,7 @@ class SpikeSlabLinear(_SpikeSlabLayer):
         super().__init__(out_features, in_features, bias, **kwargs)
         self.in_features = in_features
 
-    def forward(self, x: Tensor) -> Tensor:
-        w, b = self._weights()
+    def _product(self, x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
         if self.n_replicates is None:
             return F.linear(x, w, b)
         if x.dim() != 3 or x.shape[0] != self.n_replicates:
@@ -461,8 +515,7 @@ class SpikeSlabConv2d(_SpikeSlabLayer):
     def _shape_weight(self, w: Tensor) -> Tensor:
         return w.reshape(self.kernel_shape)
 
-    def forward(self, x: Tensor) -> Tensor:
-        w, b = self._weights()
+    def _product(self, x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
         return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
 
 
@@ -552,8 +605,10 @@ class SpikeSlabMLP(VariationalContainer):
 
     def _run(self, x: Tensor) -> Tensor:
         # The layers one by one (each draws its own weights unless frozen).
-        if x.dim() == 3 and self.layers() and self.layers()[0].n_replicates is not None:
-            return run_feature_major(self.net, x)
+        layers = self.layers()
+        if x.dim() == 3 and layers and layers[0].n_replicates is not None:
+            if not layers[0]._local_step():  # (local reparameterisation: each layer's own)
+                return run_feature_major(self.net, x)
         out: Tensor = self.net(x)
         return out
 

@@ -1,0 +1,163 @@
+"""The local reparameterisation sampler: exact moments, its draws' law, pathwise gradients,
+where it applies, and a learning check."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from svbnn.nn import (
+    SpikeSlabConv2d,
+    SpikeSlabLinear,
+    SpikeSlabMLP,
+    forward_mode,
+    frozen_sample,
+    spike_slab_moments,
+)
+
+D = torch.float64
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    mu=st.floats(-50, 50),
+    rho=st.floats(-30, 30),
+    alpha=st.floats(-60, 60),
+)
+def test_moments_are_the_mixtures(mu: float, rho: float, alpha: float) -> None:
+    """E[theta] = phi mu and Var[theta] = E[theta^2] - E[theta]^2 with
+    E[theta^2] = phi (sigma^2 + mu^2), over the whole legal domain, in float64."""
+    t = {k: torch.tensor([v], dtype=D) for k, v in (("mu", mu), ("rho", rho), ("alpha", alpha))}
+    mean, var = spike_slab_moments(t["mu"], t["rho"], t["alpha"])
+    phi = 1 / (1 + math.exp(-alpha))
+    sigma = math.log1p(math.exp(-abs(rho))) + max(rho, 0.0)
+    second = phi * (sigma**2 + mu**2)
+    assert float(mean) == pytest.approx(phi * mu, rel=1e-12, abs=1e-300)
+    assert float(var) >= 0.0
+    # The difference form cancels: compare with a tolerance of its own rounding.
+    assert float(var) == pytest.approx(second - (phi * mu) ** 2, rel=1e-9, abs=1e-12 * second)
+
+
+def test_moments_are_those_of_exact_draws() -> None:
+    """Against 200,000 exact inverse-CDF draws: mean and variance within 5 standard errors."""
+    g = torch.Generator().manual_seed(0)
+    n = 200_000
+    for mu0, sigma, phi in ((0.4, 1.0, 0.6), (-2.0, 0.3, 0.2), (3.0, 0.01, 0.95)):
+        # n weights of one law: a layer of one input and n outputs.
+        layer = SpikeSlabLinear(1, n, bias=False, sampler="local", generator=g, dtype=D)
+        with torch.no_grad():
+            layer.mu.fill_(mu0)
+            layer.rho.fill_(math.log(math.expm1(sigma)))
+            layer.alpha.fill_(math.log(phi / (1 - phi)))
+            moments = spike_slab_moments(layer.mu, layer.rho, layer.alpha)
+            mean, var = (float(t[0, 0]) for t in moments)
+            theta = layer.sample_weights()[0].reshape(-1)  # outside training: exact draws
+        assert abs(float(theta.mean()) - mean) < 5 * math.sqrt(var / n)
+        fourth = float(((theta - mean) ** 4).mean())
+        assert abs(float(theta.var()) - var) < 5 * math.sqrt((fourth - var**2) / n)
+
+
+def _layer(kind: str, g: torch.Generator, n: int) -> tuple[torch.nn.Module, torch.Tensor]:
+    """A local layer and ``n`` copies of one input (each copy gets its own draw)."""
+    if kind == "linear":
+        layer: torch.nn.Module = SpikeSlabLinear(5, 3, sampler="local", generator=g, dtype=D)
+        x = torch.randn(1, 5, generator=g, dtype=D).expand(n, 5)
+    elif kind == "replicated":
+        layer = SpikeSlabLinear(5, 3, sampler="local", n_replicates=2, generator=g, dtype=D)
+        x = torch.randn(2, 1, 5, generator=g, dtype=D).expand(2, n, 5)
+    else:
+        layer = SpikeSlabConv2d(2, 3, 3, padding=1, sampler="local", generator=g, dtype=D)
+        x = torch.randn(1, 2, 4, 4, generator=g, dtype=D).expand(n, 2, 4, 4)
+    with torch.no_grad():  # middling gates and wide slabs: far from a point mass
+        for name in ("mu", "rho", "alpha"):
+            p = getattr(layer, name)
+            p.copy_(torch.randn(p.shape, generator=g, dtype=D))
+    return layer, x
+
+
+def _moments(layer: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact mean and variance of the layer's outputs under q."""
+    mean_w, var_w = spike_slab_moments(layer.mu, layer.rho, layer.alpha)
+    m = layer._product(x, *layer._weights_from_flat(mean_w))
+    v = layer._product(x * x, *layer._weights_from_flat(var_w))
+    return m, v
+
+
+@pytest.mark.parametrize("kind", ["linear", "replicated", "conv"])
+def test_training_draws_are_gaussian_with_the_exact_moments(kind: str) -> None:
+    """Each output entry: mean = the product with E[theta], variance = the product of x^2
+    with Var[theta]; standardised draws are N(0, 1) (mean, variance and a KS test), and
+    two entries of one row are uncorrelated."""
+    n = 4000
+    layer, x = _layer(kind, torch.Generator().manual_seed(1), n)
+    with torch.no_grad():
+        m, v = _moments(layer, x)
+    out = layer(x)  # gradients on: training
+    assert out.requires_grad
+    row_dim = 1 if kind == "replicated" else 0
+    z = ((out.detach() - m) / v.sqrt()).movedim(row_dim, 0).reshape(n, -1)
+    k = z.shape[1]
+    # Mean of n standard normals: sd 1 / sqrt(n); variance: sd sqrt(2 / (n - 1)); the
+    # largest of k such statistics within 4.5 sd (a false alarm below 1e-4 for k <= 96).
+    assert float(z.mean(0).abs().max()) < 4.5 / math.sqrt(n)
+    assert float((z.var(0) - 1).abs().max()) < 4.5 * math.sqrt(2 / (n - 1))
+    from scipy import stats
+
+    assert stats.kstest(z.reshape(-1).numpy(), "norm").pvalue > 1e-3
+    c = np.corrcoef(z[:, 0].numpy(), z[:, k - 1].numpy())[0, 1]
+    assert abs(c) < 4.5 / math.sqrt(n)
+
+
+def test_pathwise_gradients_are_those_of_the_gaussian_expectation() -> None:
+    """E[out^2] = m^2 + v for out ~ N(m, v): the mean of the sampled gradients equals the
+    analytic gradient, within 5 Monte Carlo standard errors, for mu, rho and alpha."""
+    batches, rows = 50, 400
+    layer, x = _layer("linear", torch.Generator().manual_seed(2), rows)
+    params = [layer.mu, layer.rho, layer.alpha]
+    m, v = _moments(layer, x[:1])
+    exact = torch.autograd.grad((m * m + v).sum(), params)
+    # Each batch: the mean gradient over its rows' independent draws.
+    grads = [torch.autograd.grad((layer(x) ** 2).sum() / rows, params) for _ in range(batches)]
+    for k, e in enumerate(exact):
+        per = torch.stack([b[k] for b in grads])
+        est, se = per.mean(0), per.std(0) / math.sqrt(batches)
+        assert bool(torch.all((est - e).abs() <= 5 * se + 1e-10)), (k, est, e, se)
+
+
+def test_outside_training_a_local_layer_draws_weights_exactly() -> None:
+    """No gradients, or a frozen draw: the inverse-CDF draw (the same numbers from the same
+    generator), and every row of a batch sees the same weights."""
+    outs = {}
+    for sampler in ("local", "inverse_cdf"):
+        g = torch.Generator().manual_seed(3)
+        layer = SpikeSlabLinear(4, 2, sampler=sampler, generator=g, dtype=D)
+        x = torch.ones(3, 4, dtype=D)
+        with torch.no_grad():
+            outs[sampler] = layer(x)
+        with frozen_sample(layer):
+            outs[sampler + "-frozen"] = layer(x).detach()
+    assert torch.equal(outs["local"], outs["inverse_cdf"])
+    assert torch.equal(outs["local-frozen"], outs["inverse_cdf-frozen"])
+    assert torch.equal(outs["local"][0], outs["local"][2])  # one weight draw for all rows
+
+
+def test_a_local_network_trains_on_per_row_noise() -> None:
+    """A SpikeSlabMLP with the local sampler, one network or replicated: in training two equal
+    rows get different outputs (independent noise per row, no shared weight draw); in the
+    mean mode they agree with the posterior-mean network."""
+    g = torch.Generator().manual_seed(4)
+    for replicates in (None, 2):
+        net = SpikeSlabMLP(3, (8,), 1, sampler="local", n_replicates=replicates, generator=g)
+        x = torch.ones(2, 3) if replicates is None else torch.ones(2, 2, 3)
+        out = net(x)
+        assert out.requires_grad
+        assert not torch.equal(out[..., 0, :], out[..., 1, :])
+        with torch.no_grad():
+            same = net(x)
+        assert torch.equal(same[..., 0, :], same[..., 1, :])
+        with forward_mode(net, "mean"), torch.no_grad():
+            mean = net(x)
+        assert torch.equal(mean[..., 0, :], mean[..., 1, :])
