@@ -161,3 +161,40 @@ def test_a_local_network_trains_on_per_row_noise() -> None:
         with forward_mode(net, "mean"), torch.no_grad():
             mean = net(x)
         assert torch.equal(mean[..., 0, :], mean[..., 1, :])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    p=st.integers(1, 6),
+    hidden=st.lists(st.integers(1, 7), min_size=0, max_size=3),
+    out=st.integers(1, 3),
+    rows=st.integers(1, 5),
+    activation=st.sampled_from(["relu", "tanh", "sigmoid"]),
+    scale=st.sampled_from([0.1, 1.0, 8.0]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_the_flat_path_is_the_layers_path(
+    p: int, hidden: list[int], out: int, rows: int, activation: str, scale: float, seed: int
+) -> None:
+    """LocalFlatMLP (a network on flat storage) against its layers run one by one, from the
+    same generator state: the same outputs and gradients (mu, rho, alpha and x) to
+    rounding, in float64, over shapes, activations and gates from closed to open."""
+    g = torch.Generator().manual_seed(seed)
+    net = SpikeSlabMLP(p, hidden, out, activation=activation, sampler="local", generator=g, dtype=D)
+    with torch.no_grad():
+        net.mu.copy_(torch.randn(net.mu.shape, generator=g, dtype=D))
+        net.rho.copy_(torch.randn(net.rho.shape, generator=g, dtype=D) * 3)
+        net.alpha.copy_(torch.randn(net.alpha.shape, generator=g, dtype=D) * scale)
+    x = torch.randn(rows, p, generator=g, dtype=D, requires_grad=True)
+    params = [net.mu, net.rho, net.alpha, x]
+    results = []
+    for run in (net, net._run):
+        g.manual_seed(seed + 1)
+        y = run(x)
+        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(0), dtype=D)
+        results.append((y.detach(), torch.autograd.grad((y * w).sum(), params)))
+    (y_flat, g_flat), (y_layers, g_layers) = results
+    assert net(x).grad_fn.name() == "LocalFlatMLPBackward"
+    torch.testing.assert_close(y_flat, y_layers, rtol=1e-12, atol=1e-12)
+    for a, b in zip(g_flat, g_layers, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

@@ -25,6 +25,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.autograd.function import once_differentiable
 from torch import Tensor, nn
 
 from ..nn.base import VariationalLayer
@@ -33,6 +34,7 @@ from ..priors import log1mexp
 from . import native as _native
 from . import paths as _fused_paths
 from .graphs import (
+    activate,
     layer_views,
     mlp_draw_forward,
     mlp_layers,
@@ -46,6 +48,7 @@ from .kernels import (
     gumbel_forward_saving,
     kernels,
     native_kernels,
+    spike_slab_moments,
     use_compiled,
 )
 from .native_step import may_step, native_negative_elbo, native_step_ok, step_likelihood
@@ -55,6 +58,7 @@ from .paths import (
     flat_mlp_ok,
     fused_kl_ok,
     layer_shapes,
+    local_flat_ok,
     native_draw,
     native_network,
     whole_network_ok,
@@ -68,6 +72,7 @@ __all__ = [
     "FusedEngine",
     "FusedGumbelKL",
     "GumbelSpikeSlab",
+    "LocalFlatMLP",
     "activation_grad",
     "run_feature_major",
 ]
@@ -277,6 +282,77 @@ class FlatMLP(torch.autograd.Function):
         return grad, g_x, None, None, None
 
 
+class LocalFlatMLP(torch.autograd.Function):
+    """A whole fully connected network under local reparameterisation, on the flat means
+    and variances of its weights (:func:`~svbnn._engine.kernels.spike_slab_moments`).
+
+    Layer by layer, as :class:`~svbnn.nn.SpikeSlabLinear` computes it under
+    ``Sampler.LOCAL``: ``m = h Wm^T + bm``, ``v = h^2 Wv^T + bv``, the pre-activation
+    ``m + sqrt(v) eps`` with one ``N(0, 1)`` draw per entry from that layer's generator
+    (in the same order, so the same numbers), then the activation. The backward writes
+    both gradients into flat arrays through views (:func:`~svbnn._engine.graphs.layer_views`),
+    as :class:`FlatMLP` does, instead of autograd's per-layer slices of the flat storage,
+    each of which zero-fills a flat-sized gradient.
+
+    Notes
+    -----
+    Shapes: ``mean`` and ``var`` ``(T,)``, ``x`` ``(m, in)``, output ``(m, out)``;
+    ``shapes``: the layers' ``(out, in)``; ``generators``: one per layer.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        mean: Tensor,
+        var: Tensor,
+        x: Tensor,
+        shapes: tuple[tuple[int, int], ...],
+        activation: str,
+        generators: tuple[torch.Generator | None, ...],
+    ) -> Tensor:
+        means, variances = layer_views(mean, shapes), layer_views(var, shapes)
+        tiny = torch.finfo(var.dtype).tiny
+        saved: list[Tensor] = []
+        h = x
+        for i, ((wm, bm), (wv, bv)) in enumerate(zip(means, variances, strict=True)):
+            h2 = h * h
+            m = torch.addmm(bm, h, wm.t())
+            s = torch.addmm(bv, h2, wv.t()).clamp_min_(tiny).sqrt_()
+            eps = torch.randn(m.shape, generator=generators[i], dtype=m.dtype, device=m.device)
+            out = m + s * eps
+            saved += [h, h2, eps.div_(s).mul_(0.5)]  # d out / d v = eps / (2 sqrt(v))
+            h = out if i == len(shapes) - 1 else activate(out, activation)
+        ctx.shapes = shapes
+        ctx.activation = activation
+        ctx.save_for_backward(mean, var, *saved)
+        return h
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        mean, var, *saved = ctx.saved_tensors
+        shapes = ctx.shapes
+        means, variances = layer_views(mean, shapes), layer_views(var, shapes)
+        g_mean, g_var = torch.empty_like(mean), torch.empty_like(var)
+        grads_m, grads_v = layer_views(g_mean, shapes), layer_views(g_var, shapes)
+        g_x = None
+        for i in range(len(shapes) - 1, -1, -1):
+            h, h2, half_eps_over_s = saved[3 * i : 3 * i + 3]
+            g_v = g * half_eps_over_s
+            # Into contiguous products, then copied (see FlatMLP.backward).
+            grads_m[i][0].copy_(torch.mm(g.t(), h))
+            torch.sum(g, 0, out=grads_m[i][1])
+            grads_v[i][0].copy_(torch.mm(g_v.t(), h2))
+            torch.sum(g_v, 0, out=grads_v[i][1])
+            if i > 0 or ctx.needs_input_grad[2]:
+                g_h = torch.addcmul(g @ means[i][0], g_v @ variances[i][0], h, value=2.0)
+                if i > 0:
+                    g = activation_grad(g_h, h, ctx.activation)
+                else:
+                    g_x = g_h
+        return g_mean, g_var, g_x, None, None, None
+
+
 class GradientBuffer:
     """One array like the flat weights that :class:`FlatMLP`'s backward writes their
     gradient into, step after step, while nothing else holds it.
@@ -398,6 +474,14 @@ class FusedEngine:
         Shapes as :meth:`SpikeSlabMLP.forward`.
         """
         layers = model.layers()
+        if local_flat_ok(model, x, layers):
+            # Local reparameterisation: the moments of all weights at once, then the layers.
+            mean_var = spike_slab_moments(model.mu, model.rho, model.alpha)
+            generators = tuple(layer.generator for layer in layers)
+            out_local: Tensor = LocalFlatMLP.apply(
+                *mean_var, x, layer_shapes(layers), model.activation, generators
+            )
+            return out_local
         if not draw_ok(model, layers):
             return None
         first = layers[0]

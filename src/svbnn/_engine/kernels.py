@@ -55,6 +55,7 @@ __all__ = [
     "native_kernels",
     "softplus",
     "set_backend",
+    "spike_slab_moments",
     "use_compiled",
     "use_whole_network",
 ]
@@ -114,6 +115,32 @@ def softplus(rho: Tensor) -> Tensor:
     ``exp(-rho)`` is below half an ulp there, but 7.6e-10 at ``rho = 21`` is 1e-11 relative
     in float64); above 40 it is below half an ulp in both."""
     return F.softplus(rho, threshold=40.0)
+
+
+def spike_slab_moments(mu: Tensor, rho: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and variance of spike-and-slab weights under q.
+
+    For ``theta ~ phi N(mu, sigma^2) + (1 - phi) delta_0`` with ``sigma = softplus(rho)``
+    and ``phi = sigmoid(alpha)``: ``E[theta] = phi mu`` and, by the law of total variance,
+    ``Var[theta] = phi sigma^2 + phi (1 - phi) mu^2`` (a sum of nonnegative terms, so no
+    cancellation). The one definition that local reparameterisation
+    (:attr:`svbnn.nn.Sampler.LOCAL`) draws pre-activations from.
+
+    Parameters
+    ----------
+    mu, rho, alpha : Tensor
+        Variational parameters of shape ``S``.
+
+    Returns
+    -------
+    mean, var : Tensor
+        Each of shape ``S``.
+    """
+    phi = torch.sigmoid(alpha)
+    sigma = softplus(rho)
+    mean = phi * mu
+    var = phi * (sigma * sigma + torch.sigmoid(-alpha) * mu * mu)
+    return mean, var
 
 
 def log_softplus(rho: Tensor, sigma: Tensor | None = None) -> Tensor:

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from .._engine import native as _native
 from .._engine.fused import FusedEngine, GumbelSpikeSlab, run_feature_major
-from .._engine.kernels import Backend, backend, softplus
+from .._engine.kernels import Backend, backend, softplus, spike_slab_moments
 from .._engine.paths import native_network
 from ..kl import SpikeSlab, SpikeSlabPrior, kl_divergence
 from ..priors import check_prior_variance, resolve_log_inclusion
@@ -109,32 +109,6 @@ def inverse_cdf_spike_slab(mu: Tensor, rho: Tensor, alpha: Tensor, u: Tensor) ->
     v = torch.where(lower | upper, v, torch.full_like(v, 0.5)).clamp(tiny, 1.0 - tiny)
     theta = mu + sigma * torch.special.ndtri(v)
     return torch.where(lower | upper, theta, torch.zeros_like(theta))
-
-
-def spike_slab_moments(mu: Tensor, rho: Tensor, alpha: Tensor) -> tuple[Tensor, Tensor]:
-    """Mean and variance of spike-and-slab weights under q.
-
-    For ``theta ~ phi N(mu, sigma^2) + (1 - phi) delta_0`` with ``sigma = softplus(rho)``
-    and ``phi = sigmoid(alpha)``: ``E[theta] = phi mu`` and, by the law of total variance,
-    ``Var[theta] = phi sigma^2 + phi (1 - phi) mu^2`` (a sum of nonnegative terms, so no
-    cancellation). The one definition that local reparameterisation
-    (:attr:`~svbnn.nn.base.Sampler.LOCAL`) draws pre-activations from.
-
-    Parameters
-    ----------
-    mu, rho, alpha : Tensor
-        Variational parameters of shape ``S``.
-
-    Returns
-    -------
-    mean, var : Tensor
-        Each of shape ``S``.
-    """
-    phi = torch.sigmoid(alpha)
-    sigma = softplus(rho)
-    mean = phi * mu
-    var = phi * (sigma * sigma + torch.sigmoid(-alpha) * mu * mu)
-    return mean, var
 
 
 def _log_prior_tensor(
