@@ -66,7 +66,7 @@ hidden_layer_sizes : int or tuple of int, default (50,)
     Hidden widths; an int is one hidden layer, as in scikit-learn's MLP.
 activation : {"relu", "tanh", "sigmoid", "logistic", "identity"}, default "relu"
 batch_size : int, default 128
-learning_rate_init : float, default 0.01
+learning_rate_init : float, default 0.01 (:class:`~svbnn.SVBNNRegressor`: 0.02)
     The optimiser's learning rate.
 learning_rate : {"cosine", "constant"}, default "cosine"
     Its schedule over the ``max_iter`` budget (:func:`svbnn.training.lr_factor`):
@@ -76,7 +76,9 @@ learning_rate : {"cosine", "constant"}, default "cosine"
 max_iter : "auto" or int, default "auto"
     Upper bound on the epochs. ``"auto"``: 4,000 optimiser steps, or 160 epochs where
     that is more, up to 20,000 steps, and at least 20 epochs
-    (:func:`svbnn.convergence.default_max_steps`).
+    (:func:`svbnn.convergence.default_max_steps`); half as many steps (at least 20
+    epochs) under ``sampler="local"``, whose gates move with less noise and take the
+    regressor's steps of twice the default size.
 tol : float or None, default 1e-4
     Stopping rule (:class:`svbnn.convergence.ConvergenceMonitor`): stop when the
     per-datum loss, averaged over periods of at least 100 steps, has not improved by
@@ -373,8 +375,15 @@ class _VariationalEstimator(BaseEstimator, ABC):
         """``max_iter`` in epochs; ``"auto"``: :func:`svbnn.convergence.default_max_steps`."""
         if isinstance(self.max_iter, str):
             batch = min(int(self.batch_size), n)
-            return default_max_steps(n, batch) // math.ceil(n / batch)
+            n_batches = math.ceil(n / batch)
+            steps = default_max_steps(n, batch) * self._step_budget_factor()
+            return max(round(steps / n_batches), 20)
         return int(self.max_iter)
+
+    def _step_budget_factor(self) -> float:
+        """The family's share of :func:`~svbnn.convergence.default_max_steps` that
+        ``max_iter="auto"`` gives."""
+        return 1.0
 
     def _backend_for(self, n_params: int) -> str:
         """The kernel backend of this fit.
