@@ -166,7 +166,9 @@ def test_concurrent_fits_with_different_backends_each_give_their_own_result() ->
 
     def fit(kernels: str) -> np.ndarray:
         torch.set_num_threads(1)
-        est = SVBNNRegressor(max_iter=15, tol=None, random_state=0, kernel_backend=kernels)
+        est = SVBNNRegressor(
+            max_iter=15, tol=None, random_state=0, kernel_backend=kernels, sampler="gumbel"
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return est.fit(X, y).predict(X)

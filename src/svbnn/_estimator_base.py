@@ -633,8 +633,13 @@ class _VariationalEstimator(BaseEstimator, ABC):
             # Measured (docs/guide/estimators.md, "Small data sets"): on small data the
             # exact ELBO's fit pruned every path of wine's although the data carry a strong
             # signal; a tempered posterior, "eb" or "cv" fitted.
-            # A fit already tempered that far is not told to temper (the classifier's default).
-            tempered = "" if self.kl_weight <= 0.2 else "kl_weight=0.2 (a tempered posterior), "
+            # A fit already tempered that far is not told to temper (the classifier's default),
+            # nor one on the local sampler, whose tempered fit overfits (the tempered-noise
+            # test in tests/test_estimators_defaults.py).
+            local = getattr(self, "sampler", None) == "local"
+            tempered = (
+                "" if self.kl_weight <= 0.2 or local else "kl_weight=0.2 (a tempered posterior), "
+            )
             cause = (
                 f"The prior (lambda = {lam:.3g}) pruned what the data support (on small "
                 "data sets this happens even with a strong signal), learning_rate_init (now "

@@ -190,13 +190,13 @@ class _SpikeSlabFamily(_VariationalEstimator):
     init_inclusion: float = 0.99
     init_mu_range: float | None = None
 
-    def _check_family_params(self) -> None:
-        _check_choice("sampler", self.sampler, [s.value for s in Sampler])
-
     def _step_budget_factor(self) -> float:
         # Local reparameterisation's gradients vary less: half the steps (of the
         # regressor's doubled default size) moved the gates as far on the benchmark.
         return 0.5 if self.sampler == Sampler.LOCAL.value else 1.0
+
+    def _check_family_params(self) -> None:
+        _check_choice("sampler", self.sampler, [s.value for s in Sampler])
         if isinstance(self.prior_inclusion, str):
             if self.prior_inclusion not in ("auto", "opt", "eb", "cv"):
                 raise ValueError(

@@ -25,8 +25,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.autograd.function import once_differentiable
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from ..nn.base import VariationalLayer
 from ..objectives import fast_path_spec, spike_slab_kl
