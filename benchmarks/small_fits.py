@@ -1,7 +1,8 @@
 """The estimators on small tabular data: ``fit`` with the ``native`` kernels (what ``auto``
 chooses for a network of fewer than ``AUTO_MIN_NUMEL`` parameters) against the ``eager``
-kernels (its choice before), side by side, with a dense PyTorch loop of the same steps for
-scale.
+kernels (its choice before), both on the Gumbel sampler, side by side with the local
+sampler (the regressor's default; its layers run eagerly whatever the backend) and a dense
+PyTorch loop of the same steps for scale.
 
 Run ``python -m benchmarks.small_fits [--repeats 3] [--epochs 300] [--threads N]
 [--steps ROUNDS]``. Data
@@ -11,10 +12,12 @@ split 75/25 with a fixed seed. Every fit runs the estimator's defaults except ``
 and ``tol=None``, so both backends take the same steps; the fits alternate (eager, native,
 dense, eager, ...) so machine noise hits all alike, after one warm-up round (it builds the
 native library, once per machine). Printed: median fit times, the median of the per-round
-ratios, and each backend's held-out score (R^2 or accuracy) of the last round (a seed
-reproduces a fit within one backend; the two backends draw different noise).
+ratios, and each fit's held-out score (R^2 or accuracy) of the last round (a seed
+reproduces a fit within one backend; the two backends draw different noise). The fits
+share the estimator's other defaults, so the regressor's local fits run at its learning
+rate 0.02 and the others at 0.01 (the same number of steps: ``max_iter`` is fixed).
 ``--steps ROUNDS`` first times UCI's training step: the native step against ``auto``'s
-one-graph step (:func:`time_steps`).
+one-graph step and the local sampler's (:func:`time_steps`).
 """
 
 from __future__ import annotations
@@ -80,11 +83,13 @@ def dense_fit(X: np.ndarray, y: np.ndarray, clf: bool, epochs: int, seed: int) -
     return float("nan")  # not scored: it is there for its time
 
 
-def svbnn_fit(data: Data, clf: bool, epochs: int, seed: int, backend: str) -> float:
-    """Fit with ``backend`` for ``epochs`` epochs; the held-out score."""
+def svbnn_fit(
+    data: Data, clf: bool, epochs: int, seed: int, backend: str, sampler: str = "gumbel"
+) -> float:
+    """Fit with ``backend`` and ``sampler`` for ``epochs`` epochs; the held-out score."""
     X_train, X_test, y_train, y_test = data
     cls: Any = SVBNNClassifier if clf else SVBNNRegressor
-    est = cls(max_iter=epochs, tol=None, random_state=seed, kernel_backend=backend)
+    est = cls(max_iter=epochs, tol=None, random_state=seed, kernel_backend=backend, sampler=sampler)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fixed budget has not converged: expected
         est.fit(X_train, y_train)
@@ -97,11 +102,12 @@ def _ratio(times: dict[str, list[float]], a: str, b: str) -> str:
 
 
 def time_fits(data: Data, clf: bool, epochs: int, repeats: int) -> dict[str, Any]:
-    """Alternating fits of one data set (eager, native, dense, ...): times and the two
-    backends' held-out scores of the last round."""
+    """Alternating fits of one data set (eager, native, local, dense, ...): times and the
+    svbnn fits' held-out scores of the last round."""
     fits: dict[str, Callable[[int], Any]] = {
         "eager": partial(svbnn_fit, data, clf, epochs, backend="eager"),
         "native": partial(svbnn_fit, data, clf, epochs, backend="native"),
+        "local": partial(svbnn_fit, data, clf, epochs, backend="auto", sampler="local"),
         "dense": partial(dense_fit, data[0], data[2], clf, epochs),
     }
     times: dict[str, list[float]] = {key: [] for key in fits}
@@ -131,8 +137,10 @@ def time_steps(rounds: int, steps: int = 200) -> str:
     g = torch.Generator().manual_seed(0)
     X, y = torch.randn(128, 8, generator=g), torch.randn(128, generator=g)
 
-    def svbnn_step(backend: str) -> Callable[[], None]:
-        model = SpikeSlabMLP(8, (50,), 1, generator=torch.Generator().manual_seed(1))
+    def svbnn_step(backend: str, sampler: str = "gumbel") -> Callable[[], None]:
+        model = SpikeSlabMLP(
+            8, (50,), 1, sampler=sampler, generator=torch.Generator().manual_seed(1)
+        )
         lik = GaussianLikelihood(1.0)
         opt = make_optimizer(model.parameters(), "adam", 1e-3)
 
@@ -157,6 +165,7 @@ def time_steps(rounds: int, steps: int = 200) -> str:
         "native step": svbnn_step("native"),
         "auto, one graph": svbnn_step("auto"),
         "eager": svbnn_step("eager"),
+        "local sampler": svbnn_step("auto", "local"),
         "dense": dense_step,
     }
     us: dict[str, list[float]] = {k: [] for k in runs}
@@ -198,9 +207,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         f"{args.epochs} epochs a fit, batch 128, {torch.get_num_threads()} thread(s), "
         f"{args.repeats} rounds; medians, [min, max] of the per-round ratios",
         "",
-        "| data | n x p | steps | eager, s | native, s | native / eager | dense loop, s | "
-        "native / dense | held-out score eager / native |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| data | n x p | steps | eager, s | native, s | native / eager | local, s | "
+        "local / native | dense loop, s | native / dense | held-out score eager / native / "
+        "local |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, (data, clf) in data_sets().items():
         res = time_fits(data, clf, args.epochs, args.repeats)
@@ -209,8 +219,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         lines.append(
             f"| {name} | {data[0].shape[0]} x {data[0].shape[1]} | {res['steps']} | "
             f"{med['eager']:.2f} | {med['native']:.2f} | {_ratio(times, 'native', 'eager')} | "
+            f"{med['local']:.2f} | {_ratio(times, 'local', 'native')} | "
             f"{med['dense']:.2f} | {_ratio(times, 'native', 'dense')} | "
-            f"{scores['eager']:.3f} / {scores['native']:.3f} |"
+            f"{scores['eager']:.3f} / {scores['native']:.3f} / {scores['local']:.3f} |"
         )
         rows.append({"data": name, **res})
     print("\n".join(lines))

@@ -215,7 +215,7 @@ def test_small_fits_times_both_backends_and_the_dense_loop_side_by_side() -> Non
     assert [r["data"] for r in rows] == ["diabetes", "breast cancer", "Friedman #1"]
     for r in rows:
         assert all(len(t) == 1 and t[0] > 0 for t in r["times"].values())
-        assert set(r["scores"]) == {"eager", "native"}
+        assert set(r["scores"]) == {"eager", "native", "local"}
 
 
 def test_small_data_fits_every_setting_and_climbs(capsys: pytest.CaptureFixture[str]) -> None:
