@@ -224,15 +224,20 @@ def test_small_data_fits_every_setting_and_climbs(capsys: pytest.CaptureFixture[
     rows = small_data.main(
         ["--seeds", "0", "--data", "wine", "diabetes", "--max-iter", "2", "--climb", "8"]
     )
+    common = ("defaults", "kl_weight=0.2", "prior_inclusion='eb'")
     assert [(r["data"], r["setting"]) for r in rows] == [
-        (name, setting)
-        for name in ("wine", "diabetes")
-        for setting in ("defaults", "kl_weight=0.2", "prior_inclusion='eb'", "linear")
+        *(("wine", setting) for setting in (*common, "linear")),
+        *(("diabetes", setting) for setting in (*common, "sampler='gumbel'", "linear")),
     ]
     for r in rows:
         assert np.isfinite(r["score"]) and r["seconds"] > 0
         assert (r["selected"] == "-") == (r["setting"] == "linear")
     out = capsys.readouterr().out
+    # --train-rows keeps that many training rows (drawn by the seed), the test part whole.
+    Xtr, Xte, ytr, _ = small_data.split("diabetes", 0, train_rows=83)
+    assert Xtr.shape == (83, 10) and len(ytr) == 83 and Xte.shape == (111, 10)
+    with pytest.raises(ValueError, match="--train-rows"):
+        small_data.split("diabetes", 0, train_rows=1000)
     # the defaults' fit, the tempered fit, four quarters of each continuation
     climb = [line for line in out.splitlines() if line.startswith(("| defaults'", "| kl_", "| +"))]
     assert len(climb) == 2 + 4 * len(small_data.CLIMB_VARIANTS) and all(
