@@ -385,6 +385,11 @@ class _VariationalEstimator(BaseEstimator, ABC):
         ``max_iter="auto"`` gives."""
         return 1.0
 
+    def _advise_tempering(self) -> bool:
+        """Whether a collapsed fit's warning names ``kl_weight=0.2``: not for a fit
+        already tempered that far (the classifier's default)."""
+        return self.kl_weight > 0.2
+
     def _backend_for(self, n_params: int) -> str:
         """The kernel backend of this fit.
 
@@ -633,13 +638,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             # Measured (docs/guide/estimators.md, "Small data sets"): on small data the
             # exact ELBO's fit pruned every path of wine's although the data carry a strong
             # signal; a tempered posterior, "eb" or "cv" fitted.
-            # A fit already tempered that far is not told to temper (the classifier's default),
-            # nor one on the local sampler, whose tempered fit overfits (the tempered-noise
-            # test in tests/test_estimators_defaults.py).
-            local = getattr(self, "sampler", None) == "local"
-            tempered = (
-                "" if self.kl_weight <= 0.2 or local else "kl_weight=0.2 (a tempered posterior), "
-            )
+            tempered = "kl_weight=0.2 (a tempered posterior), " if self._advise_tempering() else ""
             cause = (
                 f"The prior (lambda = {lam:.3g}) pruned what the data support (on small "
                 "data sets this happens even with a strong signal), learning_rate_init (now "
