@@ -225,7 +225,7 @@ def build(variant: Variant, directory: Path) -> VariantLoops:
     ]
     out = src.with_suffix(".so")
     compiler = os.environ.get("CXX", "c++")
-    include = f"-I{_native._SOURCES[0].parent}"  # loops.h
+    include = f"-I{_native._SOURCES[0].parent}"  # loops.h, elementwise.h
     subprocess.run(
         [compiler, *flags, "-shared", "-fPIC", include, str(src), "-o", str(out)],
         check=True,

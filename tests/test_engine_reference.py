@@ -178,6 +178,19 @@ def _kl_paths(
     seed = torch.tensor([12345, -678], dtype=torch.int32)
     f = K.fused_forward(mu, rho, alpha, seed, log_lam, log_1mlam, ls0, prec0, inv_tau)
     out["fused_forward"] = (f[1], f[4:])
+    # the local sampler's moments + KL pass (its KL derivatives are the saved factors
+    # 4-6), eager and on the native loops (float32, one network and one prior per call)
+    f = K.local_moments_kl_forward(mu, rho, alpha, log_lam, log_1mlam, ls0, prec0)
+    out["local_moments_kl_forward"] = (f[2], f[3][4:])
+    if mu.dtype == torch.float32 and _native.available():
+        rows = []
+        for i in range(mu.shape[0]):
+            args = (mu[i], rho[i], alpha[i], log_lam[i, 0], log_1mlam[i, 0])
+            rows.append(_native.local_moments_kl(*args, ls0, prec0))
+        out["native local_moments_kl"] = (
+            torch.stack([r[2] for r in rows]),
+            tuple(torch.stack([r[3][j] for r in rows]) for j in (4, 5, 6)),
+        )
     # the native loops: float32, one scalar prior per call
     if mu.dtype == torch.float32 and inv_tau in (1.0, 2.0) and _native.available():
         rows = []

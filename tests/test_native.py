@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+import svbnn
 import svbnn._engine.fused as fused
 import svbnn._engine.kernels as K
 import svbnn._engine.paths as fused_paths
@@ -633,3 +634,68 @@ def test_one_network_takes_the_native_step_as_one_replicate_bit_for_bit(
     for name in ("mu", "rho", "alpha"):
         assert torch.equal(getattr(single, name), getattr(one, name).view(-1)), name
     assert [[v] for v in h_single.loss] == h_one.loss
+
+
+def test_native_local_moments_kl_is_the_eager_pass(one_thread: None) -> None:
+    """The local sampler's moments + KL pass on the native loops against the eager one,
+    float32: the moments and the moments' factors within 1e-5 of the size of their terms
+    (the two compute softplus, sigmoid and log each their own way; subnormal sigmas below
+    1e-37 aside), the KL's own factors against the 60-digit reference in
+    tests/test_engine_reference.py; the backward, the same operations in the same order,
+    bit for bit."""
+    assert _native.available()
+    mu, rho, alpha = _parameters(100_003, 7)
+    log_lam, log_1mlam = torch.tensor(-9.5), torch.tensor(-7.5e-5)
+    args = (mu, rho, alpha, log_lam, log_1mlam, -0.3, 0.55)
+    assert _native.local_moments_kl_usable(mu, rho, alpha, log_lam)
+    n_mean, n_var, n_kl, n_saved = _native.local_moments_kl(*args)
+    e_mean, e_var, e_kl, e_saved = K.local_moments_kl_forward(*args)
+    sigma, phi = torch.nn.functional.softplus(rho), torch.sigmoid(alpha)
+    q = phi * torch.sigmoid(-alpha)
+    term_scales = {
+        "mean": e_mean.abs(),
+        "var": e_var,
+        "phi": phi,
+        "q mu": (q * mu).abs(),
+        "var_rho": e_saved[2],
+        # (1 - phi) - phi cancels near alpha = 0: its terms' size is 1
+        "var_alpha": q * (sigma * sigma + mu * mu),
+    }
+    got = (n_mean, n_var, *n_saved[:4])
+    want = (e_mean, e_var, *e_saved[:4])
+    for (name, scale), a, b in zip(term_scales.items(), got, want, strict=True):
+        bound = 1e-5 * scale + 1e-37
+        assert bool(((a - b).abs() <= bound).all()), name
+    assert n_kl.shape == () and abs(float(n_kl) - float(e_kl)) <= 3e-5 * abs(float(e_kl))
+
+    g = torch.Generator().manual_seed(8)
+    g_mean, g_var = (torch.randn(mu.shape, generator=g) for _ in range(2))
+    g_kl = torch.tensor(0.37)
+    native = _native.local_moments_kl_backward(g_mean, g_var, g_kl, e_saved)
+    eager = K.local_moments_kl_backward(g_mean, g_var, g_kl, e_saved)
+    for name, a, b in zip(("mu", "rho", "alpha"), native, eager, strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_the_local_sampler_trains_on_the_native_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local network's training step under auto, one thread: the moments and KL come from
+    the native loops, and the step's gradients are the eager pass's to float32 rounding."""
+    calls = _spy_on(monkeypatch, ("local_moments_kl", "local_moments_kl_backward"))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        grads = {}
+        for mode in ("auto", "eager"):
+            g = torch.Generator().manual_seed(3)
+            net = SpikeSlabMLP(6, (9,), 1, sampler="local", generator=g)
+            x = torch.randn(17, 6, generator=g)
+            with svbnn.kernel_backend(mode):
+                loss = net(x).square().mean() + net.kl_divergence() / 100
+                grads[mode] = torch.autograd.grad(loss, [net.mu, net.rho, net.alpha])
+            if mode == "auto":
+                assert calls == ["local_moments_kl", "local_moments_kl_backward"]
+    finally:
+        torch.set_num_threads(n)
+    assert calls == ["local_moments_kl", "local_moments_kl_backward"]  # none under eager
+    for a, b in zip(grads["auto"], grads["eager"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

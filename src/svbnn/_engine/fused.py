@@ -47,6 +47,8 @@ from .kernels import (
     gumbel_backward_saved,
     gumbel_forward_saving,
     kernels,
+    local_moments_kl_backward,
+    local_moments_kl_forward,
     native_kernels,
     spike_slab_moments,
     use_compiled,
@@ -73,6 +75,7 @@ __all__ = [
     "FusedGumbelKL",
     "GumbelSpikeSlab",
     "LocalFlatMLP",
+    "LocalMomentsKL",
     "activation_grad",
     "run_feature_major",
 ]
@@ -191,6 +194,53 @@ class FusedGumbelKL(torch.autograd.Function):
         table = native_kernels() if ctx.native else kernels(ctx.compiled)
         grads = table["fused_backward"](g_theta, g_kl.unsqueeze(-1), *saved, into_factors)
         return (*grads, None, None, None, None, None, None, None)
+
+
+class LocalMomentsKL(torch.autograd.Function):
+    """The means and variances of all weights (:func:`~svbnn._engine.kernels.spike_slab_moments`)
+    and the exact KL of flat parameters in one elementwise pass, one more for the backward:
+    what the local sampler's training step needs of the parameters, in place of the two
+    separate autograd computations (:func:`~svbnn._engine.kernels.local_moments_kl_forward`).
+    ``native``: on the native loops (:func:`svbnn._engine.native.local_moments_kl`), else
+    eager.
+
+    Notes
+    -----
+    Shapes: ``mu, rho, alpha`` ``(T,)``, ``log_lam`` and ``log_1mlam`` ``()``; returns
+    ``mean`` and ``var`` ``(T,)`` and ``kl`` ``()``.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        mu: Tensor,
+        rho: Tensor,
+        alpha: Tensor,
+        log_lam: Tensor,
+        log_1mlam: Tensor,
+        log_sigma0: float,
+        native: bool,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        args = (mu, rho, alpha, log_lam, log_1mlam, log_sigma0, math.exp(-2.0 * log_sigma0))
+        if native:
+            mean, var, kl, saved = _native.local_moments_kl(*args)
+        else:
+            mean, var, kl, saved = local_moments_kl_forward(*args)
+        ctx.native = native
+        ctx.save_for_backward(*saved)
+        return mean, var, kl
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, g_mean: Tensor, g_var: Tensor, g_kl: Tensor
+    ) -> tuple[Tensor | None, ...]:
+        saved = ctx.saved_tensors
+        if ctx.native and g_kl.dtype == torch.float32 and g_mean.dtype == torch.float32:
+            grads = _native.local_moments_kl_backward(g_mean, g_var, g_kl, saved)
+        else:
+            grads = local_moments_kl_backward(g_mean, g_var, g_kl.unsqueeze(-1), saved)
+        return (*grads, None, None, None, None)
 
 
 def _graph_is_kept() -> bool:
@@ -475,8 +525,9 @@ class FusedEngine:
         """
         layers = model.layers()
         if local_flat_ok(model, x, layers):
-            # Local reparameterisation: the moments of all weights at once, then the layers.
-            mean_var = spike_slab_moments(model.mu, model.rho, model.alpha)
+            # Local reparameterisation: the moments of all weights (and the KL, cached as
+            # the Gumbel draw's is) at once, then the layers.
+            mean_var = self._local_moments_kl(model, layers)
             generators = tuple(layer.generator for layer in layers)
             out_local: Tensor = LocalFlatMLP.apply(
                 *mean_var, x, layer_shapes(layers), model.activation, generators
@@ -611,6 +662,31 @@ class FusedEngine:
         return flat, kl
 
     # -- helpers -----------------------------------------------------------------------
+    def _local_moments_kl(
+        self, model: SpikeSlabMLP, layers: list[SpikeSlabLinear]
+    ) -> tuple[Tensor, Tensor]:
+        """The flat means and variances of the local sampler's training forward; with one
+        prior variance, computed with the KL in one pass (:class:`LocalMomentsKL`), which
+        :meth:`kl_divergence` then returns."""
+        self.kl_cache = None
+        first = layers[0]
+        if any(layer.prior_variance != first.prior_variance for layer in layers):
+            return spike_slab_moments(model.mu, model.rho, model.alpha)
+        key = _kl_key(model)
+        log_lam, log_1mlam = self._log_lams(model, key)
+        mu, rho, alpha = model.mu, model.rho, model.alpha
+        # The native loops where they would draw a Gumbel network's weights (_kernels_for):
+        # at any thread count under the native backend, with one torch thread under auto.
+        mode = backend()
+        native = mode in (Backend.NATIVE, Backend.AUTO) and _native.local_moments_kl_usable(
+            mu, rho, alpha, log_lam, any_threads=mode is Backend.NATIVE
+        )
+        mean, var, kl = LocalMomentsKL.apply(
+            mu, rho, alpha, log_lam, log_1mlam, 0.5 * math.log(first.prior_variance), native
+        )
+        self.kl_cache = (kl, key)
+        return mean, var
+
     @staticmethod
     def _kernels_for(model: SpikeSlabMLP, first: SpikeSlabLinear) -> tuple[bool, bool]:
         """Whether :meth:`draw_with_kl` runs inductor's kernel, and whether the native

@@ -50,6 +50,8 @@ __all__ = [
     "backend",
     "backend_scope",
     "kernels",
+    "local_moments_kl_backward",
+    "local_moments_kl_forward",
     "parse_backend",
     "log_softplus",
     "native_kernels",
@@ -136,11 +138,61 @@ def spike_slab_moments(mu: Tensor, rho: Tensor, alpha: Tensor) -> tuple[Tensor, 
     mean, var : Tensor
         Each of shape ``S``.
     """
-    phi = torch.sigmoid(alpha)
+    return _moments(mu, softplus(rho), torch.sigmoid(alpha), torch.sigmoid(-alpha))
+
+
+def _moments(mu: Tensor, sigma: Tensor, phi: Tensor, one_m_phi: Tensor) -> tuple[Tensor, Tensor]:
+    # spike_slab_moments from sigma = softplus(rho), phi and 1 - phi (as sigmoid(-alpha)).
+    return phi * mu, phi * (sigma * sigma + one_m_phi * mu * mu)
+
+
+def local_moments_kl_forward(
+    mu: Tensor,
+    rho: Tensor,
+    alpha: Tensor,
+    log_lam: Tensor,
+    log_1mlam: Tensor,
+    log_sigma0: float,
+    prec0: float,
+) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
+    """:func:`spike_slab_moments` and the KL (:func:`kl_terms`) summed over the last
+    dimension in one pass, with the seven elementwise factors that
+    :func:`local_moments_kl_backward` turns into the gradients: what a training step under
+    local reparameterisation needs of the parameters.
+
+    The moments' derivatives, with ``q = phi (1 - phi)``: ``d mean = (phi, 0, q mu)`` and
+    ``d var = (2 q mu, 2 phi sigma sigmoid(rho), q (sigma^2 + (1 - 2 phi) mu^2))`` in
+    ``(mu, rho, alpha)``. Saved: ``phi``, ``q mu``, ``2 phi sigma sigmoid(rho)``,
+    ``q (sigma^2 + (1 - 2 phi) mu^2)`` and the KL's three derivatives.
+
+    Shapes: ``mu, rho, alpha`` ``S``; ``mean, var`` ``S``; ``kl`` ``S[:-1]``.
+    """
     sigma = softplus(rho)
-    mean = phi * mu
-    var = phi * (sigma * sigma + torch.sigmoid(-alpha) * mu * mu)
-    return mean, var
+    d_sigma = torch.sigmoid(rho)
+    phi = torch.sigmoid(alpha)
+    one_m_phi = torch.sigmoid(-alpha)
+    mean, var = _moments(mu, sigma, phi, one_m_phi)
+    kl, d_mu, d_rho, d_alpha = kl_terms(
+        mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0, sigma, d_sigma
+    )
+    q = phi * one_m_phi
+    q_mu = q * mu
+    var_rho = 2.0 * phi * sigma * d_sigma
+    var_alpha = q * (sigma * sigma + (one_m_phi - phi) * mu * mu)
+    return mean, var, kl.sum(-1), (phi, q_mu, var_rho, var_alpha, d_mu, d_rho, d_alpha)
+
+
+def local_moments_kl_backward(
+    g_mean: Tensor, g_var: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradients in ``(mu, rho, alpha)`` of ``<g_mean, mean> + <g_var, var> + g_kl kl``
+    from :func:`local_moments_kl_forward`'s factors (``g_kl`` broadcastable over the last
+    dimension, e.g. ``(..., 1)``)."""
+    phi, q_mu, var_rho, var_alpha, d_mu, d_rho, d_alpha = saved
+    g_mu = phi * g_mean + 2.0 * q_mu * g_var + g_kl * d_mu
+    g_rho = var_rho * g_var + g_kl * d_rho
+    g_alpha = q_mu * g_mean + var_alpha * g_var + g_kl * d_alpha
+    return g_mu, g_rho, g_alpha
 
 
 def log_softplus(rho: Tensor, sigma: Tensor | None = None) -> Tensor:

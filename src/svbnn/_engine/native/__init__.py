@@ -8,6 +8,12 @@
   contracted, every operation rounds as torch's does), so a run is the same whichever of the
   two drew its weights; only the KL sum adds in another order (its value is reported, its
   gradient is a constant). Timings: ``docs/performance.md``.
+* :func:`local_moments_kl` and :func:`local_moments_kl_backward` run the loops of
+  :func:`svbnn._engine.kernels.local_moments_kl_forward` and
+  :func:`~svbnn._engine.kernels.local_moments_kl_backward` (``local_moments.cpp``), with
+  the draw's elementwise functions (``elementwise.h``): the means, variances and KL of one network's
+  weights for the local sampler's training step, close to the eager kernel's values (not
+  bit for bit).
 * :func:`gather_rows`, :func:`narrow_mlp_forward` and :func:`narrow_mlp_backward` run
   ``replicated_layers.cpp``: a minibatch's gather with prefetching, and a replicated
   network of narrow layers (Simulation II's 200-7-7-7-1), where MKL's packing of the
@@ -55,6 +61,9 @@ __all__ = [
     "gather_rows",
     "gather_usable",
     "library",
+    "local_moments_kl",
+    "local_moments_kl_backward",
+    "local_moments_kl_usable",
     "narrow_mlp_backward",
     "narrow_mlp_forward",
     "narrow_mlp_gaussian_step",
@@ -66,8 +75,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = [_HERE / name for name in ("fused_forward.cpp", "replicated_layers.cpp", "bindings.cpp")]
-_HEADERS = [_HERE / "loops.h"]
+_SOURCES = [
+    _HERE / name
+    for name in ("fused_forward.cpp", "local_moments.cpp", "replicated_layers.cpp", "bindings.cpp")
+]
+_HEADERS = [_HERE / "elementwise.h", _HERE / "loops.h"]
 # The compiler's flags beside torch's own (its include folders, -fPIC, -std=c++20, the
 # extension's name and ABI).
 _FLAGS = [
@@ -373,6 +385,51 @@ def fused_backward(
     # autograd may hand over an expanded (stride 0) g_kl: the extension makes it contiguous
     lib.fused_backward(g_theta, g_kl, theta, a_fac, r_fac, kl_mu, kl_rho, kl_alpha)
     return kl_mu, kl_rho, kl_alpha
+
+
+def local_moments_kl_usable(
+    mu: Tensor, rho: Tensor, alpha: Tensor, log_lam: Tensor, any_threads: bool = False
+) -> bool:
+    """Whether :func:`local_moments_kl` serves this call: one network's flat float32 CPU
+    parameters ``(T,)`` and a scalar prior, otherwise as :func:`usable`."""
+    return (
+        mu.dim() == 1
+        and log_lam.dim() == 0
+        and _parameter_rows(mu, rho, alpha, any_threads=any_threads)
+        and available()
+    )
+
+
+def local_moments_kl(
+    mu: Tensor,
+    rho: Tensor,
+    alpha: Tensor,
+    log_lam: Tensor,
+    log_1mlam: Tensor,
+    log_sigma0: float,
+    prec0: float,
+) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
+    """:func:`svbnn._engine.kernels.local_moments_kl_forward` in the compiled library, where
+    :func:`local_moments_kl_usable` says so: ``(mean, var, kl, factors)``, the KL's sum a
+    0-dim tensor."""
+    lib = library()
+    assert lib is not None
+    mean, var, kl, *factors = lib.local_moments_kl(
+        mu, rho, alpha, log_lam, log_1mlam, log_sigma0, prec0
+    )
+    return mean, var, kl, tuple(factors)
+
+
+def local_moments_kl_backward(
+    g_mean: Tensor, g_var: Tensor, g_kl: Tensor, saved: tuple[Tensor, ...]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`svbnn._engine.kernels.local_moments_kl_backward` in the compiled library, on
+    the factors :func:`local_moments_kl` returned (float32 CPU gradients, ``g_kl`` one
+    value)."""
+    lib = library()
+    assert lib is not None
+    out: tuple[Tensor, Tensor, Tensor] = lib.local_moments_kl_backward(g_mean, g_var, g_kl, *saved)
+    return out
 
 
 def gather_usable(src: Tensor, rows: Tensor, out: Tensor) -> bool:

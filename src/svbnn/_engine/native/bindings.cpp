@@ -106,6 +106,65 @@ void fused_backward(const Tensor& g_theta, const Tensor& g_kl, const Tensor& the
                          rows, n);
 }
 
+// svbnn._engine.kernels.local_moments_kl_forward of one network's flat parameters (T,):
+// mean, var, the KL's sum (a 0-dim tensor) and the seven factors of the backward.
+std::vector<Tensor> local_moments_kl(const Tensor& mu, const Tensor& rho, const Tensor& alpha,
+                                     const Tensor& log_lam, const Tensor& log_1mlam,
+                                     double log_sigma0, double prec0) {
+    check_floats(mu, "mu");
+    TORCH_CHECK(mu.dim() == 1, "mu: (T,) expected, got ", mu.sizes());
+    check_like(rho, mu, "rho");
+    check_like(alpha, mu, "alpha");
+    const float lam = as_float(log_lam), lam1 = as_float(log_1mlam);
+    std::vector<Tensor> out;
+    out.reserve(10);
+    for (int i = 0; i < 10; ++i) out.push_back(i == 2 ? at::empty({}, mu.options()) : at::empty_like(mu));
+    float kl;
+    {
+        py::gil_scoped_release unlocked;
+        kl = svbnn_local_moments_kl(
+            mu.const_data_ptr<float>(), rho.const_data_ptr<float>(), alpha.const_data_ptr<float>(),
+            mu.numel(), lam, lam1, static_cast<float>(log_sigma0), static_cast<float>(prec0),
+            out[0].mutable_data_ptr<float>(), out[1].mutable_data_ptr<float>(),
+            out[3].mutable_data_ptr<float>(), out[4].mutable_data_ptr<float>(),
+            out[5].mutable_data_ptr<float>(), out[6].mutable_data_ptr<float>(),
+            out[7].mutable_data_ptr<float>(), out[8].mutable_data_ptr<float>(),
+            out[9].mutable_data_ptr<float>());
+    }
+    *out[2].mutable_data_ptr<float>() = kl;
+    return out;
+}
+
+// svbnn._engine.kernels.local_moments_kl_backward: (g_mu, g_rho, g_alpha).
+std::tuple<Tensor, Tensor, Tensor> local_moments_kl_backward(
+    const Tensor& g_mean, const Tensor& g_var, const Tensor& g_kl, const Tensor& phi,
+    const Tensor& q_mu, const Tensor& var_rho, const Tensor& var_alpha, const Tensor& kl_mu,
+    const Tensor& kl_rho, const Tensor& kl_alpha) {
+    check_floats(phi, "phi");
+    TORCH_CHECK(phi.dim() == 1, "phi: (T,) expected, got ", phi.sizes());
+    for (const auto& [t, name] : {std::pair{&q_mu, "q_mu"}, {&var_rho, "var_rho"},
+                                  {&var_alpha, "var_alpha"}, {&kl_mu, "kl_mu"},
+                                  {&kl_rho, "kl_rho"}, {&kl_alpha, "kl_alpha"}})
+        check_like(*t, phi, name);
+    // autograd may hand over expanded (stride 0) gradients
+    const Tensor gm = g_mean.contiguous(), gv = g_var.contiguous();
+    check_like(gm, phi, "g_mean");
+    check_like(gv, phi, "g_var");
+    const float gk = as_float(g_kl);
+    Tensor g_mu = at::empty_like(phi), g_rho = at::empty_like(phi), g_alpha = at::empty_like(phi);
+    {
+        py::gil_scoped_release unlocked;
+        svbnn_local_moments_kl_backward(
+            gm.const_data_ptr<float>(), gv.const_data_ptr<float>(), gk,
+            phi.const_data_ptr<float>(), q_mu.const_data_ptr<float>(),
+            var_rho.const_data_ptr<float>(), var_alpha.const_data_ptr<float>(),
+            kl_mu.const_data_ptr<float>(), kl_rho.const_data_ptr<float>(),
+            kl_alpha.const_data_ptr<float>(), g_mu.mutable_data_ptr<float>(),
+            g_rho.mutable_data_ptr<float>(), g_alpha.mutable_data_ptr<float>(), phi.numel());
+    }
+    return {g_mu, g_rho, g_alpha};
+}
+
 // out[i] = src[rows[i]], any dtype (bytes).
 void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& out) {
     TORCH_CHECK(src.device().is_cpu() && src.is_contiguous() && src.dim() >= 1,
@@ -247,6 +306,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "svbnn's native loops (svbnn._engine.native)";
     m.def("fused_forward", &fused_forward);
     m.def("fused_backward", &fused_backward);
+    m.def("local_moments_kl", &local_moments_kl);
+    m.def("local_moments_kl_backward", &local_moments_kl_backward);
     m.def("gather_rows", &gather_rows);
     m.def("narrow_mlp_forward", &narrow_mlp_forward);
     m.def("narrow_mlp_backward", &narrow_mlp_backward);

@@ -20,6 +20,15 @@ void svbnn_fused_forward_k1(const float* mu, const float* rho, const float* alph
 void svbnn_fused_backward(const float* g_theta, const float* g_kl, const float* theta,
                           const float* a_fac, const float* r_fac, float* kl_mu, float* kl_rho,
                           float* kl_alpha, int64_t rows, int64_t n);
+float svbnn_local_moments_kl(const float* mu, const float* rho, const float* alpha, int64_t n,
+                             float log_lam, float log_1mlam, float log_sigma0, float prec0,
+                             float* mean, float* var, float* phi, float* q_mu, float* var_rho,
+                             float* var_alpha, float* kl_mu, float* kl_rho, float* kl_alpha);
+void svbnn_local_moments_kl_backward(const float* g_mean, const float* g_var, float g_kl,
+                                     const float* phi, const float* q_mu, const float* var_rho,
+                                     const float* var_alpha, const float* kl_mu,
+                                     const float* kl_rho, const float* kl_alpha, float* g_mu,
+                                     float* g_rho, float* g_alpha, int64_t n);
 
 void svbnn_gather_rows(const char* src, const int64_t* rows, int64_t n_rows, int64_t row_bytes,
                        char* out);
