@@ -425,8 +425,9 @@ def test_regressor_fits_and_predicts_on_the_device(backend: str, noise_std: obje
 
 
 def test_the_local_sampler_on_the_device_is_its_layers_path() -> None:
-    # The regressor's default sampler: the flat path (LocalFlatMLP) against the layers run
-    # one by one from the same device generator state, values and gradients, float64.
+    # The regressor's default sampler: the flat path (LocalFlatMLP, after the moments + KL
+    # pass LocalMomentsKL) against the layers run one by one from the same device generator
+    # state, values and gradients, the KL in the loss, float64.
     g = torch.Generator(device=DEVICE).manual_seed(0)
     net = SpikeSlabMLP(5, (7,), 2, sampler="local", generator=g, device=DEVICE, dtype=torch.float64)
     x = torch.randn(4, 5, dtype=torch.float64, generator=g, device=DEVICE)
@@ -434,13 +435,16 @@ def test_the_local_sampler_on_the_device_is_its_layers_path() -> None:
     for run in (net, net._run):
         g.manual_seed(1)
         out = run(x)
-        grads = torch.autograd.grad((out * out).sum(), [net.mu, net.rho, net.alpha])
-        runs.append((out.detach(), grads))
+        kl = net.kl_divergence()
+        loss = (out * out).sum() + 0.37 * kl
+        grads = torch.autograd.grad(loss, [net.mu, net.rho, net.alpha])
+        runs.append(((out.detach(), kl.detach()), grads))
     assert net(x).grad_fn.name() == "LocalFlatMLPBackward"
+    assert net.kl_divergence().grad_fn.name() == "LocalMomentsKLBackward"
     torch.testing.assert_close(runs[0][0], runs[1][0])
     for a, b in zip(runs[0][1], runs[1][1], strict=True):
         torch.testing.assert_close(a, b)
-    assert runs[0][0].device.type == DEVICE.type
+    assert runs[0][0][0].device.type == DEVICE.type
 
 
 def test_tempered_regressor_fits_its_noise_on_held_out_rows_on_the_device() -> None:
