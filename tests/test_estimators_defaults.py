@@ -237,10 +237,44 @@ def test_tempered_fit_takes_its_noise_from_held_out_rows() -> None:
     assert cover > 0.95 - 4 * math.sqrt(0.95 * 0.05 / len(test))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        untempered = SVBNNRegressor(max_iter=5, random_state=0).fit(X[:50], y[:50])
+        # 1,000 rows or more, untempered: the training rows' noise level alone.
+        many = SVBNNRegressor(max_iter=5, random_state=0)
+        many.fit(np.tile(X, (3, 1))[:1000], np.tile(y, 3)[:1000])
         known = SVBNNRegressor(kl_weight=0.2, noise_std=50.0, max_iter=5, random_state=0)
         known.fit(X[:50], y[:50])
-    assert untempered.noise_std_held_out_ is None and known.noise_std_held_out_ is None
+    assert many.noise_std_held_out_ is None and known.noise_std_held_out_ is None
+
+
+def test_few_rows_take_their_noise_from_a_short_held_out_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fewer than 1,000 rows, untempered: a second fit on 80% of the rows over 0.3 of the
+    # budget gives noise_std_held_out_, and noise_std_ is the larger level; a tempered fit's
+    # second fit has the whole budget. On the benchmark's small tables this lifted the 95%
+    # coverage of yacht, Boston housing and energy from 0.91-0.92 to 0.93-0.96
+    # (docs/results/tabular-peers).
+    from svbnn._estimator_base import _VariationalEstimator
+
+    budgets: list[int] = []
+    train = _VariationalEstimator._train
+
+    def spy(self: object, *args: object, **kwargs: object) -> object:
+        budgets.append(int(args[5]))  # type: ignore[call-overload]
+        return train(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_VariationalEstimator, "_train", spy)
+    X, y, _ = _sparse_problem(300, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        few = SVBNNRegressor(max_iter=20, random_state=0).fit(X, y)
+        assert budgets == [20, 6]
+        budgets.clear()
+        SVBNNRegressor(max_iter=20, kl_weight=0.2, random_state=0).fit(X, y)
+        assert budgets == [20, 20]
+    assert few.noise_std_held_out_ is not None and few.noise_std_held_out_ > 0
+    Xt = few._validate_X(X).numpy()
+    at_train = few._predictive_noise(Xt, (y - few._y_mean_) / few._y_scale_) * few._y_scale_
+    assert few.noise_std_ == max(at_train, few.noise_std_held_out_)
 
 
 def test_known_noise_float_is_kept() -> None:

@@ -418,6 +418,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         seeds: _SeedSource,
         weights: NDArray[Any] | None = None,
         held_out: Callable[[nn.Module, NDArray[np.intp], int], None] | None = None,
+        held_out_share: float = 1.0,
     ) -> nn.Module:
         """Train; sets the fitted attributes and returns the likelihood as fitted.
 
@@ -429,7 +430,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         are 10 rows or more: the same fit is run a second time on the rows that
         :func:`_held_out_rows` keeps, with a seed of its own drawn after the fit's, and
         ``held_out(network, held_rows, seed)`` is called with it (the fitted attributes
-        are the fit on all rows').
+        are the fit on all rows'), that fit over ``held_out_share`` of its budget.
         """
         n, p = X.shape
         self.fit_warnings_: list[str] = []
@@ -447,12 +448,13 @@ class _VariationalEstimator(BaseEstimator, ABC):
             )
 
         def fit_on(
-            rows: NDArray[np.intp] | None, fit_seed: int, start: Any = None
+            rows: NDArray[np.intp] | None, fit_seed: int, start: Any = None, share: float = 1.0
         ) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
-            """This fit on ``rows`` (``None``: all; a subset's weights renormalised)."""
+            """This fit on ``rows`` (``None``: all; a subset's weights renormalised), over
+            ``share`` of its epoch budget."""
             Xr, yr = (Xt, target) if rows is None else (Xt[rows], target[rows])
             wr = weights if rows is None else _subset_weights(weights, rows)
-            budget = self._epoch_budget(yr.shape[0])
+            budget = max(round(self._epoch_budget(yr.shape[0]) * share), 1)
             return _run_falling_back(
                 lambda k: self._train(
                     lambda gen: self._build_module(p, n_out, gen),
@@ -493,7 +495,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         if held_out is not None and n >= 10:
             held_seed = seeds.seed()
             fit_rows, held = _held_out_rows(target, held_seed)
-            part = fit_on(fit_rows, held_seed)[0]
+            part = fit_on(fit_rows, held_seed, share=held_out_share)[0]
             set_generator(part, None)
             held_out(part, held, held_seed)
         return lik

@@ -56,6 +56,12 @@ from .training import DIVERGED_R2
 # sorted by class, is sampled evenly) with _CHECK_DRAWS posterior draws.
 _COLLAPSED_R2 = 0.02
 _COLLAPSED_SHARE = 0.99
+# The learned noise level from held-out rows (see noise_std): a tempered fit's, over the
+# full budget; a fit on fewer than _FEW_ROWS rows, whose training residuals understate the
+# noise too, over _FEW_ROWS_SHARE of the budget, which kept small tables' fits within 3 s
+# (user guide, "The noise level of small tables").
+_FEW_ROWS = 1000
+_FEW_ROWS_SHARE = 0.3
 _MINORITY_SHARE = 0.10
 _CHECK_ROWS = 1000
 _CHECK_DRAWS = 10
@@ -117,8 +123,10 @@ noise_std : "auto" or float, default "auto"
     noise: it is also fitted a second time on 80% of the rows, whose network's
     posterior-predictive likelihood on the other 20% gives ``noise_std_held_out_``, and
     ``noise_std_`` is the larger of the two values (a fit then takes about twice as
-    long). A float is a known noise sd in ``y``'s units (the paper's setting), between
-    1e-8 and 1e8 times the sd of ``y``."""
+    long). A fit on fewer than 1,000 rows, whose residuals understate the noise too, is
+    fitted that second time over 0.3 of its step budget (about 1.25 times the fit time).
+    A float is a known noise sd in ``y``'s units (the paper's setting), between 1e-8 and
+    1e8 times the sd of ``y``."""
 
 _REGRESSION_ATTRIBUTES = """\
 noise_std_ : float
@@ -127,8 +135,9 @@ noise_std_elbo_ : float
     With ``noise_std="auto"``: the ELBO's own estimate (includes the posterior spread of
     ``f``, so it is larger).
 noise_std_held_out_ : float or None
-    With ``noise_std="auto"``, ``kl_weight < 1`` and 10 rows or more: the noise sd fitted
-    on the held-out rows (see ``noise_std``), ``y``'s units; else ``None``."""
+    With ``noise_std="auto"``, 10 rows or more and ``kl_weight < 1`` or fewer than 1,000
+    rows: the noise sd fitted on the held-out rows (see ``noise_std``), ``y``'s units;
+    else ``None``."""
 
 _POISSON_ATTRIBUTES = """\
 log_offset_ : float
@@ -235,6 +244,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     "noise_std='auto'"
                 )
             held_noise: list[float] = []
+            tempered, few = self.kl_weight < 1, len(Xv) < _FEW_ROWS
 
             def score_held_out(part: nn.Module, held: NDArray[np.intp], seed: int) -> None:
                 gen = torch.Generator(device=next(part.parameters()).device)
@@ -252,8 +262,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 ).to(_DTYPES[self.dtype]),
                 seeds,
                 w,
-                # A tempered fit's training rows understate the noise (noise_std_held_out_).
-                held_out=score_held_out if learn and self.kl_weight < 1 else None,
+                # A tempered fit's training rows understate the noise, and so do few rows
+                # (noise_std_held_out_).
+                held_out=score_held_out if learn and (tempered or few) else None,
+                held_out_share=1.0 if tempered else _FEW_ROWS_SHARE,
             )
             self.noise_std_held_out_ = held_noise[0] * self._y_scale_ if held_noise else None
             if learn:
