@@ -331,9 +331,10 @@ def test_compile_failure_falls_back_to_eager_in_each_fit(monkeypatch, caplog) ->
     before = get_kernel_backend()
     with caplog.at_level(logging.WARNING, logger="svbnn.estimators"):
         for _ in range(2):
-            SVBNNRegressor(kernel_backend="compiled", max_iter=2, tol=None, random_state=0).fit(
-                X, y
-            )
+            # A known noise level: one training per fit (no held-out noise fit).
+            SVBNNRegressor(
+                kernel_backend="compiled", noise_std=1.0, max_iter=2, tol=None, random_state=0
+            ).fit(X, y)
     # Each fit tries to compile and falls back alone: no fit changes what the next does.
     assert seen == ["compiled", "eager", "compiled", "eager"]
     assert sum("could not be built" in r.getMessage() for r in caplog.records) == 2
@@ -368,12 +369,14 @@ def test_small_networks_fit_on_the_native_loops_without_compiling(
         assert reg._backend_for(611) == "native"
         assert SVBNNRegressor(dtype="float64")._backend_for(611) == "eager"
         reg.fit(X, y)
-        assert len(native_steps) == 3 * 3  # 3 epochs of 3 minibatches of 128
+        # 3 epochs of 3 minibatches of 128, then the noise level's held-out fit (fewer than
+        # 1,000 rows): 1 epoch (0.3 of 3) of 2 minibatches of the 240 rows it fits
+        assert len(native_steps) == 3 * 3 + 2
         SVBNNRegressor(max_iter=3, tol=None, random_state=0).fit(X, y)
-        assert len(native_steps) == 3 * 3  # the local sampler: no native step
+        assert len(native_steps) == 11  # the local sampler: no native step
         draws.clear()
         SVBNNClassifier(max_iter=3, tol=None, random_state=0).fit(X, y > np.median(y))
-        assert len(native_steps) == 18 and len(draws) == 9  # the step draws natively
+        assert len(native_steps) == 20 and len(draws) == 9  # the step draws natively
     finally:
         torch.set_num_threads(threads)
     assert reg.history_.loss[-1] < reg.history_.loss[0]
