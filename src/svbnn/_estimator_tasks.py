@@ -56,15 +56,16 @@ from .training import DIVERGED_R2
 # sorted by class, is sampled evenly) with _CHECK_DRAWS posterior draws.
 _COLLAPSED_R2 = 0.02
 _COLLAPSED_SHARE = 0.99
+_MINORITY_SHARE = 0.10
+_CHECK_ROWS = 1000
+_CHECK_DRAWS = 10
+
 # The learned noise level from held-out rows (see noise_std): a tempered fit's, over the
 # full budget; a fit on fewer than _FEW_ROWS rows, whose training residuals understate the
 # noise too, over _FEW_ROWS_SHARE of the budget, which kept small tables' fits within 3 s
 # (user guide, "The noise level of small tables").
 _FEW_ROWS = 1000
 _FEW_ROWS_SHARE = 0.3
-_MINORITY_SHARE = 0.10
-_CHECK_ROWS = 1000
-_CHECK_DRAWS = 10
 
 
 def _no_std(return_std: bool, est: object) -> None:
