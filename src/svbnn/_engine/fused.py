@@ -63,6 +63,7 @@ from .paths import (
     local_flat_ok,
     native_draw,
     native_network,
+    one_prior_variance,
     whole_network_ok,
 )
 
@@ -236,7 +237,7 @@ class LocalMomentsKL(torch.autograd.Function):
         ctx: Any, g_mean: Tensor, g_var: Tensor, g_kl: Tensor
     ) -> tuple[Tensor | None, ...]:
         saved = ctx.saved_tensors
-        if ctx.native and g_kl.dtype == torch.float32 and g_mean.dtype == torch.float32:
+        if ctx.native:  # float32 CPU parameters, so float32 CPU gradients
             grads = _native.local_moments_kl_backward(g_mean, g_var, g_kl, saved)
         else:
             grads = local_moments_kl_backward(g_mean, g_var, g_kl.unsqueeze(-1), saved)
@@ -569,9 +570,7 @@ class FusedEngine:
         if cache is not None and cache[1] == _kl_key(model) and torch.is_grad_enabled():
             return cache[0]
         layers = model.layers()
-        if not (model.fused and "mu" in model._parameters) or any(
-            layer.prior_variance != layers[0].prior_variance for layer in layers
-        ):
+        if not (model.fused and "mu" in model._parameters and one_prior_variance(layers)):
             return None
         batch_dims = 0 if layers[0].n_replicates is None else 1
         return spike_slab_kl(
@@ -670,7 +669,7 @@ class FusedEngine:
         :meth:`kl_divergence` then returns."""
         self.kl_cache = None
         first = layers[0]
-        if any(layer.prior_variance != first.prior_variance for layer in layers):
+        if not one_prior_variance(layers):
             return spike_slab_moments(model.mu, model.rho, model.alpha)
         key = _kl_key(model)
         log_lam, log_1mlam = self._log_lams(model, key)

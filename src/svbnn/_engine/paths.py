@@ -75,25 +75,29 @@ def draw_ok(model: SpikeSlabMLP, layers: list[SpikeSlabLinear]) -> bool:
 def local_flat_ok(model: SpikeSlabMLP, x: Tensor, layers: list[SpikeSlabLinear]) -> bool:
     # A training forward under local reparameterisation of one network on flat storage
     # (not replicated), every layer alike, one matrix input, plain layers.
-    if not (model.fused and layers and "mu" in model._parameters and layers[0]._local_step()):
+    if not (model.fused and layers and "mu" in model._parameters):
         return False
     return (
-        model.mu.dim() == 1
+        # (a network off the local sampler stops at its first layer's check)
+        all(layer._local_step() and layer._flat is not None and layer.has_bias for layer in layers)
+        and model.mu.dim() == 1
         and x.dim() == 2
-        and all(
-            layer._flat is not None and layer._local_step() and layer.has_bias for layer in layers
-        )
         and _plain_layers_ok(model, layers)
     )
 
 
+def one_prior_variance(layers: list[SpikeSlabLinear]) -> bool:
+    # The flat KL (one slab variance for all parameters) applies.
+    first = layers[0]
+    return all(layer.prior_variance == first.prior_variance for layer in layers)
+
+
 def fused_kl_ok(layers: list[SpikeSlabLinear]) -> bool:
     # The one-pass draw + KL: Gumbel sampler, training (grad enabled), one prior variance.
-    first = layers[0]
     return (
-        first.sampler is Sampler.GUMBEL
+        layers[0].sampler is Sampler.GUMBEL
         and torch.is_grad_enabled()
-        and all(layer.prior_variance == first.prior_variance for layer in layers)
+        and one_prior_variance(layers)
     )
 
 
