@@ -14,8 +14,9 @@ dense, eager, ...) so machine noise hits all alike, after one warm-up round (it 
 native library, once per machine). Printed: median fit times, the median of the per-round
 ratios, and each fit's held-out score (R^2 or accuracy) of the last round (a seed
 reproduces a fit within one backend; the two backends draw different noise). The fits
-share the estimator's other defaults, so the regressor's local fits run at its learning
-rate 0.02 and the others at 0.01 (the same number of steps: ``max_iter`` is fixed).
+share the estimator's other defaults, so every regressor fit runs at the regressor's
+learning rate 0.02 and every classifier fit at 0.01 (the same number of steps:
+``max_iter`` is fixed).
 ``--steps ROUNDS`` first times UCI's training step: the native step against ``auto``'s
 one-graph step and the local sampler's (:func:`time_steps`).
 """
