@@ -527,7 +527,11 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     more inputs (user guide, "When to change the defaults"). It trains with
     local reparameterisation (``sampler="local"``) at a learning rate of 0.02 over half
     the steps of the other estimators' ``max_iter="auto"``: in the same time, lower RMSE
-    on most benchmark tables than the paper's Gumbel sampler.
+    on most benchmark tables than the paper's Gumbel sampler. Its KL weight rises over the
+    first quarter of the steps (``kl_warmup=0.25``), so the network fits the data before
+    the prior prunes it: lower RMSE on 9 of the 13 benchmark tables (user guide, "The
+    regressor's KL warm-up, measured"); ``kl_warmup=0.0`` is the exact objective from
+    the first step.
 
     Parameters
     ----------
@@ -546,9 +550,11 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     {warns}
     """
 
-    # Local reparameterisation, larger steps, half the budget (the class docstring).
+    # Local reparameterisation, larger steps, half the budget, the KL warmed up over the
+    # first quarter (the class docstring).
     sampler: str = "local"
     learning_rate_init: float = 0.02
+    kl_warmup: float = 0.25
 
 
 @_fill_doc(
