@@ -529,7 +529,7 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     the steps of the other estimators' ``max_iter="auto"``: in the same time, lower RMSE
     on most benchmark tables than the paper's Gumbel sampler. Its KL weight rises over the
     first quarter of the steps (``kl_warmup=0.25``), so the network fits the data before
-    the prior prunes it: lower RMSE on 9 of the 13 benchmark tables (user guide, "The
+    the prior prunes it: lower RMSE on 10 of the 13 benchmark tables (user guide, "The
     regressor's KL warm-up, measured"); ``kl_warmup=0.0`` is the exact objective from
     the first step.
 
