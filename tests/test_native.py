@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import svbnn
 import svbnn._engine.fused as fused
@@ -677,10 +679,51 @@ def test_native_local_moments_kl_is_the_eager_pass(one_thread: None) -> None:
         assert torch.equal(a, b), name
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    p=st.integers(1, 30),
+    hidden=st.lists(st.integers(1, 40), min_size=0, max_size=2),
+    out=st.integers(1, 3),
+    rows=st.integers(1, 40),
+    input_grad=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_native_local_layers_are_the_eager_layers(
+    p: int, hidden: list[int], out: int, rows: int, input_grad: bool, seed: int
+) -> None:
+    """LocalFlatMLP on the native loops against the eager layers, float32, ReLU, from the
+    same generators: the output and the gradients of the means, variances and input equal
+    to float32 rounding of sums of their size (the products add in another order), over
+    depths, widths and rows; the draws' factors are the eager ones."""
+    g = torch.Generator().manual_seed(seed)
+    widths = [p, *hidden, out]
+    shapes = tuple((o, i) for i, o in zip(widths[:-1], widths[1:], strict=True))
+    n = sum(o * (i + 1) for o, i in shapes)
+    mean = torch.randn(n, generator=g)
+    var = torch.rand(n, generator=g) * torch.randn(n, generator=g).exp() + 1e-4
+    x = torch.randn(rows, p, generator=g)
+    w = torch.randn(rows, out, generator=g)
+    assert _native.local_mlp_usable(mean, var, x, "relu", any_threads=True)
+    results = []
+    for native in (True, False):
+        m, v, xx = (t.clone().requires_grad_(t is not x or input_grad) for t in (mean, var, x))
+        gens = tuple(torch.Generator().manual_seed(seed + k) for k in range(len(shapes)))
+        y = fused.LocalFlatMLP.apply(m, v, xx, shapes, "relu", gens, native)
+        grads = torch.autograd.grad((y * w).sum(), [m, v, *([xx] if input_grad else [])])
+        results.append((y.detach(), *grads))
+    # The size of what each sums: the products of absolute values (of x, the means and the
+    # activations, bounded by the output's own scale through the network).
+    for a, b in zip(*results, strict=True):
+        scale = float(b.abs().max()) + 1.0
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5 * scale)
+
+
 def test_the_local_sampler_trains_on_the_native_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A local network's training step under auto, one thread: the moments and KL come from
-    the native loops, and the step's gradients are the eager pass's to float32 rounding."""
-    calls = _spy_on(monkeypatch, ("local_moments_kl", "local_moments_kl_backward"))
+    """A local network's training step under auto, one thread: the moments and KL and the
+    layers come from the native loops, and the step's gradients are the eager pass's to
+    float32 rounding."""
+    names = ("local_moments_kl", "local_mlp_forward", "local_mlp_backward")
+    calls = _spy_on(monkeypatch, (*names, "local_moments_kl_backward"))
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -693,9 +736,14 @@ def test_the_local_sampler_trains_on_the_native_pass(monkeypatch: pytest.MonkeyP
                 loss = net(x).square().mean() + net.kl_divergence() / 100
                 grads[mode] = torch.autograd.grad(loss, [net.mu, net.rho, net.alpha])
             if mode == "auto":
-                assert calls == ["local_moments_kl", "local_moments_kl_backward"]
+                assert calls == [
+                    "local_moments_kl",
+                    "local_mlp_forward",
+                    "local_mlp_backward",
+                    "local_moments_kl_backward",
+                ]
     finally:
         torch.set_num_threads(n)
-    assert calls == ["local_moments_kl", "local_moments_kl_backward"]  # none under eager
+    assert len(calls) == 4  # none under eager
     for a, b in zip(grads["auto"], grads["eager"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

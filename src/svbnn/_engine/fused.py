@@ -345,6 +345,11 @@ class LocalFlatMLP(torch.autograd.Function):
     as :class:`FlatMLP` does, instead of autograd's per-layer slices of the flat storage,
     each of which zero-fills a flat-sized gradient.
 
+    With ``native`` (where :func:`svbnn._engine.native.local_mlp_usable` says so) the layers
+    and their backward run on svbnn's C++ loops (``local_layers.cpp``), on the same draws,
+    drawn first layer by layer: the same values to float32 rounding (the products sum in
+    another order).
+
     Notes
     -----
     Shapes: ``mean`` and ``var`` ``(T,)``, ``x`` ``(m, in)``, output ``(m, out)``;
@@ -360,7 +365,23 @@ class LocalFlatMLP(torch.autograd.Function):
         shapes: tuple[tuple[int, int], ...],
         activation: str,
         generators: tuple[torch.Generator | None, ...],
+        native: bool = False,
     ) -> Tensor:
+        ctx.shapes = shapes
+        ctx.activation = activation
+        ctx.native = native
+        if native:
+            outs = [n_out for n_out, _ in shapes]
+            # The eager layers' draws, in their order (each layer's generator, or torch's
+            # default one layer after layer).
+            draws = [
+                torch.randn((x.shape[0], n_out), generator=gen, dtype=x.dtype, device=x.device)
+                for n_out, gen in zip(outs, generators, strict=True)
+            ]
+            # (draws then hold the backward's factors eps / (2 s))
+            out, hidden = _native.local_mlp_forward(mean, var, x, outs, draws)
+            ctx.save_for_backward(mean, var, x, *hidden, *draws)
+            return out
         means, variances = layer_views(mean, shapes), layer_views(var, shapes)
         tiny = torch.finfo(var.dtype).tiny
         saved: list[Tensor] = []
@@ -373,8 +394,6 @@ class LocalFlatMLP(torch.autograd.Function):
             out = m + s * eps
             saved += [h, h2, eps.div_(s).mul_(0.5)]  # d out / d v = eps / (2 sqrt(v))
             h = out if i == len(shapes) - 1 else activate(out, activation)
-        ctx.shapes = shapes
-        ctx.activation = activation
         ctx.save_for_backward(mean, var, *saved)
         return h
 
@@ -383,6 +402,20 @@ class LocalFlatMLP(torch.autograd.Function):
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
         mean, var, *saved = ctx.saved_tensors
         shapes = ctx.shapes
+        if ctx.native:
+            x, rest = saved[0], saved[1:]
+            n_hidden = len(shapes) - 1
+            g_mean_n, g_var_n, g_x_n = _native.local_mlp_backward(
+                mean,
+                var,
+                x,
+                [n_out for n_out, _ in shapes],
+                list(rest[:n_hidden]),
+                list(rest[n_hidden:]),
+                g,
+                bool(ctx.needs_input_grad[2]),
+            )
+            return g_mean_n, g_var_n, g_x_n, None, None, None, None
         means, variances = layer_views(mean, shapes), layer_views(var, shapes)
         g_mean, g_var = torch.empty_like(mean), torch.empty_like(var)
         grads_m, grads_v = layer_views(g_mean, shapes), layer_views(g_var, shapes)
@@ -401,7 +434,7 @@ class LocalFlatMLP(torch.autograd.Function):
                     g = activation_grad(g_h, h, ctx.activation)
                 else:
                     g_x = g_h
-        return g_mean, g_var, g_x, None, None, None
+        return g_mean, g_var, g_x, None, None, None, None
 
 
 class GradientBuffer:
@@ -530,8 +563,13 @@ class FusedEngine:
             # the Gumbel draw's is) at once, then the layers.
             mean_var = self._local_moments_kl(model, layers)
             generators = tuple(layer.generator for layer in layers)
+            # The native loops where they compute the moments (_local_moments_kl).
+            mode = backend()
+            native = mode in (Backend.NATIVE, Backend.AUTO) and _native.local_mlp_usable(
+                *mean_var, x, model.activation, any_threads=mode is Backend.NATIVE
+            )
             out_local: Tensor = LocalFlatMLP.apply(
-                *mean_var, x, layer_shapes(layers), model.activation, generators
+                *mean_var, x, layer_shapes(layers), model.activation, generators, native
             )
             return out_local
         if not draw_ok(model, layers):

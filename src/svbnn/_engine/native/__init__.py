@@ -14,6 +14,10 @@
   the draw's elementwise functions (``elementwise.h``): the means, variances and KL of one network's
   weights for the local sampler's training step, close to the eager kernel's values (not
   bit for bit).
+* :func:`local_mlp_forward` and :func:`local_mlp_backward` run ``local_layers.cpp``: the
+  local sampler's network on those means and variances
+  (:class:`~svbnn._engine.fused.LocalFlatMLP`), its products as plain loops, with torch's
+  draws; the eager layers' values to float32 rounding.
 * :func:`gather_rows`, :func:`narrow_mlp_forward` and :func:`narrow_mlp_backward` run
   ``replicated_layers.cpp``: a minibatch's gather with prefetching, and a replicated
   network of narrow layers (Simulation II's 200-7-7-7-1), where MKL's packing of the
@@ -64,6 +68,9 @@ __all__ = [
     "local_moments_kl",
     "local_moments_kl_backward",
     "local_moments_kl_usable",
+    "local_mlp_backward",
+    "local_mlp_forward",
+    "local_mlp_usable",
     "narrow_mlp_backward",
     "narrow_mlp_forward",
     "narrow_mlp_gaussian_step",
@@ -77,7 +84,13 @@ logger = logging.getLogger(__name__)
 _HERE = Path(__file__).parent
 _SOURCES = [
     _HERE / name
-    for name in ("fused_forward.cpp", "local_moments.cpp", "replicated_layers.cpp", "bindings.cpp")
+    for name in (
+        "fused_forward.cpp",
+        "local_moments.cpp",
+        "local_layers.cpp",
+        "replicated_layers.cpp",
+        "bindings.cpp",
+    )
 ]
 _HEADERS = [_HERE / "elementwise.h", _HERE / "loops.h"]
 # The compiler's flags beside torch's own (its include folders, -fPIC, -std=c++20, the
@@ -430,6 +443,58 @@ def local_moments_kl_backward(
     assert lib is not None
     out: tuple[Tensor, Tensor, Tensor] = lib.local_moments_kl_backward(g_mean, g_var, g_kl, *saved)
     return out
+
+
+def local_mlp_usable(
+    mean: Tensor, var: Tensor, x: Tensor, activation: str, any_threads: bool = False
+) -> bool:
+    """Whether :func:`local_mlp_forward` serves :class:`~svbnn._engine.fused.LocalFlatMLP`:
+    one network's flat float32 CPU means and variances ``(T,)``, a contiguous float32 CPU
+    input ``(m, p)`` of fewer than 2^31 elements, ReLU hidden layers, otherwise as
+    :func:`usable`."""
+    return (
+        activation == "relu"
+        and mean.dim() == 1
+        and x.dim() == 2
+        and 0 < x.numel() < 2**31
+        and _cpu_float32(x)
+        and _parameter_rows(mean, var, any_threads=any_threads)
+        and available()
+    )
+
+
+def local_mlp_forward(
+    mean: Tensor, var: Tensor, x: Tensor, outs: list[int], eps: list[Tensor]
+) -> tuple[Tensor, list[Tensor]]:
+    """:class:`~svbnn._engine.fused.LocalFlatMLP`'s forward in the compiled library, where
+    :func:`local_mlp_usable` says so, with ``eps`` the layers' ``N(0, 1)`` draws ``(m,
+    outs[l])``, which become the backward's factors ``eps / (2 s)`` in place: the output
+    and the hidden layers' activations."""
+    lib = library()
+    assert lib is not None
+    out, *hidden = lib.local_mlp_forward(mean, var, x, outs, True, eps)
+    return out, hidden
+
+
+def local_mlp_backward(
+    mean: Tensor,
+    var: Tensor,
+    x: Tensor,
+    outs: list[int],
+    hidden: list[Tensor],
+    half_eps: list[Tensor],
+    g_out: Tensor,
+    input_grad: bool,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """:class:`~svbnn._engine.fused.LocalFlatMLP`'s backward in the compiled library, on
+    what :func:`local_mlp_forward` returned and left in ``half_eps``: the gradients of
+    ``mean`` and ``var``, and of ``x`` with ``input_grad``."""
+    lib = library()
+    assert lib is not None
+    g_mean, g_var, *g_x = lib.local_mlp_backward(
+        mean, var, x, outs, True, hidden, half_eps, g_out, input_grad
+    )
+    return g_mean, g_var, (g_x[0] if g_x else None)
 
 
 def gather_usable(src: Tensor, rows: Tensor, out: Tensor) -> bool:

@@ -1,8 +1,9 @@
 // The Python module of svbnn's native loops: pybind11 functions on at::Tensor that check
-// what they are handed, allocate the outputs and call the loops of fused_forward.cpp and
-// replicated_layers.cpp (loops.h). torch.utils.cpp_extension builds the three files into one
-// extension module (svbnn._engine.native); the Python functions there say when each one
-// serves a call. Every function releases the GIL while its loops run, as a ctypes call did.
+// what they are handed, allocate the outputs and call the loops of fused_forward.cpp,
+// local_moments.cpp, local_layers.cpp and replicated_layers.cpp (loops.h).
+// torch.utils.cpp_extension builds the files into one extension module
+// (svbnn._engine.native); the Python functions there say when each one serves a call. Every
+// function releases the GIL while its loops run, as a ctypes call did.
 //
 // Only the headers this file needs (not <torch/extension.h>, three times slower to compile).
 #include <ATen/core/Tensor.h>
@@ -165,6 +166,103 @@ std::tuple<Tensor, Tensor, Tensor> local_moments_kl_backward(
     return {g_mu, g_rho, g_alpha};
 }
 
+// The widths of a fully connected network whose flat arrays (T,) are mean, var and whose
+// input is x (m, p), or an error; each layer holds out * (in + 1) numbers.
+void check_local_mlp(const Tensor& mean, const Tensor& var, const Tensor& x,
+                     const std::vector<int64_t>& outs) {
+    check_floats(mean, "mean");
+    TORCH_CHECK(mean.dim() == 1, "mean: (T,) expected, got ", mean.sizes());
+    check_like(var, mean, "var");
+    check_floats(x, "x");
+    TORCH_CHECK(x.dim() == 2, "x: (m, p) expected, got ", x.sizes());
+    TORCH_CHECK(!outs.empty(), "outs: at least one layer expected");
+    int64_t in = x.size(1), total = 0;
+    for (const int64_t o : outs) {
+        TORCH_CHECK(o > 0, "outs: positive widths expected");
+        total += o * (in + 1);
+        in = o;
+    }
+    TORCH_CHECK(total == mean.numel(), "mean: ", total, " numbers for these widths expected, got ",
+                mean.numel());
+}
+
+// svbnn._engine.fused.LocalFlatMLP's forward: eps (one (m, out) draw per layer) becomes the
+// backward's factor eps / (2 s) in place; returns the output (m, outs[-1]) and the hidden
+// activations (m, outs[l]) of every layer but the last.
+std::vector<Tensor> local_mlp_forward(const Tensor& mean, const Tensor& var, const Tensor& x,
+                                      const std::vector<int64_t>& outs, bool relu,
+                                      const std::vector<Tensor>& eps) {
+    check_local_mlp(mean, var, x, outs);
+    const int64_t m = x.size(0), n_layers = static_cast<int64_t>(outs.size());
+    TORCH_CHECK(static_cast<int64_t>(eps.size()) == n_layers, "eps: one draw per layer expected");
+    std::vector<float*> eps_ptrs, h_ptrs;
+    std::vector<Tensor> result;
+    for (int64_t l = 0; l < n_layers; ++l) {
+        check_floats(eps[l], "eps");
+        TORCH_CHECK(eps[l].dim() == 2 && eps[l].size(0) == m && eps[l].size(1) == outs[l],
+                    "eps: (m, out) per layer expected, got ", eps[l].sizes());
+        eps_ptrs.push_back(eps[l].mutable_data_ptr<float>());
+        result.push_back(at::empty({m, outs[l]}, x.options()));
+    }
+    // result: the hidden activations, then the output in the last place; returned output first
+    for (int64_t l = 0; l + 1 < n_layers; ++l) h_ptrs.push_back(result[l].mutable_data_ptr<float>());
+    {
+        py::gil_scoped_release unlocked;
+        svbnn_local_mlp_forward(x.const_data_ptr<float>(), m, x.size(1),
+                                mean.const_data_ptr<float>(), var.const_data_ptr<float>(),
+                                n_layers, outs.data(), relu ? 1 : 0, eps_ptrs.data(),
+                                h_ptrs.data(), result.back().mutable_data_ptr<float>());
+    }
+    std::rotate(result.rbegin(), result.rbegin() + 1, result.rend());
+    return result;
+}
+
+// svbnn._engine.fused.LocalFlatMLP's backward: (g_mean, g_var), and g_x (m, p) with
+// input_grad; hs and half_eps as local_mlp_forward left them.
+std::vector<Tensor> local_mlp_backward(const Tensor& mean, const Tensor& var, const Tensor& x,
+                                       const std::vector<int64_t>& outs, bool relu,
+                                       const std::vector<Tensor>& hs,
+                                       const std::vector<Tensor>& half_eps, const Tensor& g_out,
+                                       bool input_grad) {
+    check_local_mlp(mean, var, x, outs);
+    const int64_t m = x.size(0), p = x.size(1), n_layers = static_cast<int64_t>(outs.size());
+    TORCH_CHECK(static_cast<int64_t>(hs.size()) == n_layers - 1 &&
+                    static_cast<int64_t>(half_eps.size()) == n_layers,
+                "hs, half_eps: as local_mlp_forward returned them expected");
+    std::vector<const float*> h_ptrs, e_ptrs;
+    for (int64_t l = 0; l < n_layers; ++l) {
+        check_floats(half_eps[l], "half_eps");
+        TORCH_CHECK(half_eps[l].numel() == m * outs[l], "half_eps: (m, out) per layer expected");
+        e_ptrs.push_back(half_eps[l].const_data_ptr<float>());
+        if (l + 1 < n_layers) {
+            check_floats(hs[l], "hs");
+            TORCH_CHECK(hs[l].numel() == m * outs[l], "hs: (m, out) per hidden layer expected");
+            h_ptrs.push_back(hs[l].const_data_ptr<float>());
+        }
+    }
+    // autograd may hand over an expanded (stride 0) gradient
+    const Tensor g = g_out.contiguous();
+    check_floats(g, "g_out");
+    TORCH_CHECK(g.numel() == m * outs.back(), "g_out: (m, outs[-1]) expected, got ", g.sizes());
+    const int64_t width = std::max(p, *std::max_element(outs.begin(), outs.end()));
+    Tensor g_mean = at::empty_like(mean), g_var = at::empty_like(var);
+    Tensor g_x = input_grad ? at::empty_like(x) : Tensor();
+    Tensor work = at::empty({(2 * m + 1) * width}, x.options());
+    {
+        py::gil_scoped_release unlocked;
+        svbnn_local_mlp_backward(x.const_data_ptr<float>(), m, p, mean.const_data_ptr<float>(),
+                                 var.const_data_ptr<float>(), n_layers, outs.data(),
+                                 relu ? 1 : 0, h_ptrs.data(), e_ptrs.data(),
+                                 g.const_data_ptr<float>(), g_mean.mutable_data_ptr<float>(),
+                                 g_var.mutable_data_ptr<float>(),
+                                 input_grad ? g_x.mutable_data_ptr<float>() : nullptr,
+                                 work.mutable_data_ptr<float>());
+    }
+    std::vector<Tensor> out{g_mean, g_var};
+    if (input_grad) out.push_back(g_x);
+    return out;
+}
+
 // out[i] = src[rows[i]], any dtype (bytes).
 void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& out) {
     TORCH_CHECK(src.device().is_cpu() && src.is_contiguous() && src.dim() >= 1,
@@ -308,6 +406,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("fused_backward", &fused_backward);
     m.def("local_moments_kl", &local_moments_kl);
     m.def("local_moments_kl_backward", &local_moments_kl_backward);
+    m.def("local_mlp_forward", &local_mlp_forward);
+    m.def("local_mlp_backward", &local_mlp_backward);
     m.def("gather_rows", &gather_rows);
     m.def("narrow_mlp_forward", &narrow_mlp_forward);
     m.def("narrow_mlp_backward", &narrow_mlp_backward);

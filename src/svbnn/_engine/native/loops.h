@@ -1,4 +1,4 @@
-// The loops of fused_forward.cpp and replicated_layers.cpp, as bindings.cpp calls them (see
+// The loops of fused_forward.cpp, local_moments.cpp, local_layers.cpp and replicated_layers.cpp, as bindings.cpp calls them (see
 // there for what each one computes). Nothing is checked in them: bindings.cpp checks the
 // tensors it passes.
 #pragma once
@@ -29,6 +29,15 @@ void svbnn_local_moments_kl_backward(const float* g_mean, const float* g_var, fl
                                      const float* var_alpha, const float* kl_mu,
                                      const float* kl_rho, const float* kl_alpha, float* g_mu,
                                      float* g_rho, float* g_alpha, int64_t n);
+
+void svbnn_local_mlp_forward(const float* x, int64_t m, int64_t p, const float* mean,
+                             const float* var, int64_t n_layers, const int64_t* outs,
+                             int32_t relu_on, float* const* eps, float* const* hs, float* out);
+void svbnn_local_mlp_backward(const float* x, int64_t m, int64_t p, const float* mean,
+                              const float* var, int64_t n_layers, const int64_t* outs,
+                              int32_t relu_on, const float* const* hs, const float* const* half_eps,
+                              const float* g_out, float* g_mean, float* g_var, float* g_x,
+                              float* work);
 
 void svbnn_gather_rows(const char* src, const int64_t* rows, int64_t n_rows, int64_t row_bytes,
                        char* out);

@@ -1,0 +1,163 @@
+// The local sampler's network (svbnn._engine.fused.LocalFlatMLP) for one network's float32
+// flat means and variances on the CPU, forward and backward, as plain loops for the
+// compiler's auto-vectoriser. bindings.cpp checks the tensors it passes; nothing is checked
+// here.
+//
+// Layer l reads rows of in_l + 1 numbers of the flat arrays (the weights, then the bias;
+// svbnn._engine.graphs.layer_views), in_0 = p and in_l = outs[l - 1]. Its pre-activation is
+// m + sqrt(max(v, FLT_MIN)) eps with m = h Wm^T + bm, v = h^2 Wv^T + bv and eps the N(0, 1)
+// draws the caller passes (torch's generator, so the same numbers as the eager layers). The
+// products sum in another order than BLAS: the results are the eager ones to float32
+// rounding, not bit for bit (tests/test_native.py).
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "loops.h"
+
+namespace {
+
+// The width of layer l's input.
+inline int64_t in_width(int64_t l, int64_t p, const int64_t* outs) {
+    return l == 0 ? p : outs[l - 1];
+}
+
+}  // namespace
+
+// Forward: eps[l] (m, outs[l]) holds the draws on entry and eps / (2 s) on return (the
+// backward's factor); hs[l] (m, outs[l]) receives layer l's activation for l < L - 1, out
+// (m, outs[L - 1]) the last pre-activation. The weights are read transposed (in, out), from a
+// copy, so that the inner loops run along a row's outputs: the vectoriser's loop, where a
+// layer's inputs are few (an estimator's 8-50-1).
+extern "C" void svbnn_local_mlp_forward(const float* x, int64_t m, int64_t p,
+                                        const float* mean, const float* var, int64_t n_layers,
+                                        const int64_t* outs, int32_t relu_on, float* const* eps,
+                                        float* const* hs, float* out) {
+    const float* h = x;
+    int64_t start = 0;
+    std::vector<float> scratch;
+    for (int64_t l = 0; l < n_layers; ++l) {
+        const int64_t in = in_width(l, p, outs), o = outs[l], row = in + 1;
+        scratch.resize(static_cast<size_t>(2 * (in + 1) * o));
+        // wt_m[k o + j] = Wm[j, k] (the bias at k = in), and wt_v alike
+        float* __restrict wt_m = scratch.data();
+        float* __restrict wt_v = wt_m + (in + 1) * o;
+        for (int64_t j = 0; j < o; ++j)
+            for (int64_t k = 0; k <= in; ++k) {
+                wt_m[k * o + j] = mean[start + j * row + k];
+                wt_v[k * o + j] = var[start + j * row + k];
+            }
+        std::vector<float> sums(static_cast<size_t>(2 * o));
+        float* __restrict am = sums.data();
+        float* __restrict av = am + o;
+        float* __restrict e = eps[l];
+        const bool last = l + 1 == n_layers;
+        float* __restrict dst = last ? out : hs[l];
+        for (int64_t r = 0; r < m; ++r) {
+            const float* __restrict hr = h + r * in;
+            for (int64_t j = 0; j < o; ++j) am[j] = av[j] = 0.0f;
+            for (int64_t k = 0; k < in; ++k) {
+                const float hk = hr[k], hk2 = hk * hk;
+                const float* __restrict wmk = wt_m + k * o;
+                const float* __restrict wvk = wt_v + k * o;
+#pragma omp simd
+                for (int64_t j = 0; j < o; ++j) {
+                    am[j] += hk * wmk[j];
+                    av[j] += hk2 * wvk[j];
+                }
+            }
+            const float* __restrict bm = wt_m + in * o;
+            const float* __restrict bv = wt_v + in * o;
+            float* __restrict er = e + r * o;
+            float* __restrict dr = dst + r * o;
+#pragma omp simd
+            for (int64_t j = 0; j < o; ++j) {
+                const float mv = am[j] + bm[j];
+                const float vv = av[j] + bv[j];
+                const float s = std::sqrt(vv < FLT_MIN ? FLT_MIN : vv);  // NaN stays NaN
+                const float ej = er[j];
+                const float pre = mv + s * ej;
+                er[j] = (ej / s) * 0.5f;
+                dr[j] = (!last && relu_on && pre < 0.0f) ? 0.0f : pre;
+            }
+        }
+        h = dst;
+        start += o * row;
+    }
+}
+
+// Backward: g_out (m, outs[L - 1]) the output's gradient; g_mean and g_var (T,) receive the
+// gradients of the flat arrays, g_x (m, p) the input's where it is not null. work holds
+// (2 m + 1) W floats, W = max(p, outs): two gradients of a layer's input in turn and one
+// row's sum.
+extern "C" void svbnn_local_mlp_backward(const float* x, int64_t m, int64_t p,
+                                         const float* mean, const float* var, int64_t n_layers,
+                                         const int64_t* outs, int32_t relu_on,
+                                         const float* const* hs, const float* const* half_eps,
+                                         const float* g_out, float* g_mean, float* g_var,
+                                         float* g_x, float* work) {
+    int64_t total = 0, width = p;
+    for (int64_t l = 0; l < n_layers; ++l) {
+        total += outs[l] * (in_width(l, p, outs) + 1);
+        width = outs[l] > width ? outs[l] : width;
+    }
+    float* const bufs[2] = {work, work + m * width};
+    float* __restrict acc = work + 2 * m * width;
+    const float* g = g_out;
+    int64_t start = total;
+    for (int64_t l = n_layers - 1; l >= 0; --l) {
+        const int64_t in = in_width(l, p, outs), o = outs[l], row = in + 1;
+        start -= o * row;
+        const float* __restrict h = l == 0 ? x : hs[l - 1];
+        const float* __restrict he = half_eps[l];
+        const float* __restrict wm = mean + start;
+        const float* __restrict wv = var + start;
+        float* __restrict gm = g_mean + start;
+        float* __restrict gv = g_var + start;
+        for (int64_t i = 0; i < o * row; ++i) gm[i] = gv[i] = 0.0f;
+        for (int64_t r = 0; r < m; ++r) {
+            const float* __restrict hr = h + r * in;
+            for (int64_t j = 0; j < o; ++j) {
+                const float a = g[r * o + j];
+                const float b = a * he[r * o + j];
+                float* __restrict gmj = gm + j * row;
+                float* __restrict gvj = gv + j * row;
+#pragma omp simd
+                for (int64_t k = 0; k < in; ++k) {
+                    const float hk = hr[k];
+                    gmj[k] += a * hk;
+                    gvj[k] += b * (hk * hk);
+                }
+                gmj[in] += a;
+                gvj[in] += b;
+            }
+        }
+        // the input's gradient: into the buffer this layer's gradient is not in
+        float* gh = l == 0 ? g_x : (g == bufs[0] ? bufs[1] : bufs[0]);
+        if (gh == nullptr) break;
+        for (int64_t r = 0; r < m; ++r) {
+            const float* __restrict hr = h + r * in;
+            float* __restrict ghr = gh + r * in;
+            for (int64_t k = 0; k < in; ++k) ghr[k] = acc[k] = 0.0f;
+            for (int64_t j = 0; j < o; ++j) {
+                const float a = g[r * o + j];
+                const float b = a * he[r * o + j];
+                const float* __restrict wmj = wm + j * row;
+                const float* __restrict wvj = wv + j * row;
+#pragma omp simd
+                for (int64_t k = 0; k < in; ++k) {
+                    ghr[k] += a * wmj[k];
+                    acc[k] += b * wvj[k];
+                }
+            }
+            for (int64_t k = 0; k < in; ++k) {
+                const float v = ghr[k] + 2.0f * acc[k] * hr[k];
+                // layer l's input is the activation of layer l - 1 (relu: its gradient is 0
+                // where the activation is)
+                ghr[k] = (l > 0 && relu_on && !(hr[k] > 0.0f)) ? 0.0f : v;
+            }
+        }
+        g = gh;
+    }
+}
