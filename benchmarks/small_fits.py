@@ -1,8 +1,8 @@
 """The estimators on small tabular data: ``fit`` with the ``native`` kernels (what ``auto``
 chooses for a network of fewer than ``AUTO_MIN_NUMEL`` parameters) against the ``eager``
 kernels (its choice before), both on the Gumbel sampler, side by side with the local
-sampler (the regressor's default; its layers run eagerly whatever the backend) and a dense
-PyTorch loop of the same steps for scale.
+sampler (the regressor's default; under ``auto`` with one thread its moments pass and
+layers run on svbnn's C++ loops) and a dense PyTorch loop of the same steps for scale.
 
 Run ``python -m benchmarks.small_fits [--repeats 3] [--epochs 300] [--threads N]
 [--steps ROUNDS]``. Data
@@ -18,7 +18,8 @@ share the estimator's other defaults, so every regressor fit runs at the regress
 learning rate 0.02 and every classifier fit at 0.01 (the same number of steps:
 ``max_iter`` is fixed).
 ``--steps ROUNDS`` first times UCI's training step: the native step against ``auto``'s
-one-graph step and the local sampler's (:func:`time_steps`).
+one-graph step and the local sampler's, under ``auto`` and under ``eager``
+(:func:`time_steps`).
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def time_steps(rounds: int, steps: int = 200) -> str:
         "auto, one graph": svbnn_step("auto"),
         "eager": svbnn_step("eager"),
         "local sampler": svbnn_step("auto", "local"),
+        "local sampler, eager": svbnn_step("eager", "local"),
         "dense": dense_step,
     }
     us: dict[str, list[float]] = {k: [] for k in runs}
