@@ -92,7 +92,7 @@ kl_weight : float, default 1.0 (:class:`~svbnn.SVBNNClassifier`: 0.2)
     the usual tools; a regressor under it keeps more inputs, and its noise level is also
     fitted on held-out rows, which doubles the fit time (``noise_std``; user guide, "When
     to change the defaults").
-kl_warmup : float, default 0.0 (:class:`SVBNNRegressor`: 0.25)
+kl_warmup : float, default 0.0 (:class:`~svbnn.SVBNNRegressor`: 0.25)
     The fraction of the ``max_iter`` budget's steps, in ``[0, 1)``, over which the KL
     weight rises linearly from near 0 to ``kl_weight`` (``train(kl_warmup=...)``): the
     network fits the data before the prior prunes it. The stopping rule waits for its end.
