@@ -218,6 +218,18 @@ def test_small_fits_times_both_backends_and_the_dense_loop_side_by_side() -> Non
         assert set(r["scores"]) == {"eager", "native", "local"}
 
 
+@pytest.mark.skipif(not _native.available(), reason="no C++ compiler for the native loops")
+def test_local_layers_times_native_and_eager_side_by_side(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import local_layers
+
+    results = local_layers.main(["--rounds", "1", "--calls", "0.01"])
+    assert [r["widths"] for r in results] == [w for w, _, _ in local_layers.CASES]
+    assert all(r["native_us"] > 0 and r["eager_us"] > 0 and r["ratio"] > 0 for r in results)
+    assert "| 784-512-512-10 | 128 |" in capsys.readouterr().out
+
+
 def test_small_data_fits_every_setting_and_climbs(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import small_data
 

@@ -718,6 +718,19 @@ def test_native_local_layers_are_the_eager_layers(
         torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5 * scale)
 
 
+def test_the_native_local_layers_serve_small_work_only() -> None:
+    """The loops multiply without BLAS: they serve at most LOCAL_LAYERS_MAX_WORK rows times
+    parameters, ReLU, float32, and the eager layers run the rest."""
+    n = 50 * 9 + 51  # 8-50-1
+    mean, var = torch.zeros(n), torch.ones(n)
+    rows = _native.LOCAL_LAYERS_MAX_WORK // n
+    x = torch.zeros(rows, 8)
+    assert _native.local_mlp_usable(mean, var, x, "relu", any_threads=True)
+    assert not _native.local_mlp_usable(mean, var, torch.zeros(rows + 1, 8), "relu", True)
+    assert not _native.local_mlp_usable(mean, var, x, "tanh", any_threads=True)
+    assert not _native.local_mlp_usable(mean.double(), var.double(), x.double(), "relu", True)
+
+
 def test_the_local_sampler_trains_on_the_native_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """A local network's training step under auto, one thread: the moments and KL and the
     layers come from the native loops, and the step's gradients are the eager pass's to

@@ -57,6 +57,7 @@ from torch import Tensor
 
 __all__ = [
     "BUILD_DIR",
+    "LOCAL_LAYERS_MAX_WORK",
     "available",
     "build_into_package",
     "backward_usable",
@@ -445,18 +446,27 @@ def local_moments_kl_backward(
     return out
 
 
+# The local layers' loops multiply without BLAS: they gain where a step's work (rows times
+# parameters, m T) is small and the eager layers' fixed cost per tensor operation dominates.
+# LocalFlatMLP's forward + backward, one thread (python -m benchmarks.local_layers;
+# docs/performance.md, "The local sampler's step"): 0.46x the eager time for 8-50-1 at 128
+# rows, 0.80x at m T = 0.66e6; about even at 1e6 (0.95x, 1.13x); MNIST's network 2.56x.
+LOCAL_LAYERS_MAX_WORK = 750_000
+"""The most rows times parameters (``m T``) that :func:`local_mlp_forward` runs."""
+
+
 def local_mlp_usable(
     mean: Tensor, var: Tensor, x: Tensor, activation: str, any_threads: bool = False
 ) -> bool:
     """Whether :func:`local_mlp_forward` serves :class:`~svbnn._engine.fused.LocalFlatMLP`:
     one network's flat float32 CPU means and variances ``(T,)``, a contiguous float32 CPU
-    input ``(m, p)`` of fewer than 2^31 elements, ReLU hidden layers, otherwise as
-    :func:`usable`."""
+    input ``(m, p)``, at most :data:`LOCAL_LAYERS_MAX_WORK` rows times parameters, ReLU
+    hidden layers, otherwise as :func:`usable`."""
     return (
         activation == "relu"
         and mean.dim() == 1
         and x.dim() == 2
-        and 0 < x.numel() < 2**31
+        and 0 < x.shape[0] * mean.numel() <= LOCAL_LAYERS_MAX_WORK
         and _cpu_float32(x)
         and _parameter_rows(mean, var, any_threads=any_threads)
         and available()
