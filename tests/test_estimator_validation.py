@@ -126,6 +126,7 @@ _PARAMS: dict[str, st.SearchStrategy[Any]] = {
     "max_iter": st.sampled_from([0, 1, 2, -1, 1.5, "2"]),
     "n_samples_predict": st.sampled_from([1, 3, 0, 2.5]),
     "n_mc_train": st.sampled_from([1, 2, 0]),
+    "n_init": st.sampled_from([1, 2, 0, -1, 1.5, True]),
     "temperature": st.sampled_from([0.5, 0.0, -1.0, np.nan]),
     "prior_inclusion": st.sampled_from(["opt", 0.5, 0.0, 1.0, "x", np.nan]),
     "log_prior_inclusion": st.sampled_from([None, -5.0, -1e4, 0.0, np.inf]),
