@@ -449,8 +449,8 @@ def local_moments_kl_backward(
 # The local layers' loops multiply without BLAS: they gain where a step's work (rows times
 # parameters, m T) is small and the eager layers' fixed cost per tensor operation dominates.
 # LocalFlatMLP's forward + backward, one thread (python -m benchmarks.local_layers;
-# docs/performance.md, "The local sampler's step"): 0.46x the eager time for 8-50-1 at 128
-# rows, 0.80x at m T = 0.66e6; about even at 1e6 (0.95x, 1.13x); MNIST's network 2.56x.
+# docs/performance.md, "The local sampler's step"): 0.45x the eager time for 8-50-1 at 128
+# rows, 0.80x at m T = 0.66e6; about even at 1e6 (0.97x, 1.20x); MNIST's network 2.51x.
 LOCAL_LAYERS_MAX_WORK = 750_000
 """The most rows times parameters (``m T``) that :func:`local_mlp_forward` runs."""
 
