@@ -207,7 +207,8 @@ def breakdown(
 ) -> list[dict[str, Any]]:
     """Where the export's time goes at one batch size: each step of its forward alone,
     and each layer's product in the other storages torch has on the CPU (dense, the
-    ``F.embedding_bag`` sum of the export's sparse layers, CSR and COO ``addmm``), on
+    ``F.embedding_bag`` sum of the export's sparse layers, CSR and COO ``addmm``, and at
+    one row the CSR ``torch.mv`` of the export's sparse layers), on
     the layer's own input, in the layout the export runs at this batch size."""
     (flat,) = [m for m in export.modules() if isinstance(m, CompactMLP)]
     gen = torch.Generator().manual_seed(1)
@@ -244,6 +245,9 @@ def breakdown(
                     c, h, o, mode="sum", per_sample_weights=v, include_last_offset=True
                 ).add_(bc)
             )
+            if vector:  # the export's sparse product at one row (int32 indices)
+                c32 = torch.sparse_csr_tensor(offs.int(), cols.int(), vals, size=w.shape)
+                fns[f"{tag} CSR mv"] = lambda b=b, c32=c32, v=v: torch.mv(c32, v).add_(b)
             fns[f"{tag} CSR addmm"] = lambda bc=bc, csr=csr, h=h: torch.addmm(bc, csr, h)
             fns[f"{tag} COO addmm"] = lambda bc=bc, coo=coo, h=h: torch.sparse.addmm(bc, coo, h)
             if k < len(layers) - 1:
@@ -497,13 +501,15 @@ CROSSOVER_BATCHES = (1, 16, 64, 1000)
 def crossover(rounds: int) -> list[dict[str, Any]]:
     """One linear layer as :class:`CompactMLP`, stored dense against sparse, by density.
 
-    Each in the layout :func:`export_compact` gives it at that batch size: dense at batch
-    1 in the ``"rows"`` layout (a matrix-vector product), otherwise ``"features"``.
+    Each in the layout :func:`export_compact` gives it at that batch size: at batch 1 the
+    ``"rows"`` layout (matrix-vector products: ``torch.addmv`` dense, ``torch.mv`` of the
+    CSR matrix sparse), otherwise ``"features"`` (sparse: ``F.embedding_bag``), except a
+    dense layer below 16 rows (``"rows"``).
     """
     rows = []
     gen = torch.Generator().manual_seed(0)
-    for out_f, in_f in ((128, 128), (256, 256), (512, 512), (512, 784)):
-        for dens in (0.01, 0.02, 0.05, 0.1, 0.2, 0.4):
+    for out_f, in_f in ((128, 128), (256, 256), (512, 512), (512, 784), (1024, 1024)):
+        for dens in (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4):
             w = torch.randn(out_f, in_f, generator=gen)
             w = w * (torch.rand(out_f, in_f, generator=gen) < dens)
             b = torch.randn(out_f, generator=gen)
@@ -511,7 +517,8 @@ def crossover(rounds: int) -> list[dict[str, Any]]:
             for batch in CROSSOVER_BATCHES:
                 layout = "rows" if batch < 16 else "features"
                 lin = CompactMLP(idx, in_f, [w], [b], ["dense"], "relu", layout).eval()
-                sp = CompactMLP(idx, in_f, [w], [b], ["sparse"], "relu", "features").eval()
+                sp_layout = "rows" if batch == 1 else "features"
+                sp = CompactMLP(idx, in_f, [w], [b], ["sparse"], "relu", sp_layout).eval()
                 x = torch.randn(batch, in_f, generator=gen)
 
                 def fwd(m: nn.Module, x: torch.Tensor = x) -> None:

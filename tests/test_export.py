@@ -154,9 +154,16 @@ def test_constant_network_keeps_one_input() -> None:
 
 def test_storage_rule() -> None:
     assert sparse_is_faster(1000, 512, 784)  # 0.25% of a large layer
-    assert sparse_is_faster(20_000, 512, 784) and not sparse_is_faster(20_000, 512, 784, 1)
+    assert sparse_is_faster(20_000, 512, 784) and not sparse_is_faster(20_000, 512, 784, 8)
     assert not sparse_is_faster(100_000, 512, 784)  # 25%
     assert not sparse_is_faster(10, 30, 30)  # small: dense at any density
+    # One row: 3 * nnz + 50,000 < size and density < 25%.
+    size = 512 * 784
+    assert sparse_is_faster(int(0.24 * size), 512, 784, 1)
+    assert not sparse_is_faster(int(0.26 * size), 512, 784, 1)
+    assert sparse_is_faster(18_931, 234, 519, 1)  # MNIST's compacted first layer at 4%
+    assert not sparse_is_faster(24_000, 234, 519, 1)  # 3 * 24,000 + 50,000 > 121,446
+    assert not sparse_is_faster(1, 128, 128, 1)  # the fixed cost exceeds the dense product
     model = _net(p=784, hidden=(512,), out=10, keep=0.01, dtype=torch.float32)
     _, report = export_compact(model)
     assert report.layer_storage is not None and report.layer_shapes is not None
@@ -169,8 +176,8 @@ def test_storage_rule() -> None:
 @pytest.mark.parametrize("activation", ["relu", "tanh", "sigmoid"])
 @pytest.mark.parametrize("batch_size", [1, 16, 1000])
 def test_flat_module_is_the_median_model(activation: str, batch_size: int) -> None:
-    # Large enough that the rule stores the first layer sparse from batch 16.
-    model = _net(p=300, hidden=(200, 150), out=4, keep=0.05, activation=activation)
+    # Large enough that the rule stores the first layer sparse at every batch size tried.
+    model = _net(p=300, hidden=(400, 150), out=4, keep=0.05, activation=activation)
     module, report = export_compact(model, batch_size=batch_size)
     (flat,) = list(module)
     assert isinstance(flat, CompactMLP)
@@ -181,7 +188,7 @@ def test_flat_module_is_the_median_model(activation: str, batch_size: int) -> No
         report.layer_shapes, report.layer_nonzero, flat.storage, strict=True
     ):
         assert kind == ("sparse" if sparse_is_faster(nnz, o, i, batch_size) else "dense")
-    assert ("sparse" in flat.storage) == (batch_size > 1)
+    assert flat.storage[0] == "sparse"
     assert flat.nnz() == sum(report.layer_nonzero)
     g = torch.Generator().manual_seed(8)
     for shape in ((13, 300), (1, 300), (2, 3, 300)):
@@ -194,8 +201,9 @@ def test_flat_module_is_the_median_model(activation: str, batch_size: int) -> No
 
 @pytest.mark.parametrize("batch_size", [1, 1000])
 def test_flat_module_exports_copies_and_reloads(batch_size: int, tmp_path: Path) -> None:
-    model = _net(p=300, hidden=(200, 150), out=4, keep=0.05, dtype=torch.float32)
+    model = _net(p=300, hidden=(400, 150), out=4, keep=0.05, dtype=torch.float32)
     module, _ = export_compact(model, batch_size=batch_size)
+    assert module[0].storage[0] == "sparse"  # batch 1: the rows layout's CSR matrix
     x = torch.randn(8, 300, generator=torch.Generator().manual_seed(9))
     want = module(x)
     # torch.export at any batch size, the sparse layers included.
@@ -214,7 +222,9 @@ def test_flat_module_exports_copies_and_reloads(batch_size: int, tmp_path: Path)
     buf.seek(0)
     again, _ = export_compact(model, batch_size=batch_size)
     for t in again.buffers():
-        t.zero_()
+        if t.layout == torch.strided:  # the CSR matrices share the zeroed CSR arrays
+            t.zero_()
+    torch.testing.assert_close(again(x), torch.zeros_like(want) + again(x)[:1])
     again.load_state_dict(torch.load(buf, weights_only=True))
     torch.testing.assert_close(again(x), want, rtol=0, atol=0)
     # float64 inputs are cast; a float64 copy of the module computes in float64.
@@ -232,8 +242,6 @@ def test_flat_module_rules() -> None:
     w = [torch.eye(3, dtype=F64)]
     b = [torch.zeros(3, dtype=F64)]
     idx = torch.arange(3)
-    with pytest.raises(ValueError, match="rows"):
-        CompactMLP(idx, 3, w, b, ["sparse"], "relu", "rows")
     with pytest.raises(ValueError, match="layout"):
         CompactMLP(idx, 3, w, b, ["dense"], "relu", "columns")
     with pytest.raises(ValueError, match="storage"):

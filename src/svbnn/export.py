@@ -34,9 +34,12 @@ from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP, _Spik
 
 __all__ = [
     "SPARSE_DENSITY_BELOW",
-    "SPARSE_DENSITY_BELOW_SINGLE",
+    "SPARSE_COST_ONE_ROW",
+    "SPARSE_DENSITY_BELOW_ONE_ROW",
+    "SPARSE_DENSITY_BELOW_SMALL",
+    "SPARSE_FIXED_COST_ONE_ROW",
     "SPARSE_MIN_WEIGHTS",
-    "SPARSE_MIN_WEIGHTS_SINGLE",
+    "SPARSE_MIN_WEIGHTS_SMALL",
     "CompactMLP",
     "DrawLinear",
     "ExpOutput",
@@ -64,12 +67,22 @@ weights / ``out * in``) is below this value and it has at least
 SPARSE_MIN_WEIGHTS = 16384
 """Smallest ``out * in`` stored sparse at batches of 16 rows and more (128 x 128)."""
 
-SPARSE_DENSITY_BELOW_SINGLE = 0.02
-"""At batches below 16 rows: the density below which a layer of at least
-:data:`SPARSE_MIN_WEIGHTS_SINGLE` weights is stored sparse."""
+SPARSE_DENSITY_BELOW_SMALL = 0.02
+"""At batches of 2 to 15 rows: the density below which a layer of at least
+:data:`SPARSE_MIN_WEIGHTS_SMALL` weights is stored sparse."""
 
-SPARSE_MIN_WEIGHTS_SINGLE = 262144
-"""Smallest ``out * in`` stored sparse at batches below 16 rows (512 x 512)."""
+SPARSE_MIN_WEIGHTS_SMALL = 262144
+"""Smallest ``out * in`` stored sparse at batches of 2 to 15 rows (512 x 512)."""
+
+SPARSE_DENSITY_BELOW_ONE_ROW = 0.25
+"""At batch 1: the density at or above which a layer is always stored dense."""
+
+SPARSE_COST_ONE_ROW = 3
+"""At batch 1: a nonzero of a sparse matrix-vector product costs about as much time as this
+many weights of the dense one."""
+
+SPARSE_FIXED_COST_ONE_ROW = 50_000
+"""At batch 1: the fixed cost of a sparse matrix-vector product, in dense weights."""
 
 
 def sparse_is_faster(
@@ -78,27 +91,82 @@ def sparse_is_faster(
     """The storage rule of :func:`export_compact`: which layers of a :class:`CompactMLP`
     are stored sparse.
 
-    With ``size = out * in`` and ``density = n_nonzero / size``: at ``batch_size >= 16``
-    a layer is stored sparse when ``density < 20%`` and ``size >= 16384`` (128 x 128);
-    at smaller batches when ``density < 2%`` and ``size >= 262144`` (512 x 512). Dense
-    otherwise.
+    With ``size = out * in`` and ``density = n_nonzero / size``:
+
+    * at ``batch_size >= 16`` a layer is stored sparse when ``density < 20%`` and
+      ``size >= 16384`` (128 x 128);
+    * at 2 to 15 rows when ``density < 2%`` and ``size >= 262144`` (512 x 512);
+    * at batch 1 (a matrix-vector product) when ``3 * n_nonzero + 50000 < size`` and
+      ``density < 25%``: a sparse product costs about 3 dense weights per nonzero plus a
+      fixed 50,000.
+
+    Dense otherwise.
 
     The rule follows the crossover measured with one thread (a sparse layer of
-    :class:`CompactMLP`, ``F.embedding_bag`` on the transposed activations, against the
-    dense ``torch.addmm``; ``python -m benchmarks.export_latency --crossover``,
+    :class:`CompactMLP` against the dense one, each in the layout the export uses at that
+    batch size; ``python -m benchmarks.export_latency --crossover``,
     ``docs/performance.md``, "Exported networks: dense or sparse layers"): on layers
-    from 128 x 128 up the sparse product is faster up to 20-40% density at batch 1000,
-    beyond 40% at batch 64, up to 10-20% (128 x 128) or 20-40% (larger) at batch 16; at
-    batch 1 only on layers of 512 x 512 and more, up to about 5% density (a sparse
-    call's fixed cost exceeds a small layer's whole dense product).
+    from 128 x 128 up the sparse sum (``F.embedding_bag``) is faster up to 20-40% density
+    at batch 1000, beyond 40% at batch 64, up to 10-20% (128 x 128) or 20-40% (larger) at
+    batch 16. At batch 1 the sparse CSR matrix-vector product (``torch.mv``) is faster
+    from about 256 x 256 up: up to about 8% density there, 20% at 234 x 519 and 25% from
+    512 x 512.
     """
     size = out_features * in_features
+    if batch_size == 1:
+        return (
+            SPARSE_COST_ONE_ROW * n_nonzero + SPARSE_FIXED_COST_ONE_ROW < size
+            and n_nonzero < SPARSE_DENSITY_BELOW_ONE_ROW * size
+        )
     if batch_size < 16:
-        return size >= SPARSE_MIN_WEIGHTS_SINGLE and n_nonzero < SPARSE_DENSITY_BELOW_SINGLE * size
+        return size >= SPARSE_MIN_WEIGHTS_SMALL and n_nonzero < SPARSE_DENSITY_BELOW_SMALL * size
     return size >= SPARSE_MIN_WEIGHTS and n_nonzero < SPARSE_DENSITY_BELOW * size
 
 
-class SparseLinear(nn.Module):
+def _csr_matrix(offsets: Tensor, columns: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+    """The sparse CSR matrix ``(out, in)`` of CSR arrays, with int32 indices (the index type
+    torch's CPU sparse products run fastest on)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch flags sparse CSR as "beta"
+        return torch.sparse_csr_tensor(
+            offsets.to(torch.int32),
+            columns.to(torch.int32),
+            values,
+            size=shape,
+            check_invariants=False,  # built from a valid CSR by construction
+        )
+
+
+class _CSRModule(nn.Module):
+    """A module holding sparse CSR matrices as non-persistent buffers (so that they follow
+    ``.to()``), rebuilt from its persistent CSR arrays on loading and on copying (a CSR
+    tensor has no storage ``copy.deepcopy`` can copy). Subclasses name the matrices in
+    :meth:`_csr_matrices`."""
+
+    def _csr_matrices(self) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def _rebuild_csr(self) -> None:
+        for name, matrix in self._csr_matrices().items():
+            self.register_buffer(name, matrix, persistent=False)
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        super()._load_from_state_dict(*args, **kwargs)
+        self._rebuild_csr()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "_CSRModule":
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        skip = set(self._csr_matrices())
+        state = {k: v for k, v in self.__dict__.items() if k != "_buffers"}
+        new.__dict__.update(copy.deepcopy(state, memo))
+        buffers = {k: v for k, v in self._buffers.items() if k not in skip}
+        new.__dict__["_buffers"] = copy.deepcopy(buffers, memo)
+        new._rebuild_csr()
+        return new
+
+
+class SparseLinear(_CSRModule):
     """Linear layer that stores only its nonzero weights (CSR, compact index types).
 
     Storage per nonzero in the state dict: the float value plus an int16 column index
@@ -133,33 +201,11 @@ class SparseLinear(nn.Module):
         self.register_buffer("crow_indices", csr.crow_indices().to(torch.int32))
         b = torch.zeros(self.out_features, dtype=w.dtype, device=w.device)
         self.register_buffer("bias", b if bias is None else bias.detach().clone())
-        self.register_buffer("weight", self._matrix(), persistent=False)
+        self._rebuild_csr()
 
-    def _matrix(self) -> Tensor:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.sparse_csr_tensor(
-                self.crow_indices.to(torch.int64),
-                self.col_indices.to(torch.int64),
-                self.values,
-                size=(self.out_features, self.in_features),
-                check_invariants=False,  # built from a valid CSR by construction
-            )
-
-    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
-        super()._load_from_state_dict(*args, **kwargs)
-        self.weight = self._matrix()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> "SparseLinear":
-        # A CSR tensor has no storage deepcopy can copy: copy the rest, rebuild it.
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        state = {k: v for k, v in self.__dict__.items() if k != "_buffers"}
-        new.__dict__.update(copy.deepcopy(state, memo))
-        buffers = {k: v for k, v in self._buffers.items() if k != "weight"}
-        new.__dict__["_buffers"] = copy.deepcopy(buffers, memo)
-        new._buffers["weight"] = new._matrix()
-        return new
+    def _csr_matrices(self) -> dict[str, Tensor]:
+        shape = (self.out_features, self.in_features)
+        return {"weight": _csr_matrix(self.crow_indices, self.col_indices, self.values, shape)}
 
     def nnz(self) -> int:
         """Number of stored nonzero weights (biases not counted)."""
@@ -237,25 +283,29 @@ _INPLACE_ACTIVATIONS: dict[str, Any] = {
 }
 
 
-class CompactMLP(nn.Module):
+class CompactMLP(_CSRModule):
     """A compacted MLP as one flat module: kept inputs, then linear layers, no submodules.
 
     ``forward`` is a straight sequence of tensor ops (no module call per layer): the kept
-    input columns, then per layer a dense product or, for a layer stored sparse, one
-    ``F.embedding_bag`` (per unit, the sum of its kept inputs times their weights: a
-    CSR product), the bias and the activation. Two layouts:
+    input columns, then per layer a dense product or, for a layer stored sparse, a sparse
+    one, the bias and the activation. Two layouts:
 
-    * ``"rows"``: activations ``(m, n)``, every layer dense (``F.linear``; one row:
-      ``torch.addmv``, a matrix-vector product);
+    * ``"rows"``: activations ``(m, n)``. One row: matrix-vector products,
+      ``torch.addmv`` for a dense layer and ``torch.mv`` of the layer's sparse CSR matrix
+      for a sparse one. Several rows: ``F.linear``, and for a sparse layer the
+      ``F.embedding_bag`` sum of the ``"features"`` layout on the transposed activations.
     * ``"features"``: activations transposed, ``(n, m)``, one unit per row, so that a
-      sparse layer sums whole rows of ``m`` values and a dense one is
+      sparse layer is one ``F.embedding_bag`` (per unit, the sum of whole rows of ``m``
+      values of its kept inputs times their weights: a CSR product) and a dense one is
       ``torch.addmm(bias, W, h)``; the inputs are gathered transposed first.
 
     :func:`export_compact` chooses both by the batch size (:func:`sparse_is_faster`).
     State: the kept input columns ``index``; per layer ``k`` either ``weight{k}``
     ``(out, in)`` (dense) or the CSR arrays of its weights, ``values{k}``,
     ``columns{k}`` (int32) and ``offsets{k}`` (int32, ``out + 1`` entries) (sparse), and
-    ``bias{k}`` ``(out,)``. ``torch.export`` accepts it at any batch size;
+    ``bias{k}`` ``(out,)``; in the ``"rows"`` layout also ``csr{k}``, the sparse CSR
+    matrix over those arrays (not saved: rebuilt on loading and copying).
+    ``torch.export`` accepts it at any batch size;
     :meth:`to_dense` (or :func:`to_dense`) gives the all-dense ``"rows"`` form that
     :func:`export_onnx` writes. ``torch.jit.script`` does not (use the layered form,
     ``storage="dense"`` or ``"sparse"``, for that).
@@ -276,7 +326,7 @@ class CompactMLP(nn.Module):
     activation : {"relu", "tanh", "sigmoid", "identity"}
         Between the layers.
     layout : {"rows", "features"}
-        ``"rows"`` only with every layer dense.
+        The activations' layout.
     """
 
     index: Tensor
@@ -294,8 +344,6 @@ class CompactMLP(nn.Module):
         super().__init__()
         if layout not in ("rows", "features"):
             raise ValueError(f"layout must be 'rows' or 'features', got {layout!r}")
-        if layout == "rows" and "sparse" in storage:
-            raise ValueError("the 'rows' layout holds dense layers only")
         if activation not in _INPLACE_ACTIVATIONS:
             raise ValueError(
                 f"activation must be one of {sorted(_INPLACE_ACTIVATIONS)}, got {activation!r}"
@@ -322,10 +370,31 @@ class CompactMLP(nn.Module):
             else:
                 raise ValueError(f"storage must be 'dense' or 'sparse', got {kind!r}")
             self.register_buffer(f"bias{k}", b.detach().clone())
+        self._rebuild_csr()
         self.plan = self._plan()
 
-    def _plan(self) -> list[tuple[bool, str, str, str, str, bool]]:
-        """Per layer: (sparse, weight or values, columns, offsets, bias, activation after)."""
+    def _csr_matrices(self) -> dict[str, Tensor]:
+        """The ``"rows"`` layout's sparse layers as CSR matrices, ``csr{k}``."""
+        if self.layout != "rows":
+            return {}
+        buf = self._buffers
+        out: dict[str, Tensor] = {}
+        n_in = self.in_features
+        for k, kind in enumerate(self.storage):
+            n_out = int(buf[f"bias{k}"].shape[0])  # type: ignore[union-attr]
+            if kind == "sparse":
+                out[f"csr{k}"] = _csr_matrix(
+                    buf[f"offsets{k}"],  # type: ignore[arg-type]
+                    buf[f"columns{k}"],  # type: ignore[arg-type]
+                    buf[f"values{k}"],  # type: ignore[arg-type]
+                    (n_out, n_in),
+                )
+            n_in = n_out
+        return out
+
+    def _plan(self) -> list[tuple[bool, str, str, str, str, bool, str]]:
+        """Per layer: (sparse, weight or values, columns, offsets, bias, activation after,
+        CSR matrix)."""
         return [
             (
                 kind == "sparse",
@@ -334,6 +403,7 @@ class CompactMLP(nn.Module):
                 f"offsets{k}",
                 f"bias{k}",
                 k < self.n_layers - 1 and self.activation != "identity",
+                f"csr{k}",
             )
             for k, kind in enumerate(self.storage)
         ]
@@ -349,28 +419,34 @@ class CompactMLP(nn.Module):
         flat = x.dim() == 2  # the common case: no reshapes (each costs time at batch 1)
         x2 = x if flat else x.reshape(-1, self.n_features)
         index = buf["index"]
-        if self.layout == "rows":  # every layer dense
+        if self.layout == "rows":
             if flat and x.shape[0] == 1:  # one row: matrix-vector products
                 v = torch.take(x, index)  # type: ignore[arg-type]  # x[0, index], one op
                 if v.dtype != dtype:
                     v = v.to(dtype)
-                for _, w, _, _, b, after in self.plan:
-                    v = torch.addmv(buf[b], buf[w], v)  # type: ignore[arg-type]
+                for sparse, w, _, _, b, after, csr in self.plan:
+                    if sparse:
+                        v = torch.mv(buf[csr], v).add_(buf[b])  # type: ignore[arg-type]
+                    else:
+                        v = torch.addmv(buf[b], buf[w], v)  # type: ignore[arg-type]
                     if after:
                         v = act(v)
                 return v.unsqueeze(0)
             h = x2.index_select(1, index)  # type: ignore[arg-type]
             if h.dtype != dtype:
                 h = h.to(dtype)
-            for _, w, _, _, b, after in self.plan:
-                h = F.linear(h, buf[w], buf[b])  # type: ignore[arg-type]
+            for sparse, w, c, o, b, after, _ in self.plan:
+                if sparse:
+                    h = self._bag(h.t(), buf[w], buf[c], buf[o], buf[b]).t()
+                else:
+                    h = F.linear(h, buf[w], buf[b])  # type: ignore[arg-type]
                 if after:
                     h = act(h)
             return h if flat else h.reshape(x.shape[:-1] + (self.out_features,))
         h = x2.t().index_select(0, index)  # type: ignore[arg-type]
         if h.dtype != dtype:
             h = h.to(dtype)
-        for sparse, w, c, o, b, after in self.plan:
+        for sparse, w, c, o, b, after, _ in self.plan:
             if sparse:
                 h = self._bag(h, buf[w], buf[c], buf[o], buf[b])
             else:
@@ -686,8 +762,9 @@ def export_compact(
     storage : {"auto", "dense", "sparse"}, default "auto"
         ``"auto"`` (the fast form): the compacted linear layers as one
         :class:`CompactMLP`, each layer dense or sparse by :func:`sparse_is_faster` at
-        ``batch_size``, in the layout that batch size runs fastest in (``"features"``
-        when a layer is sparse or from 256 rows, else ``"rows"``). ``"dense"`` /
+        ``batch_size``, in the layout that batch size runs fastest in (``"rows"`` at
+        batch 1; else ``"features"`` when a layer is sparse or from 256 rows, else
+        ``"rows"``). ``"dense"`` /
         ``"sparse"``: the layered form, an ``InputSelect`` then every layer as
         ``nn.Linear`` / :class:`SparseLinear` (CSR) with activation modules between them.
     batch_size : int, default 64
@@ -745,9 +822,11 @@ def _compact_module(
             else "dense"
             for w in weights
         ]
-        # All-dense networks: "rows" up to batch 64 (as fast or faster), "features"
-        # beyond (the transposed products were faster at batch 1000).
-        layout = "features" if batch_size >= 256 or "sparse" in kinds else "rows"
+        # One row: "rows" (matrix-vector products, dense or CSR). All-dense networks:
+        # "rows" up to batch 64 (as fast or faster), "features" beyond (the transposed
+        # products were faster at batch 1000). Sparse layers: "features" (whole-row sums).
+        many = batch_size >= 256 or "sparse" in kinds
+        layout = "features" if batch_size > 1 and many else "rows"
         flat = CompactMLP(
             index,
             n_features,
