@@ -108,7 +108,7 @@ def sparse_is_faster(
     ``docs/performance.md``, "Exported networks: dense or sparse layers"): on layers
     from 128 x 128 up the sparse sum (``F.embedding_bag``) is faster up to 20-40% density
     at batch 1000, beyond 40% at batch 64, up to 10-20% (128 x 128) or 20-40% (larger) at
-    batch 16. At batch 1 the sparse CSR matrix-vector product (``torch.mv``) is faster
+    batch 16. At batch 1 the sparse CSR matrix-vector product (``torch.addmv``) is faster
     from about 256 x 256 up: up to about 8% density there, 20% at 234 x 519 and 25% from
     512 x 512.
     """
@@ -291,8 +291,8 @@ class CompactMLP(_CSRModule):
     one, the bias and the activation. Two layouts:
 
     * ``"rows"``: activations ``(m, n)``. One row: matrix-vector products,
-      ``torch.addmv`` for a dense layer and ``torch.mv`` of the layer's sparse CSR matrix
-      for a sparse one. Several rows: ``F.linear``, and for a sparse layer the
+      ``torch.addmv`` of the layer's dense matrix or, for a sparse layer, of its sparse CSR
+      matrix. Several rows: ``F.linear``, and for a sparse layer the
       ``F.embedding_bag`` sum of the ``"features"`` layout on the transposed activations.
     * ``"features"``: activations transposed, ``(n, m)``, one unit per row, so that a
       sparse layer is one ``F.embedding_bag`` (per unit, the sum of whole rows of ``m``
@@ -425,10 +425,9 @@ class CompactMLP(_CSRModule):
                 if v.dtype != dtype:
                     v = v.to(dtype)
                 for sparse, w, _, _, b, after, csr in self.plan:
-                    if sparse:
-                        v = torch.mv(buf[csr], v).add_(buf[b])  # type: ignore[arg-type]
-                    else:
-                        v = torch.addmv(buf[b], buf[w], v)  # type: ignore[arg-type]
+                    # A sparse layer: its CSR matrix (MKL's product where torch has it).
+                    mat = buf[csr if sparse else w]
+                    v = torch.addmv(buf[b], mat, v)  # type: ignore[arg-type]
                     if after:
                         v = act(v)
                 return v.unsqueeze(0)
