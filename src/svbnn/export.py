@@ -109,8 +109,7 @@ def sparse_is_faster(
     from 128 x 128 up the sparse sum (``F.embedding_bag``) is faster up to 20-40% density
     at batch 1000, beyond 40% at batch 64, up to 10-20% (128 x 128) or 20-40% (larger) at
     batch 16. At batch 1 the sparse CSR matrix-vector product (``torch.addmv``) is faster
-    from about 256 x 256 up: up to about 8% density there, 20% at 234 x 519 and 25% from
-    512 x 512.
+    from 256 x 256 up: up to about 10% density there and 20-30% from 512 x 512.
     """
     size = out_features * in_features
     if batch_size == 1:
