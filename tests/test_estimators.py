@@ -98,11 +98,11 @@ def test_families_share_the_common_parameters() -> None:
         "verbose",
     }
     # Documented exceptions: classifiers fit a tempered posterior by default, and the
-    # spike-and-slab regressor trains with the local sampler at twice the learning rate,
+    # spike-and-slab regressor trains with the local sampler at 2.5 times the learning rate,
     # its KL warmed up over the first quarter of the budget.
     assert params[SVBNNClassifier].pop("kl_weight") == 0.2
     assert params[SVBNNRegressor].pop("kl_weight") == 1.0
-    assert params[SVBNNRegressor].pop("learning_rate_init") == 0.02
+    assert params[SVBNNRegressor].pop("learning_rate_init") == 0.025
     assert params[SVBNNRegressor].pop("sampler") == "local"
     assert params[SVBNNRegressor].pop("kl_warmup") == 0.25
     assert params[SVBNNClassifier].pop("learning_rate_init") == 0.01

@@ -66,7 +66,7 @@ hidden_layer_sizes : int or tuple of int, default (50,)
     Hidden widths; an int is one hidden layer, as in scikit-learn's MLP.
 activation : {"relu", "tanh", "sigmoid", "logistic", "identity"}, default "relu"
 batch_size : int, default 128
-learning_rate_init : float, default 0.01 (:class:`~svbnn.SVBNNRegressor`: 0.02)
+learning_rate_init : float, default 0.01 (:class:`~svbnn.SVBNNRegressor`: 0.025)
     The optimiser's learning rate.
 learning_rate : {"cosine", "constant"}, default "cosine"
     Its schedule over the ``max_iter`` budget (:func:`svbnn.training.lr_factor`):
