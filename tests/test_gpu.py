@@ -43,6 +43,7 @@ from svbnn import (
     kernel_backend,
 )
 from svbnn.checkpoint import load_checkpoint
+from svbnn.export import export_compact
 from svbnn.nn import (
     GaussianConv2d,
     GaussianLinear,
@@ -389,6 +390,25 @@ def test_sparse_export_runs_on_the_device_and_moves_back() -> None:
     assert any(isinstance(m, SparseLinear) for m in module.modules())
     torch.testing.assert_close(module(x.to(DEVICE)).cpu(), want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(module.cpu()(x), want, rtol=1e-12, atol=1e-12)
+
+
+def test_compact_export_one_row_sparse_layers_run_on_the_device() -> None:
+    # The batch-1 export stores large sparse layers as CSR matrices (non-persistent
+    # buffers): they follow .to(), and torch.addmv runs them on the device.
+    model = SpikeSlabMLP(300, (400,), 3, generator=_gen(0), dtype=F64)
+    first, last = model.layers()
+    with torch.no_grad():  # 5% of the first layer's edges kept, every output edge
+        on = torch.rand(first.alpha.shape, generator=_gen(2), dtype=F64) < 0.05
+        first.alpha.copy_(torch.where(on, 3.0, -3.0))
+        last.alpha.fill_(3.0)
+    module, report = export_compact(model, batch_size=1)
+    assert report.layer_storage is not None and report.layer_storage[0] == "sparse"
+    x = torch.randn(1, 300, generator=_gen(1), dtype=F64)
+    with forward_mode(model, "median"), torch.no_grad():
+        want = model(x)
+    moved = module.to(DEVICE)
+    torch.testing.assert_close(moved(x.to(DEVICE)).cpu(), want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(moved.cpu()(x), want, rtol=1e-10, atol=1e-10)
 
 
 # ------------------------------------------------------------------------ estimators
