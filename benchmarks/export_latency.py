@@ -499,7 +499,7 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
     return {"info": infos, "rows": rows}
 
 
-CROSSOVER_BATCHES = (1, 16, 64, 1000)
+CROSSOVER_BATCHES = (1, 4, 8, 16, 64, 1000)
 
 
 def crossover(rounds: int) -> list[dict[str, Any]]:

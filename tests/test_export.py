@@ -154,7 +154,9 @@ def test_constant_network_keeps_one_input() -> None:
 
 def test_storage_rule() -> None:
     assert sparse_is_faster(1000, 512, 784)  # 0.25% of a large layer
-    assert sparse_is_faster(20_000, 512, 784) and not sparse_is_faster(20_000, 512, 784, 8)
+    assert sparse_is_faster(20_000, 512, 784) and sparse_is_faster(19_000, 512, 784, 8)
+    assert not sparse_is_faster(24_000, 512, 784, 8)  # 6%: dense at 2 to 15 rows
+    assert not sparse_is_faster(1_000, 256, 256, 8)  # small: dense at 2 to 15 rows
     assert not sparse_is_faster(100_000, 512, 784)  # 25%
     assert not sparse_is_faster(10, 30, 30)  # small: dense at any density
     # One row: 3 * nnz + 50,000 < size and density < 25%.

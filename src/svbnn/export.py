@@ -67,7 +67,7 @@ weights / ``out * in``) is below this value and it has at least
 SPARSE_MIN_WEIGHTS = 16384
 """Smallest ``out * in`` stored sparse at batches of 16 rows and more (128 x 128)."""
 
-SPARSE_DENSITY_BELOW_SMALL = 0.02
+SPARSE_DENSITY_BELOW_SMALL = 0.05
 """At batches of 2 to 15 rows: the density below which a layer of at least
 :data:`SPARSE_MIN_WEIGHTS_SMALL` weights is stored sparse."""
 
@@ -95,7 +95,7 @@ def sparse_is_faster(
 
     * at ``batch_size >= 16`` a layer is stored sparse when ``density < 20%`` and
       ``size >= 16384`` (128 x 128);
-    * at 2 to 15 rows when ``density < 2%`` and ``size >= 262144`` (512 x 512);
+    * at 2 to 15 rows when ``density < 5%`` and ``size >= 262144`` (512 x 512);
     * at batch 1 (a matrix-vector product) when ``3 * n_nonzero + 50000 < size`` and
       ``density < 25%``: a sparse product costs about 3 dense weights per nonzero plus a
       fixed 50,000.
@@ -108,7 +108,8 @@ def sparse_is_faster(
     ``docs/performance.md``, "Exported networks: dense or sparse layers"): on layers
     from 128 x 128 up the sparse sum (``F.embedding_bag``) is faster up to 20-40% density
     at batch 1000, beyond 40% at batch 64, up to 10-20% (128 x 128) or 20-40% (larger) at
-    batch 16. At batch 1 the sparse CSR matrix-vector product (``torch.addmv``) is faster
+    batch 16; at 4 and 8 rows only from 512 x 512, up to 5-10% there and 15-25% on
+    1024 x 1024. At batch 1 the sparse CSR matrix-vector product (``torch.addmv``) is faster
     from 256 x 256 up: up to about 10% density there and 20-30% from 512 x 512.
     """
     size = out_features * in_features
