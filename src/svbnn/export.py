@@ -108,9 +108,9 @@ def sparse_is_faster(
     ``docs/performance.md``, "Exported networks: dense or sparse layers"): on layers
     from 128 x 128 up the sparse sum (``F.embedding_bag``) is faster up to 20-40% density
     at batch 1000, beyond 40% at batch 64, up to 10-20% (128 x 128) or 20-40% (larger) at
-    batch 16; at 4 and 8 rows only from 512 x 512, up to 5-10% there and 15-25% on
+    batch 16; at 4 and 8 rows only from 512 x 512, up to 5-10% there and 20-25% on
     1024 x 1024. At batch 1 the sparse CSR matrix-vector product (``torch.addmv``) is faster
-    from 256 x 256 up: up to about 10% density there and 20-30% from 512 x 512.
+    from 256 x 256 up: up to 5-10% density there and 20-30% from 512 x 512.
     """
     size = out_features * in_features
     if batch_size == 1:
