@@ -58,6 +58,7 @@ from svbnn.checkpoint import load_checkpoint
 from svbnn.export import (
     CompactMLP,
     SparseLinear,
+    _csr_matrix,
     export_compact,
     export_draws,
     export_onnx,
@@ -246,7 +247,7 @@ def breakdown(
                 ).add_(bc)
             )
             if vector:  # the export's sparse product at one row (int32 indices)
-                c32 = torch.sparse_csr_tensor(offs.int(), cols.int(), vals, size=w.shape)
+                c32 = _csr_matrix(offs, cols, vals, (w.shape[0], w.shape[1]))
                 fns[f"{tag} CSR addmv"] = lambda b=b, c32=c32, v=v: torch.addmv(b, c32, v)
             fns[f"{tag} CSR addmm"] = lambda bc=bc, csr=csr, h=h: torch.addmm(bc, csr, h)
             fns[f"{tag} COO addmm"] = lambda bc=bc, coo=coo, h=h: torch.sparse.addmm(bc, coo, h)

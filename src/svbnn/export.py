@@ -157,7 +157,7 @@ class _CSRModule(nn.Module):
     def __deepcopy__(self, memo: dict[int, Any]) -> "_CSRModule":
         new = type(self).__new__(type(self))
         memo[id(self)] = new
-        skip = set(self._csr_matrices())
+        skip = {k for k, v in self._buffers.items() if v is not None and v.is_sparse_csr}
         state = {k: v for k, v in self.__dict__.items() if k != "_buffers"}
         new.__dict__.update(copy.deepcopy(state, memo))
         buffers = {k: v for k, v in self._buffers.items() if k not in skip}

@@ -1,6 +1,6 @@
-// The loops of fused_forward.cpp, local_moments.cpp, local_layers.cpp and replicated_layers.cpp, as bindings.cpp calls them (see
-// there for what each one computes). Nothing is checked in them: bindings.cpp checks the
-// tensors it passes.
+// The loops of fused_forward.cpp, local_moments.cpp, local_layers.cpp and
+// replicated_layers.cpp, as bindings.cpp calls them (see there for what each one computes).
+// Nothing is checked in them: bindings.cpp checks the tensors it passes.
 #pragma once
 
 #include <cstdint>
