@@ -435,7 +435,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         seeds: _SeedSource,
         weights: NDArray[Any] | None = None,
         held_out: Callable[[nn.Module, NDArray[np.intp], int], None] | None = None,
-        held_out_share: float = 1.0,
+        held_out_share: Callable[[float], float | None] = lambda kl_weight: None,
     ) -> nn.Module:
         """Train; sets the fitted attributes and returns the likelihood as fitted.
 
@@ -444,10 +444,12 @@ class _VariationalEstimator(BaseEstimator, ABC):
         ``weights``: per row, positive and of mean 1
         (:func:`_row_weights`), the weight of its likelihood term; ``None`` weighs every
         row alike (and keeps the model's fused step). ``held_out``, when given and there
-        are 10 rows or more: the same fit is run a second time on the rows that
-        :func:`_held_out_rows` keeps, with a seed of its own drawn after the fit's, and
-        ``held_out(network, held_rows, seed)`` is called with it (the fitted attributes
-        are the fit on all rows'), that fit over ``held_out_share`` of its budget.
+        are 10 rows or more and ``held_out_share(kl_weight)`` (``kl_weight``: the final
+        fit's) is not ``None``: the final fit is run a second time on the rows that
+        :func:`_held_out_rows` keeps, over that share of its budget, with a seed of its
+        own drawn after the fit's, and ``held_out(network, held_rows, seed)`` is called
+        with it (the fitted attributes are the fit on all rows'). The final fit is the
+        refit on the selected inputs where the family makes one (:meth:`_refit_plan`).
         """
         n, p = X.shape
         self.fit_warnings_: list[str] = []
@@ -465,10 +467,14 @@ class _VariationalEstimator(BaseEstimator, ABC):
             )
 
         def fit_on(
-            rows: NDArray[np.intp] | None, fit_seed: int, start: Any = None, share: float = 1.0
+            rows: NDArray[np.intp] | None,
+            fit_seed: int,
+            start: Any = None,
+            share: float = 1.0,
+            kl_weight: float | None = None,
         ) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
             """This fit on ``rows`` (``None``: all; a subset's weights renormalised), over
-            ``share`` of its epoch budget."""
+            ``share`` of its epoch budget, at ``kl_weight`` (``None``: the estimator's)."""
             Xr, yr = (Xt, target) if rows is None else (Xt[rows], target[rows])
             wr = weights if rows is None else _subset_weights(weights, rows)
             budget = max(round(self._epoch_budget(yr.shape[0]) * share), 1)
@@ -484,6 +490,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
                     fit_seed,
                     k,
                     start,
+                    kl_weight=kl_weight,
                 ),
                 kernels,
             )
@@ -497,6 +504,12 @@ class _VariationalEstimator(BaseEstimator, ABC):
             other = fit_on(None, seeds.seed(), start)
             if _final_loss(other[2]) < _final_loss(history):
                 model, lik, history, monitor = other
+        final_kl = float(self.kl_weight)
+        plan = self._refit_plan(model, n, n_out, start)
+        if plan is not None:
+            # Its own seed, drawn after the first fit's (and n_init's).
+            start, final_kl = plan
+            model, lik, history, monitor = fit_on(None, seeds.seed(), start, kl_weight=final_kl)
         # Generators are process-local state: keep the fitted estimator picklable.
         set_generator(model, None)
         self.module_ = model
@@ -516,10 +529,13 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self.loss_curve_ = list(history.loss)
         self._predict_seed_ = seeds.seed()
         self._summarize(model)
-        if held_out is not None and n >= 10:
+        held_share = held_out_share(final_kl)
+        if held_out is not None and held_share is not None and n >= 10:
             held_seed = seeds.seed()
             fit_rows, held = _held_out_rows(target, held_seed)
-            part = fit_on(fit_rows, held_seed, share=held_out_share)[0]
+            part = fit_on(
+                fit_rows, held_seed, start if plan is not None else None, held_share, final_kl
+            )[0]
             set_generator(part, None)
             held_out(part, held, held_seed)
         return lik
@@ -537,13 +553,15 @@ class _VariationalEstimator(BaseEstimator, ABC):
         kernels: str,
         start: Callable[[nn.Module, nn.Module], None] | None = None,
         gate_tol: float = 1e-3,
+        kl_weight: float | None = None,
     ) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
         """One training run: ``build(generator)`` and ``make_likelihood()`` give a fresh
         network and likelihood (``start(network, likelihood)``, when given, sets their
         starting values); ``X`` ``(n, p)`` or ``(R, n, p)`` for a replicated network,
         ``target`` and ``weights`` per row. Returns the trained network, the likelihood,
         the history and the stopping rule (``gate_tol``: its bound on the gates that
-        cross 0.5 in a period, :class:`~svbnn.convergence.ConvergenceMonitor`)."""
+        cross 0.5 in a period, :class:`~svbnn.convergence.ConvergenceMonitor`);
+        ``kl_weight``: the KL's weight (``None``: the estimator's)."""
         n = X.shape[-2]
         batch = min(int(self.batch_size), n)
         tol = self.tol
@@ -577,7 +595,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 fit_target,
                 fit_lik,
                 n_mc=int(self.n_mc_train),
-                kl_weight=float(self.kl_weight),
+                kl_weight=float(self.kl_weight if kl_weight is None else kl_weight),
                 kl_warmup=warmup,
                 epochs=epochs,
                 batch_size=batch,
@@ -593,6 +611,18 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 warn_divergence=False,
             )
         return model, lik, history, monitor
+
+    def _refit_plan(
+        self,
+        model: nn.Module,
+        n: int,
+        n_out: int,
+        start: Callable[[nn.Module, nn.Module], None] | None,
+    ) -> tuple[Callable[[nn.Module, nn.Module], None], float] | None:
+        """A second fit after the fit of ``model`` on ``n`` rows (``start``: that fit's
+        starting point), on all rows and the same budget: its starting point and KL
+        weight; or ``None`` (the default), no second fit."""
+        return None
 
     def _held_out_choice(self, n: int) -> bool:
         """Whether the family chooses a setting on held-out rows before a fit on ``n``

@@ -245,7 +245,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     "noise_std='auto'"
                 )
             held_noise: list[float] = []
-            tempered, few = self.kl_weight < 1, len(Xv) < _FEW_ROWS
+            few = len(Xv) < _FEW_ROWS
 
             def score_held_out(part: nn.Module, held: NDArray[np.intp], seed: int) -> None:
                 gen = torch.Generator(device=next(part.parameters()).device)
@@ -265,8 +265,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 w,
                 # A tempered fit's training rows understate the noise, and so do few rows
                 # (noise_std_held_out_).
-                held_out=score_held_out if learn and (tempered or few) else None,
-                held_out_share=1.0 if tempered else _FEW_ROWS_SHARE,
+                held_out=score_held_out if learn else None,
+                held_out_share=lambda kl_weight: (
+                    1.0 if kl_weight < 1 else _FEW_ROWS_SHARE if few else None
+                ),
             )
             self.noise_std_held_out_ = held_noise[0] * self._y_scale_ if held_noise else None
             if learn:
