@@ -530,3 +530,48 @@ def test_n_init_keeps_the_fit_of_lowest_training_objective(
     assert fits[0] == first[0] == one.loss_curve_[-1]
     assert best.loss_curve_[-1] == min(fits)
     assert fits.index(min(fits)) > 0  # (seed 3: the first fit is not the best, for both)
+
+
+def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """refit_kl_weight: the first fit is the fit without it (same seed, same selection);
+    the refit and its held-out noise run train at that KL weight, the inputs the first
+    fit left out closed (phi exactly 0), so they are never selected and leave every
+    prediction unchanged, to the bit."""
+    from svbnn._estimator_base import _VariationalEstimator
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 8))
+    y = np.sin(X[:, 0]) + X[:, 1] + 0.1 * rng.standard_normal(300)
+    kw = {"hidden_layer_sizes": (8,), "random_state": 0}
+    weights: list[float | None] = []
+    train = _VariationalEstimator._train
+
+    def spy(self: object, *args: object, **kwargs: object) -> object:
+        weights.append(kwargs.get("kl_weight"))  # type: ignore[arg-type]
+        return train(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        one = SVBNNRegressor(**kw).fit(X, y)
+        monkeypatch.setattr(_VariationalEstimator, "_train", spy)
+        est = SVBNNRegressor(**kw, refit_kl_weight=0.2).fit(X, y)
+    assert one.screened_features_ is None
+    np.testing.assert_array_equal(est.screened_features_, one.selected_features_)
+    closed = np.setdiff1d(np.arange(8), est.screened_features_)
+    assert len(closed) > 0 and set(est.selected_features_) <= set(est.screened_features_)
+    # The first fit, the refit, then the refit's run on 80% of the rows (tempered noise).
+    assert weights == [None, 0.2, 0.2]
+    assert est.noise_std_held_out_ is not None
+    assert np.all(est.inclusion_probs_[0][:, closed] == 0.0)
+    assert np.all(est.feature_inclusion_[closed] == 0.0)
+    # The refit's prior is that of a network on the screened inputs.
+    assert est.log_lambda_ == mlp_log_lambda_auto(
+        len(est.screened_features_), (8,), 1, 300, math.log(0.1)
+    )
+    X2 = X.copy()
+    X2[:, closed] = 100 * rng.standard_normal((300, len(closed)))
+    np.testing.assert_array_equal(est.predict(X), est.predict(X2))
+    lo, hi = est.predict_prediction_interval(X)
+    np.testing.assert_array_equal(lo, est.predict_prediction_interval(X2)[0])

@@ -120,7 +120,8 @@ noise_std : "auto" or float, default "auto"
     ``"auto"``: the noise sd is learned (a type-II point estimate trained with the
     variational parameters, started at 0.1 sd of y), then set to the value that maximises
     the training rows' posterior-predictive likelihood (``noise_std_``). A tempered fit
-    (``kl_weight < 1``) overfits its training rows, whose residuals then understate the
+    (``kl_weight < 1``, or a refit with ``refit_kl_weight < 1``: the final fit's weight
+    counts) overfits its training rows, whose residuals then understate the
     noise: it is also fitted a second time on 80% of the rows, whose network's
     posterior-predictive likelihood on the other 20% gives ``noise_std_held_out_``, and
     ``noise_std_`` is the larger of the two values (a fit then takes about twice as
@@ -136,9 +137,9 @@ noise_std_elbo_ : float
     With ``noise_std="auto"``: the ELBO's own estimate (includes the posterior spread of
     ``f``, so it is larger).
 noise_std_held_out_ : float or None
-    With ``noise_std="auto"``, 10 rows or more and ``kl_weight < 1`` or fewer than 1,000
-    rows: the noise sd fitted on the held-out rows (see ``noise_std``), ``y``'s units;
-    else ``None``."""
+    With ``noise_std="auto"``, 10 rows or more and the final fit's KL weight below 1 or
+    fewer than 1,000 rows: the noise sd fitted on the held-out rows (see ``noise_std``),
+    ``y``'s units; else ``None``."""
 
 _POISSON_ATTRIBUTES = """\
 log_offset_ : float
