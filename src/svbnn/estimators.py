@@ -120,7 +120,8 @@ init_mu_range : float, optional
     Half-range of the initial means (``None``: ``1/sqrt(fan_in)``).
 refit_kl_weight : float or None, default None
     A second fit, at this KL weight, on the inputs the first fit selected
-    (``screened_features_``): a fresh network of the same shape whose other inputs'
+    (``screened_features_``): a network of the same shape, started as the first fit was
+    (afresh; with ``"cv"``, from the chosen replicate), whose other inputs'
     first-layer gates start closed (``phi = 0``) and stay closed, so they are never
     selected and add nothing to a prediction. The first fit, at ``kl_weight``, selects;
     the second, rid of the inputs that carry nothing, fits the rest with less shrinkage,
