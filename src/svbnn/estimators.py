@@ -154,8 +154,8 @@ lambda_, log_lambda_ : float
     The prior inclusion used (with ``"eb"``: its final value; with ``"cv"``: the chosen;
     with a refit, the refit's).
 screened_features_ : ndarray of int or None
-    With ``refit_kl_weight``: the inputs the first fit selected, to which the refit is
-    restricted (``selected_features_`` is a subset); otherwise ``None``.
+    After a refit (``refit_kl_weight``): the inputs the first fit selected, to which the
+    refit is restricted (``selected_features_`` is a subset); ``None`` without a refit.
 inclusion_grid_, inclusion_scores_ : ndarray of shape (INCLUSION_GRID,)
     With ``prior_inclusion="cv"`` only: the candidate ``log(lambda)`` and their held-out
     mean log predictive density per row (nats; standardised ``y`` for a regressor)."""
@@ -177,8 +177,9 @@ UserWarning
 
 
 # An input left out of the refit: its first-layer gates start closed. sigmoid(-200) is 0
-# in float32 (1e-87 in float64), so the input adds nothing to a draw or to the gradients:
-# its gate and slab gradients carry a factor phi (1 - phi) or phi, far below Adam's eps.
+# in float32 (1e-87 in float64), so an exact draw of its weights is 0 and it adds nothing
+# to a prediction; its gate and slab gradients carry a factor phi (1 - phi) or phi, so
+# no optimiser moves them (Adam's and RMSprop's steps scale by them over eps = 1e-8).
 _CLOSED_LOGIT = -200.0
 
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
