@@ -127,10 +127,11 @@ def time_fits(data: Data, clf: bool, epochs: int, repeats: int) -> dict[str, Any
 
 def time_steps(rounds: int, steps: int = 200) -> str:
     """The training step of UCI's network (8-50-1, batch 128, known noise): the native step
-    (the ``native`` backend) against ``auto``'s one-graph step, beside the eager kernels
-    and a dense step; interleaved rounds of ``steps`` steps in one process, after one
-    warm-up (the graph compiles then). A Markdown table of medians and of the median
-    per-round ratios."""
+    (the ``native`` backend) against ``auto``'s one-graph step, beside the eager kernels,
+    the local sampler's graph-free step and its step through autograd (with the known
+    noise level and with a learned one, as the regressor has), and a dense step;
+    interleaved rounds of ``steps`` steps in one process, after one warm-up (the graph
+    compiles then). A Markdown table of medians and of the median per-round ratios."""
     from svbnn import kernel_backend
     from svbnn.nn import SpikeSlabMLP
     from svbnn.objectives import GaussianLikelihood
@@ -139,18 +140,39 @@ def time_steps(rounds: int, steps: int = 200) -> str:
     g = torch.Generator().manual_seed(0)
     X, y = torch.randn(128, 8, generator=g), torch.randn(128, generator=g)
 
-    def svbnn_step(backend: str, sampler: str = "gumbel") -> Callable[[], None]:
+    def svbnn_step(
+        backend: str, sampler: str = "gumbel", learn: bool = False
+    ) -> Callable[[], None]:
         model = SpikeSlabMLP(
             8, (50,), 1, sampler=sampler, generator=torch.Generator().manual_seed(1)
         )
-        lik = GaussianLikelihood(1.0)
-        opt = make_optimizer(model.parameters(), "adam", 1e-3)
+        lik = GaussianLikelihood(1.0, learn_noise=learn)
+        opt = make_optimizer([*model.parameters(), *lik.parameters()], "adam", 1e-3)
 
         def step() -> None:
             with kernel_backend(backend):
                 opt.zero_grad(set_to_none=True)
                 loss, _, _ = negative_elbo(model, lik, X, y, 8192)
                 loss.backward()
+                opt.step()
+
+        return step
+
+    def local_autograd_step(learn: bool = False) -> Callable[[], None]:
+        # The local sampler's step through autograd: the same native moments and layers
+        # (LocalMomentsKL and LocalFlatMLP), the loss formed by hand, so negative_elbo's
+        # graph-free step (NativeLocalNegativeElbo) is not taken.
+        model = SpikeSlabMLP(
+            8, (50,), 1, sampler="local", generator=torch.Generator().manual_seed(1)
+        )
+        lik = GaussianLikelihood(1.0, learn_noise=learn)
+        opt = make_optimizer([*model.parameters(), *lik.parameters()], "adam", 1e-3)
+
+        def step() -> None:
+            with kernel_backend("auto"):
+                opt.zero_grad(set_to_none=True)
+                nll = lik.log_prob(model(X), y).mean().neg()
+                torch.add(nll, model.kl_divergence(), alpha=1.0 / 8192).backward()
                 opt.step()
 
         return step
@@ -168,6 +190,9 @@ def time_steps(rounds: int, steps: int = 200) -> str:
         "auto, one graph": svbnn_step("auto"),
         "eager": svbnn_step("eager"),
         "local sampler": svbnn_step("auto", "local"),
+        "local sampler, through autograd": local_autograd_step(),
+        "local sampler, learned noise": svbnn_step("auto", "local", learn=True),
+        "local sampler, learned noise, through autograd": local_autograd_step(learn=True),
         "local sampler, eager": svbnn_step("eager", "local"),
         "dense": dense_step,
     }
@@ -180,7 +205,8 @@ def time_steps(rounds: int, steps: int = 200) -> str:
             if r:
                 us[key].append((time.perf_counter() - t0) / steps * 1e6)
     lines = [
-        f"UCI's network (8-50-1), batch 128, known noise, {torch.get_num_threads()} "
+        f"UCI's network (8-50-1), batch 128, known noise (unless a row says learned), "
+        f"{torch.get_num_threads()} "
         f"thread(s), {rounds} interleaved rounds of {steps} steps",
         "",
         "| step | us | / native step | / dense |",

@@ -760,3 +760,161 @@ def test_the_local_sampler_trains_on_the_native_pass(monkeypatch: pytest.MonkeyP
     assert len(calls) == 4  # none under eager
     for a, b in zip(grads["auto"], grads["eager"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _local_step(
+    learn: bool,
+    kl_weight: float,
+    scale: float,
+    mode: str,
+    graph_free: bool,
+    hidden: tuple[int, ...],
+    p: int,
+    m: int,
+    seed: int,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
+    """One local-sampler training step's ``(loss, nll, kl)`` and gradients (``mu``, ``rho``,
+    ``alpha``, and a learned noise level's), of ``scale * loss``; through
+    :class:`NativeLocalNegativeElbo` or (``graph_free`` False) through autograd; and how
+    many times the graph-free step ran."""
+    g = torch.Generator().manual_seed(seed)
+    model = SpikeSlabMLP(p, hidden, 1, sampler="local", generator=g, log_prior_inclusion=-4.0)
+    mu, rho, alpha = _parameters(model.mu.numel(), seed)
+    with torch.no_grad():  # the whole legal domain: sigma from subnormal to 10, any phi
+        model.mu.copy_(mu)
+        model.rho.copy_(rho)
+        model.alpha.copy_(alpha)
+    x = torch.randn(m, p, generator=g)
+    y = torch.randn(m, generator=g) * 2
+    lik = GaussianLikelihood(0.6, learn_noise=learn)
+    runs: list[int] = []
+    real = fused.native_local_negative_elbo
+    with pytest.MonkeyPatch.context() as mp, K.backend_scope(mode):
+        if graph_free:
+            mp.setattr(
+                fused,
+                "native_local_negative_elbo",
+                lambda *a: runs.append(1) or real(*a),  # type: ignore[func-returns-value]
+            )
+        else:
+            mp.setattr(fused, "native_local_step_ok", lambda *args: False)
+        losses = list(negative_elbo(model, lik, x, y, 50, kl_weight=kl_weight))
+        params = [model.mu, model.rho, model.alpha, *lik.parameters()]
+        grads = list(torch.autograd.grad(scale * losses[0], params))
+    return [t.detach() for t in losses], grads, len(runs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    learn=st.booleans(),
+    kl_weight=st.sampled_from([1.0, 0.2]),
+    scale=st.sampled_from([1.0, 2.5]),
+    mode=st.sampled_from(["auto", "native"]),
+    hidden=st.sampled_from([(1,), (9,), (50,), (6, 4)]),
+    p=st.integers(1, 12),
+    m=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+)
+def test_the_local_samplers_graph_free_step_is_its_autograd_step(
+    learn: bool,
+    kl_weight: float,
+    scale: float,
+    mode: str,
+    hidden: tuple[int, ...],
+    p: int,
+    m: int,
+    seed: int,
+) -> None:
+    """NativeLocalNegativeElbo: the losses and the gradients of the autograd step (the same
+    native moments and layers, on the same draws), to float32 rounding. The output's
+    gradient is formed in another order (a few roundings per entry), and the loops sum
+    the same products."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        args = (learn, kl_weight, scale, mode)
+        free, g_free, runs = _local_step(*args, True, hidden, p, m, seed)
+        graph, g_graph, _ = _local_step(*args, False, hidden, p, m, seed)
+    finally:
+        torch.set_num_threads(n)
+    assert runs == 1
+    assert len(g_free) == len(g_graph) == 3 + int(learn)
+    for a, b in zip(free, graph, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * (1 + float(b.abs())))
+    for a, b in zip(g_free, g_graph, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max()) + 1e-30)
+
+
+def test_the_local_graph_free_step_steps_aside_where_its_conditions_fail(
+    one_thread: None,
+) -> None:
+    from svbnn._engine.native_step import native_local_step_ok
+
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(16, 5, generator=g), torch.randn(16, generator=g)
+    model = SpikeSlabMLP(5, (9,), 1, sampler="local", generator=g)
+    known = step_likelihood(GaussianLikelihood(1.0), 1)
+    learned = step_likelihood(GaussianLikelihood(1.0, learn_noise=True), 1)
+    assert known is not None and learned is not None
+
+    def ok(
+        net: SpikeSlabMLP = model,
+        spec: object = known,
+        xx: torch.Tensor = x,
+        yy: torch.Tensor = y,
+    ) -> bool:
+        return native_local_step_ok(net, net.layers(), spec, xx, yy)  # type: ignore[arg-type]
+
+    tanh = SpikeSlabMLP(5, (9,), 1, sampler="local", activation="tanh", generator=g)
+    gumbel = SpikeSlabMLP(5, (9,), 1, generator=g)
+    two = SpikeSlabMLP(5, (9,), 2, sampler="local", generator=g)
+    replicated = SpikeSlabMLP(5, (9,), 1, sampler="local", n_replicates=2, generator=g)
+    double = ("gaussian", learned[1].detach().double())  # type: ignore[union-attr]
+    for mode in ("auto", "native"):
+        with K.backend_scope(mode):
+            assert ok() and ok(spec=learned)
+            assert not ok(spec=double) and not ok(spec=("categorical", None))
+            assert not ok(tanh) and not ok(gumbel) and not ok(two)
+            assert not ok(replicated, xx=x.expand(2, 16, 5), yy=y.expand(2, 16))
+            assert not ok(xx=x.double()) and not ok(yy=y.double())
+            assert not ok(xx=x.clone().requires_grad_()) and not ok(yy=y[:, None])
+            with torch.no_grad():
+                assert not ok()
+    with K.backend_scope("eager"):
+        assert not ok()
+    # Under auto the loops serve one torch thread only; under native any count.
+    torch.set_num_threads(2)
+    with K.backend_scope("auto"):
+        assert not ok()
+    with K.backend_scope("native"):
+        assert ok()
+
+
+def test_the_regressor_fits_on_the_local_graph_free_step(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SVBNNRegressor's default fit (the local sampler, a learned noise level, the native
+    backend for its small network) takes the graph-free step at every step, and trains to
+    the autograd step's fit: the same selection, and predictions that differ by the
+    roundings' drift."""
+    runs: list[int] = []
+    real = fused.native_local_negative_elbo
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(200, 6, generator=g).numpy()
+    y = (X[:, 0] - 2 * X[:, 1] + 0.3 * torch.randn(200, generator=g).numpy()).astype(float)
+    kw = {"hidden_layer_sizes": (16,), "max_iter": 30, "tol": None, "random_state": 0}
+    monkeypatch.setattr(
+        fused,
+        "native_local_negative_elbo",
+        lambda *a: runs.append(1) or real(*a),  # type: ignore[func-returns-value]
+    )
+    free = svbnn.SVBNNRegressor(**kw).fit(X, y)
+    # Every step: 30 epochs of 2 minibatches (200 rows, 128 a batch), then the held-out
+    # noise run on 160 rows over 0.3 of the budget (9 epochs of 2).
+    assert len(runs) == 2 * 30 + 2 * 9
+    monkeypatch.setattr(fused, "native_local_step_ok", lambda *args: False)
+    graph = svbnn.SVBNNRegressor(**kw).fit(X, y)
+    assert list(free.selected_features_) == list(graph.selected_features_)
+    # The steps differ by float32 roundings, which 78 Adam steps carry into the parameters
+    # (4e-7 here in y's units, whose sd is about 2.3): far below the noise's 0.3.
+    assert abs(free.predict(X[:50]) - graph.predict(X[:50])).max() < 1e-4

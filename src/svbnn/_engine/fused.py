@@ -53,7 +53,14 @@ from .kernels import (
     spike_slab_moments,
     use_compiled,
 )
-from .native_step import may_step, native_negative_elbo, native_step_ok, step_likelihood
+from .native_step import (
+    may_step,
+    native_local_negative_elbo,
+    native_local_step_ok,
+    native_negative_elbo,
+    native_step_ok,
+    step_likelihood,
+)
 from .paths import (
     draw_ok,
     eager_fused_ok,
@@ -634,6 +641,18 @@ class FusedEngine:
         mu = model._parameters.get("mu")
         if mu is None:
             return None
+        layers = model.layers()
+        if layers and layers[0]._local_step():
+            # The local sampler: one graph-free node where the native loops would run the
+            # autograd step's moments and layers; else that step.
+            local = step_likelihood(likelihood, model.out_features)
+            if local is None or not native_local_step_ok(model, layers, local, x, y):
+                return None
+            self.kl_cache = None
+            log_lams = self._log_lams(model, _kl_key(model))
+            return native_local_negative_elbo(
+                model, layers, likelihood, local, x, y, n_train, log_lams
+            )
         # The one-graph step (auto, a small network) or the native one (auto or native, a
         # Gaussian likelihood): every step off those backends decides here.
         whole = _fused_paths.use_whole_network(mu.numel(), mu.device)
@@ -642,7 +661,6 @@ class FusedEngine:
         step = step_likelihood(likelihood, model.out_features) if may_step(model) else None
         if not (whole or step is not None):
             return None  # a large network's step, or a likelihood the native step lacks
-        layers = model.layers()
         if not (y.shape == x.shape[:-1] and draw_ok(model, layers)):
             return None
         if step is not None and native_step_ok(model, layers, step, x, y):

@@ -36,15 +36,25 @@ from torch.autograd.function import once_differentiable
 from ..objectives import FastPath, GaussianLikelihood, fast_path_spec, gaussian_nll
 from . import native as _native
 from .kernels import AUTO_MIN_NUMEL, Backend, backend
-from .paths import flat_mlp_ok, fused_kl_ok, layer_shapes, native_loops
+from .paths import (
+    flat_mlp_ok,
+    fused_kl_ok,
+    layer_shapes,
+    local_flat_ok,
+    native_loops,
+    one_prior_variance,
+)
 
 if TYPE_CHECKING:
     from ..nn.spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
 __all__ = [
+    "NativeLocalNegativeElbo",
     "NativeNegativeElbo",
     "StepLoss",
     "may_step",
+    "native_local_negative_elbo",
+    "native_local_step_ok",
     "native_negative_elbo",
     "native_step_ok",
     "step_likelihood",
@@ -298,6 +308,179 @@ def native_negative_elbo(
         layer_shapes(layers),
         model.activation,
         consts,
+        n_train,
+    )
+    return out
+
+
+def native_local_step_ok(
+    model: SpikeSlabMLP,
+    layers: list[SpikeSlabLinear],
+    spec: StepLoss,
+    x: Tensor,
+    y: Tensor,
+) -> bool:
+    """Whether :class:`NativeLocalNegativeElbo` runs this training step: the local
+    sampler's training forward of one network on flat storage
+    (:func:`~svbnn._engine.paths.local_flat_ok`) with one prior variance, whose moments and
+    KL and whose layers the native loops compute under this backend (where the autograd
+    step would take them from the loops too), a Gaussian likelihood of one output
+    (``spec``; a learned noise level float32 on the CPU), and CPU data ``x`` ``(m, p)`` and
+    ``y`` ``(m,)``, float32, contiguous, neither needing a gradient."""
+    kind, noise = spec
+    mode = backend()
+    if kind != "gaussian" or mode not in (Backend.AUTO, Backend.NATIVE):
+        return False
+    if isinstance(noise, Tensor) and not (
+        noise.dtype == torch.float32 and noise.device.type == "cpu"
+    ):
+        return False
+    any_threads = mode is Backend.NATIVE
+    mu = model.mu
+    return (
+        torch.is_grad_enabled()
+        and model.out_features == 1
+        and x.dim() == 2
+        and y.shape == x.shape[:-1]
+        and x.dtype == torch.float32
+        and y.dtype == torch.float32
+        and y.device.type == "cpu"
+        and y.is_contiguous()
+        and not (x.requires_grad or y.requires_grad)
+        and local_flat_ok(model, x, layers)
+        and one_prior_variance(layers)
+        and _native.local_moments_kl_usable(
+            mu, model.rho, model.alpha, model.log_prior_inclusion, any_threads=any_threads
+        )
+        and _native.local_mlp_usable(mu, model.rho, x, model.activation, any_threads=any_threads)
+    )
+
+
+class NativeLocalNegativeElbo(torch.autograd.Function):
+    """The negative ELBO ``(loss, nll, kl / n)`` of one minibatch under the local sampler,
+    with the gradient of ``loss`` computed in the forward, for one network: the autograd
+    step's native calls (:class:`~svbnn._engine.fused.LocalMomentsKL` and
+    :class:`~svbnn._engine.fused.LocalFlatMLP` on the loops) without its graph.
+
+    The forward computes the weights' moments and the KL
+    (:func:`svbnn._engine.native.local_moments_kl`), draws the pre-activations' noise from
+    the layers' generators in the autograd step's order (the same numbers), runs the layers
+    forward (:func:`svbnn._engine.native.local_mlp_forward`), forms the Gaussian
+    likelihood's gradient in the output, ``-(y - out) / (m var)``, runs the layers back
+    and the moments' backward with the KL's gradient ``1 / n``. The backward scales those
+    gradients by the incoming one. A learned noise level (``log_noise_std``) gets ``1 -
+    mean((y - out)^2) / var``. The gradients equal the autograd step's to float32
+    rounding (the output's gradient is formed in another order); ``nll`` and ``kl / n``
+    are not differentiable, as :func:`svbnn.training.negative_elbo` returns them detached.
+
+    Notes
+    -----
+    Shapes: ``mu``, ``rho``, ``alpha`` ``(T,)``; ``x`` ``(m, p)``; ``y`` ``(m,)``; scalar
+    losses. ``outs``: each layer's output width; ``generators``: each layer's generator;
+    ``log_sigma0``: the slab's log sd; ``n_train``: the KL's divisor; ``kind, noise``: the
+    likelihood's :data:`StepLoss`.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        mu: Tensor,
+        rho: Tensor,
+        alpha: Tensor,
+        x: Tensor,
+        y: Tensor,
+        log_lam: Tensor,
+        log_1mlam: Tensor,
+        likelihood: Any,
+        kind: str,
+        noise: float | Tensor | None,
+        outs: tuple[int, ...],
+        generators: tuple[torch.Generator | None, ...],
+        log_sigma0: float,
+        n_train: float,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        if kind != "gaussian":  # the only kind native_local_step_ok passes
+            raise ValueError(f"the native local step has no formula for the likelihood {kind!r}")
+        mean, var, kl, saved = _native.local_moments_kl(
+            mu, rho, alpha, log_lam, log_1mlam, log_sigma0, math.exp(-2.0 * log_sigma0)
+        )
+        m = x.shape[0]
+        # LocalFlatMLP's draws, in its order (each layer's generator, or torch's default).
+        draws = [
+            torch.randn((m, n_out), generator=gen, dtype=x.dtype, device=x.device)
+            for n_out, gen in zip(outs, generators, strict=True)
+        ]
+        out, hidden = _native.local_mlp_forward(mean, var, x, list(outs), draws)
+        r = y - out.view(y.shape)
+        learned = noise.detach().exp() ** 2 if isinstance(noise, Tensor) else None
+        if learned is None:
+            assert isinstance(noise, float)  # a known variance (StepLoss)
+            # As the autograd step: the likelihood's log density, its mean negated.
+            nll = likelihood.log_prob(out, y).mean(dim=-1).neg()
+            g_out = r * (-1.0 / (m * noise))
+        else:
+            mse = (r * r).mean()
+            q = mse / learned
+            nll = gaussian_nll(mse, learned)
+            g_out = r / learned * (-1.0 / m)
+        # The layers' backward writes the moments' gradients; draws now hold its factors.
+        g_mean, g_var, _ = _native.local_mlp_backward(
+            mean, var, x, list(outs), list(hidden), draws, g_out.view(m, 1), False
+        )
+        g_kl = kl.new_full(kl.shape, 1.0 / n_train)
+        grads = _native.local_moments_kl_backward(g_mean, g_var, g_kl, saved)
+        saved_grads: tuple[Tensor, ...] = tuple(grads)
+        ctx.learned = learned is not None
+        if learned is not None:
+            saved_grads = (*saved_grads, (1.0 - q).reshape(()))
+        ctx.save_for_backward(*saved_grads)
+        loss = torch.add(nll, kl, alpha=1.0 / n_train)
+        kl_n = kl / n_train
+        ctx.mark_non_differentiable(nll, kl_n)
+        return loss, nll, kl_n
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, g_loss: Tensor | None, g_nll: Tensor | None, g_kl: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        grads: tuple[Tensor | None, ...] = (None, None, None)
+        g_noise = None
+        if g_loss is not None:
+            saved = ctx.saved_tensors
+            grads = saved[:3]
+            if not bool(g_loss == 1.0):  # else the loss's own gradient, as it is
+                grads = tuple(g * g_loss for g in saved[:3])
+            if ctx.learned:
+                g_noise = saved[3] * g_loss
+        return (*grads, *([None] * 6), g_noise, *([None] * 4))
+
+
+def native_local_negative_elbo(
+    model: SpikeSlabMLP,
+    layers: list[SpikeSlabLinear],
+    likelihood: Any,
+    spec: StepLoss,
+    x: Tensor,
+    y: Tensor,
+    n_train: float,
+    log_lams: tuple[Tensor, Tensor],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:class:`NativeLocalNegativeElbo` of ``model`` (where :func:`native_local_step_ok`
+    says so); ``layers``: its layers, input to output; ``spec``: from
+    :func:`step_likelihood`."""
+    out: tuple[Tensor, Tensor, Tensor] = NativeLocalNegativeElbo.apply(
+        model.mu,
+        model.rho,
+        model.alpha,
+        x,
+        y,
+        *log_lams,
+        likelihood,
+        *spec,
+        tuple(layer.out_features for layer in layers),
+        tuple(layer.generator for layer in layers),
+        0.5 * math.log(layers[0].prior_variance),
         n_train,
     )
     return out
