@@ -225,33 +225,56 @@ class NativeNegativeElbo(torch.autograd.Function):
                 nll = gaussian_nll(mse, learned)
         nll = nll.view(kl.shape)
         g_kl = kl.new_ones((*kl.shape, 1)) * (1.0 / n_train)
-        saved: tuple[Tensor, ...] = _native.fused_backward(
-            grad.view(theta.shape), g_kl, theta, *factors
+        grads = _native.fused_backward(grad.view(theta.shape), g_kl, theta, *factors)
+        return _finish(
+            ctx, nll, kl, n_train, grads, None if learned is None else 1.0 - q.view(kl.shape)
         )
-        ctx.learned = learned is not None
-        if learned is not None:
-            saved = (*saved, 1.0 - q.view(kl.shape))
-        loss = torch.add(nll, kl, alpha=1.0 / n_train)  # the KL added with weight 1 / n
-        ctx.save_for_backward(*saved)
-        kl_n = kl / n_train
-        ctx.mark_non_differentiable(nll, kl_n)
-        return loss, nll, kl_n
 
     @staticmethod
     @once_differentiable
     def backward(
         ctx: Any, g_loss: Tensor | None, g_nll: Tensor | None, g_kl: Tensor | None
     ) -> tuple[Tensor | None, ...]:
-        grads: tuple[Tensor | None, ...] = (None, None, None)
-        g_noise = None
-        if g_loss is not None:
-            saved = ctx.saved_tensors
-            grads = saved[:3]
-            if not bool(torch.all(g_loss == 1.0)):  # else the summed losses' gradient
-                grads = tuple(g * g_loss.unsqueeze(-1) for g in saved[:3])
-            if ctx.learned:  # one noise level shared by every replicate's loss
-                g_noise = (saved[3] * g_loss).sum()
+        grads, g_noise = _handed_over(ctx, g_loss)
         return (*grads, *([None] * 7), g_noise, *([None] * 4))
+
+
+def _finish(
+    ctx: Any,
+    nll: Tensor,
+    kl: Tensor,
+    n_train: float,
+    grads: tuple[Tensor, ...] | list[Tensor],
+    one_minus_q: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A graph-free step's forward, its end: saves the gradients of ``mu``, ``rho`` and
+    ``alpha`` (and a learned noise level's ``1 - q`` per loss) for :func:`_handed_over`;
+    returns ``(loss, nll, kl / n)``, ``loss = nll + kl / n``, the other two not
+    differentiable."""
+    ctx.learned = one_minus_q is not None
+    ctx.save_for_backward(*grads, *(() if one_minus_q is None else (one_minus_q,)))
+    loss = torch.add(nll, kl, alpha=1.0 / n_train)  # the KL added with weight 1 / n
+    kl_n = kl / n_train
+    ctx.mark_non_differentiable(nll, kl_n)
+    return loss, nll, kl_n
+
+
+def _handed_over(
+    ctx: Any, g_loss: Tensor | None
+) -> tuple[tuple[Tensor | None, ...], Tensor | None]:
+    """A graph-free step's backward: the gradients its forward saved (``mu``, ``rho``,
+    ``alpha``, and with ``ctx.learned`` a learned noise level's ``1 - q`` per loss), scaled
+    by each loss's incoming gradient ``g_loss`` (``(R,)``, or a scalar for one network)."""
+    grads: tuple[Tensor | None, ...] = (None, None, None)
+    g_noise = None
+    if g_loss is not None:
+        saved = ctx.saved_tensors
+        grads = saved[:3]
+        if not bool(torch.all(g_loss == 1.0)):  # else the summed losses' gradient
+            grads = tuple(g * g_loss.unsqueeze(-1) for g in saved[:3])
+        if ctx.learned:  # one noise level shared by every replicate's loss
+            g_noise = (saved[3] * g_loss).sum()
+    return grads, g_noise
 
 
 def _categorical_step(
@@ -429,30 +452,14 @@ class NativeLocalNegativeElbo(torch.autograd.Function):
         )
         g_kl = kl.new_full(kl.shape, 1.0 / n_train)
         grads = _native.local_moments_kl_backward(g_mean, g_var, g_kl, saved)
-        saved_grads: tuple[Tensor, ...] = tuple(grads)
-        ctx.learned = learned is not None
-        if learned is not None:
-            saved_grads = (*saved_grads, (1.0 - q).reshape(()))
-        ctx.save_for_backward(*saved_grads)
-        loss = torch.add(nll, kl, alpha=1.0 / n_train)
-        kl_n = kl / n_train
-        ctx.mark_non_differentiable(nll, kl_n)
-        return loss, nll, kl_n
+        return _finish(ctx, nll, kl, n_train, grads, None if learned is None else 1.0 - q)
 
     @staticmethod
     @once_differentiable
     def backward(
         ctx: Any, g_loss: Tensor | None, g_nll: Tensor | None, g_kl: Tensor | None
     ) -> tuple[Tensor | None, ...]:
-        grads: tuple[Tensor | None, ...] = (None, None, None)
-        g_noise = None
-        if g_loss is not None:
-            saved = ctx.saved_tensors
-            grads = saved[:3]
-            if not bool(g_loss == 1.0):  # else the loss's own gradient, as it is
-                grads = tuple(g * g_loss for g in saved[:3])
-            if ctx.learned:
-                g_noise = saved[3] * g_loss
+        grads, g_noise = _handed_over(ctx, g_loss)
         return (*grads, *([None] * 6), g_noise, *([None] * 4))
 
 
