@@ -22,6 +22,11 @@ gradient at the current variance, and its own gradient ``1 - mean((y - out)^2) /
 closed form: the same gradients to float32 rounding, not bit for bit. Under a categorical
 likelihood the output's gradient is torch's own (the mean's, then log_softmax's backward),
 between the loops' forward and backward: bit for bit again.
+
+The local sampler's step (:class:`NativeLocalNegativeElbo`) is the same idea for one
+network whose moments and layers the native loops run (``local_moments.cpp``,
+``local_layers.cpp``) under a Gaussian likelihood of one output: its gradients are the
+autograd step's to float32 rounding, known noise level or learned.
 """
 
 from __future__ import annotations
