@@ -141,8 +141,11 @@ def time_steps(rounds: int, steps: int = 200) -> str:
     X, y = torch.randn(128, 8, generator=g), torch.randn(128, generator=g)
 
     def svbnn_step(
-        backend: str, sampler: str = "gumbel", learn: bool = False
+        backend: str, sampler: str = "gumbel", learn: bool = False, graph: bool = False
     ) -> Callable[[], None]:
+        """``graph``: the loss formed by hand, so that the step runs through autograd (the
+        local sampler: the same native moments and layers, LocalMomentsKL and
+        LocalFlatMLP, without negative_elbo's graph-free NativeLocalNegativeElbo)."""
         model = SpikeSlabMLP(
             8, (50,), 1, sampler=sampler, generator=torch.Generator().manual_seed(1)
         )
@@ -152,27 +155,12 @@ def time_steps(rounds: int, steps: int = 200) -> str:
         def step() -> None:
             with kernel_backend(backend):
                 opt.zero_grad(set_to_none=True)
-                loss, _, _ = negative_elbo(model, lik, X, y, 8192)
+                if graph:
+                    nll = lik.log_prob(model(X), y).mean().neg()
+                    loss = torch.add(nll, model.kl_divergence(), alpha=1.0 / 8192)
+                else:
+                    loss, _, _ = negative_elbo(model, lik, X, y, 8192)
                 loss.backward()
-                opt.step()
-
-        return step
-
-    def local_autograd_step(learn: bool = False) -> Callable[[], None]:
-        # The local sampler's step through autograd: the same native moments and layers
-        # (LocalMomentsKL and LocalFlatMLP), the loss formed by hand, so negative_elbo's
-        # graph-free step (NativeLocalNegativeElbo) is not taken.
-        model = SpikeSlabMLP(
-            8, (50,), 1, sampler="local", generator=torch.Generator().manual_seed(1)
-        )
-        lik = GaussianLikelihood(1.0, learn_noise=learn)
-        opt = make_optimizer([*model.parameters(), *lik.parameters()], "adam", 1e-3)
-
-        def step() -> None:
-            with kernel_backend("auto"):
-                opt.zero_grad(set_to_none=True)
-                nll = lik.log_prob(model(X), y).mean().neg()
-                torch.add(nll, model.kl_divergence(), alpha=1.0 / 8192).backward()
                 opt.step()
 
         return step
@@ -190,9 +178,11 @@ def time_steps(rounds: int, steps: int = 200) -> str:
         "auto, one graph": svbnn_step("auto"),
         "eager": svbnn_step("eager"),
         "local sampler": svbnn_step("auto", "local"),
-        "local sampler, through autograd": local_autograd_step(),
+        "local sampler, through autograd": svbnn_step("auto", "local", graph=True),
         "local sampler, learned noise": svbnn_step("auto", "local", learn=True),
-        "local sampler, learned noise, through autograd": local_autograd_step(learn=True),
+        "local sampler, learned noise, through autograd": svbnn_step(
+            "auto", "local", learn=True, graph=True
+        ),
         "local sampler, eager": svbnn_step("eager", "local"),
         "dense": dense_step,
     }

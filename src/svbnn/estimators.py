@@ -76,7 +76,7 @@ from .selection import (
     spike_slab_layers,
     unresolved_fraction,
 )
-from .training import KL_WEIGHT_MAX, LikelihoodLike
+from .training import LikelihoodLike, check_kl_weight
 
 __all__ = ["CollapseWarning", "SVBNNClassifier", "SVBNNPoissonRegressor", "SVBNNRegressor"]
 
@@ -284,10 +284,8 @@ class _SpikeSlabFamily(_VariationalEstimator):
         _check_real("init_inclusion", self.init_inclusion, low=0.0, high=1.0)
         _check_real("init_mu_range", self.init_mu_range, low=0.0, allow_none=True)
         _check_real("refit_kl_weight", self.refit_kl_weight, low=0.0, allow_none=True)
-        if self.refit_kl_weight is not None and self.refit_kl_weight > KL_WEIGHT_MAX:
-            raise ValueError(
-                f"refit_kl_weight must lie in (0, {KL_WEIGHT_MAX:g}], got {self.refit_kl_weight}"
-            )
+        if self.refit_kl_weight is not None:
+            check_kl_weight(self.refit_kl_weight, "refit_kl_weight")
 
     def _empirical_bayes(self) -> bool:
         return self.prior_inclusion == "eb" and self.log_prior_inclusion is None

@@ -65,11 +65,11 @@ KL_WEIGHT_MAX = 1e30
 (at 1e300 the fit fails converting the weight)."""
 
 
-def check_kl_weight(value: float) -> float:
+def check_kl_weight(value: float, name: str = "kl_weight") -> float:
     """``value`` if it is a KL weight in ``(0, KL_WEIGHT_MAX]``, else a ``ValueError`` naming
-    ``kl_weight``."""
+    ``name``."""
     if not (0 < value <= KL_WEIGHT_MAX):
-        raise ValueError(f"kl_weight must lie in (0, {KL_WEIGHT_MAX:g}], got {value}")
+        raise ValueError(f"{name} must lie in (0, {KL_WEIGHT_MAX:g}], got {value}")
     return value
 
 

@@ -151,7 +151,53 @@ def native_step_ok(
     )
 
 
-class NativeNegativeElbo(torch.autograd.Function):
+class _GraphFreeStep(torch.autograd.Function):
+    """A training step whose forward computes its loss and the loss's gradient in
+    ``mu``, ``rho`` and ``alpha`` (its first three inputs) and of a learned noise level:
+    :meth:`finish` ends the forward, and the backward hands those gradients over, scaled
+    by each loss's incoming gradient."""
+
+    @staticmethod
+    def finish(
+        ctx: Any,
+        nll: Tensor,
+        kl: Tensor,
+        n_train: float,
+        grads: tuple[Tensor, ...] | list[Tensor],
+        one_minus_q: Tensor | None,
+        noise_input: int,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The forward's end: saves ``grads`` (of ``mu``, ``rho``, ``alpha``) and, for a
+        learned noise level (the forward's input number ``noise_input``), its ``1 - q``
+        per loss; returns ``(loss, nll, kl / n)``, ``loss = nll + kl / n``, the other two
+        not differentiable."""
+        ctx.noise_input = None if one_minus_q is None else noise_input
+        ctx.save_for_backward(*grads, *(() if one_minus_q is None else (one_minus_q,)))
+        loss = torch.add(nll, kl, alpha=1.0 / n_train)  # the KL added with weight 1 / n
+        kl_n = kl / n_train
+        ctx.mark_non_differentiable(nll, kl_n)
+        return loss, nll, kl_n
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, g_loss: Tensor | None, g_nll: Tensor | None, g_kl: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        # The saved gradients scaled by each loss's incoming gradient ``(R,)`` (a scalar
+        # for one network); None for every other input.
+        out: list[Tensor | None] = [None] * len(ctx.needs_input_grad)
+        if g_loss is not None:
+            saved = ctx.saved_tensors
+            grads = saved[:3]
+            if not bool(torch.all(g_loss == 1.0)):  # else the summed losses' gradient
+                grads = tuple(g * g_loss.unsqueeze(-1) for g in saved[:3])
+            out[:3] = grads
+            if ctx.noise_input is not None:  # one level shared by every replicate's loss
+                out[ctx.noise_input] = (saved[3] * g_loss).sum()
+        return tuple(out)
+
+
+class NativeNegativeElbo(_GraphFreeStep):
     """Per-replicate negative ELBO ``(loss, nll, kl / n)`` of one minibatch, each ``(R,)``,
     with the gradient of ``loss`` computed in the forward by the native loops.
 
@@ -231,55 +277,8 @@ class NativeNegativeElbo(torch.autograd.Function):
         nll = nll.view(kl.shape)
         g_kl = kl.new_ones((*kl.shape, 1)) * (1.0 / n_train)
         grads = _native.fused_backward(grad.view(theta.shape), g_kl, theta, *factors)
-        return _finish(
-            ctx, nll, kl, n_train, grads, None if learned is None else 1.0 - q.view(kl.shape)
-        )
-
-    @staticmethod
-    @once_differentiable
-    def backward(
-        ctx: Any, g_loss: Tensor | None, g_nll: Tensor | None, g_kl: Tensor | None
-    ) -> tuple[Tensor | None, ...]:
-        grads, g_noise = _handed_over(ctx, g_loss)
-        return (*grads, *([None] * 7), g_noise, *([None] * 4))
-
-
-def _finish(
-    ctx: Any,
-    nll: Tensor,
-    kl: Tensor,
-    n_train: float,
-    grads: tuple[Tensor, ...] | list[Tensor],
-    one_minus_q: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """A graph-free step's forward, its end: saves the gradients of ``mu``, ``rho`` and
-    ``alpha`` (and a learned noise level's ``1 - q`` per loss) for :func:`_handed_over`;
-    returns ``(loss, nll, kl / n)``, ``loss = nll + kl / n``, the other two not
-    differentiable."""
-    ctx.learned = one_minus_q is not None
-    ctx.save_for_backward(*grads, *(() if one_minus_q is None else (one_minus_q,)))
-    loss = torch.add(nll, kl, alpha=1.0 / n_train)  # the KL added with weight 1 / n
-    kl_n = kl / n_train
-    ctx.mark_non_differentiable(nll, kl_n)
-    return loss, nll, kl_n
-
-
-def _handed_over(
-    ctx: Any, g_loss: Tensor | None
-) -> tuple[tuple[Tensor | None, ...], Tensor | None]:
-    """A graph-free step's backward: the gradients its forward saved (``mu``, ``rho``,
-    ``alpha``, and with ``ctx.learned`` a learned noise level's ``1 - q`` per loss), scaled
-    by each loss's incoming gradient ``g_loss`` (``(R,)``, or a scalar for one network)."""
-    grads: tuple[Tensor | None, ...] = (None, None, None)
-    g_noise = None
-    if g_loss is not None:
-        saved = ctx.saved_tensors
-        grads = saved[:3]
-        if not bool(torch.all(g_loss == 1.0)):  # else the summed losses' gradient
-            grads = tuple(g * g_loss.unsqueeze(-1) for g in saved[:3])
-        if ctx.learned:  # one noise level shared by every replicate's loss
-            g_noise = (saved[3] * g_loss).sum()
-    return grads, g_noise
+        one_minus_q = None if learned is None else 1.0 - q.view(kl.shape)
+        return _GraphFreeStep.finish(ctx, nll, kl, n_train, grads, one_minus_q, noise_input=10)
 
 
 def _categorical_step(
@@ -384,7 +383,7 @@ def native_local_step_ok(
     )
 
 
-class NativeLocalNegativeElbo(torch.autograd.Function):
+class NativeLocalNegativeElbo(_GraphFreeStep):
     """The negative ELBO ``(loss, nll, kl / n)`` of one minibatch under the local sampler,
     with the gradient of ``loss`` computed in the forward, for one network: the autograd
     step's native calls (:class:`~svbnn._engine.fused.LocalMomentsKL` and
@@ -457,15 +456,8 @@ class NativeLocalNegativeElbo(torch.autograd.Function):
         )
         g_kl = kl.new_full(kl.shape, 1.0 / n_train)
         grads = _native.local_moments_kl_backward(g_mean, g_var, g_kl, saved)
-        return _finish(ctx, nll, kl, n_train, grads, None if learned is None else 1.0 - q)
-
-    @staticmethod
-    @once_differentiable
-    def backward(
-        ctx: Any, g_loss: Tensor | None, g_nll: Tensor | None, g_kl: Tensor | None
-    ) -> tuple[Tensor | None, ...]:
-        grads, g_noise = _handed_over(ctx, g_loss)
-        return (*grads, *([None] * 6), g_noise, *([None] * 4))
+        one_minus_q = None if learned is None else 1.0 - q
+        return _GraphFreeStep.finish(ctx, nll, kl, n_train, grads, one_minus_q, noise_input=9)
 
 
 def native_local_negative_elbo(
