@@ -24,7 +24,8 @@ Usage::
   ``predict_proba``'s, over ``K`` fits of ``SVBNNClassifier`` defaults on digits and breast
   cancer (10 noise columns), split and estimator seeded ``0 .. K-1``; also against 1,000
   posterior draws, and ``predict_proba``'s own agreement with those; the same for the
-  dense posterior-mean network (``phi * mu`` on every edge). No timings.
+  dense posterior-mean network (``phi * mu`` on every edge) and the moments export
+  (``export_moments()``). No timings.
 * ``--crossover``: one linear layer as a :class:`~svbnn.export.CompactMLP`, stored dense
   against sparse, at several densities and batch 1, 16, 64, 1000 (the storage rule of the
   export, :func:`~svbnn.export.sparse_is_faster`).
@@ -364,6 +365,7 @@ def agreement(seeds: int, quick: bool) -> list[dict[str, Any]]:
             )
             with torch.inference_mode():
                 mean = mean_net(torch.from_numpy(Xte))[0].numpy().argmax(1)
+                moments = est.export_moments()(torch.from_numpy(Xte)).numpy().argmax(1)
             rows.append(
                 {
                     "network": name,
@@ -374,6 +376,8 @@ def agreement(seeds: int, quick: bool) -> list[dict[str, Any]]:
                     "predict_vs_1000_draws": float(np.mean(proba == many)),
                     "mean_network_vs_predict": float(np.mean(mean == proba)),
                     "mean_network_vs_1000_draws": float(np.mean(mean == many)),
+                    "moments_vs_predict": float(np.mean(moments == proba)),
+                    "moments_vs_1000_draws": float(np.mean(moments == many)),
                     "accuracy_predict": float(np.mean(est.classes_[proba] == yte)),
                     "accuracy_export": float(np.mean(est.classes_[median] == yte)),
                     "unresolved": float(est.unresolved_),
@@ -422,7 +426,15 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
             warnings.simplefilter("ignore")
             pred_module = est.export_predictive()
             est.export_onnx(tmp / f"{name}-pred.onnx", predictive=True)
+            moments_module = est.export_moments()
+            est.export_onnx(tmp / f"{name}-moments.onnx", predictive="moments")
         pred_onnx = ort.InferenceSession(str(tmp / f"{name}-pred.onnx")).run(None, {"x": Xte})[0]
+        moments_onnx = ort.InferenceSession(str(tmp / f"{name}-moments.onnx")).run(
+            None, {"x": Xte}
+        )[0]
+        with torch.inference_mode():
+            moments_out = moments_module(xt).numpy()
+        info["moments_onnx_vs_torch_max_abs"] = float(np.abs(moments_onnx - moments_out).max())
         out = ort.InferenceSession(str(path)).run(None, {"x": Xte})[0]
         with torch.inference_mode():
             mod_out = module(xt).numpy()
@@ -450,6 +462,13 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
                 np.mean(out.argmax(1) == proba_many.argmax(1))
             )
             info["predictive_max_abs_diff"] = float(np.abs(pred_onnx - proba).max())
+            info["moments_class_agreement"] = float(
+                np.mean(moments_onnx.argmax(1) == proba.argmax(1))
+            )
+            info["moments_class_agreement_1000_draws"] = float(
+                np.mean(moments_onnx.argmax(1) == proba_many.argmax(1))
+            )
+            info["moments_max_abs_proba_diff"] = float(np.abs(moments_onnx - proba).max())
         else:
             pred = est.predict(Xte)
             sd = float(np.std(ytr))
@@ -460,6 +479,9 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
             info["rmse_predict_over_sd_y"] = float(np.sqrt(np.mean((pred - yte) ** 2)) / sd)
             info["rmse_export_over_sd_y"] = float(np.sqrt(np.mean((out - yte) ** 2)) / sd)
             info["predictive_max_abs_diff_over_sd_y"] = float(np.abs(pred_onnx - pred).max() / sd)
+            info["rms_moments_vs_predict_over_sd_y"] = float(
+                np.sqrt(np.mean((moments_onnx - pred) ** 2)) / sd
+            )
         dense = dense_median(est.module_)
         head = est._export_head()
         dense_full = nn.Sequential(*dense, *head).eval()
@@ -492,9 +514,15 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
                     m(x)
 
             tt = time_pair(
-                {"dense": lambda d=dense_full: fwd(d), "pred": lambda m=pred_module: fwd(m)}, rounds
+                {
+                    "dense": lambda d=dense_full: fwd(d),
+                    "pred": lambda m=pred_module: fwd(m),
+                    "moments": lambda m=moments_module: fwd(m),
+                },
+                rounds,
             )
             info[f"predictive_ms_batch{batch}"] = tt["pred"].median * 1e3
+            info[f"moments_ms_batch{batch}"] = tt["moments"].median * 1e3
             info[f"dense_ms_batch{batch}"] = tt["dense"].median * 1e3
         infos.append(info)
     return {"info": infos, "rows": rows}
@@ -723,15 +751,17 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
             "",
             "| set | seed | test rows | median = predict_proba | median = 1,000 draws "
             "| predict_proba = 1,000 draws | mean network = predict_proba / 1,000 draws "
+            "| moments export = predict_proba / 1,000 draws "
             "| accuracy: predict / median | unresolved gates |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for a in result["agreement"]:
             md.append(
                 f"| {a['network']} | {a['seed']} | {a['test_rows']} | "
                 f"{a['class_agreement']:.4f} | {a['class_agreement_1000_draws']:.4f} | "
                 f"{a['predict_vs_1000_draws']:.4f} | {a['mean_network_vs_predict']:.4f} / "
-                f"{a['mean_network_vs_1000_draws']:.4f} | {a['accuracy_predict']:.4f} / "
+                f"{a['mean_network_vs_1000_draws']:.4f} | {a['moments_vs_predict']:.4f} / "
+                f"{a['moments_vs_1000_draws']:.4f} | {a['accuracy_predict']:.4f} / "
                 f"{a['accuracy_export']:.4f} | {a['unresolved']:.4f} |"
             )
         for name in dict.fromkeys(a["network"] for a in result["agreement"]):
@@ -739,6 +769,7 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
             for key, what in (
                 ("class_agreement", f"{name}: median"),
                 ("mean_network_vs_predict", "The mean network (`phi * mu` on every edge, dense)"),
+                ("moments_vs_predict", "The moments export (`export_moments()`)"),
             ):
                 vals = [a[key] for a in result["agreement"] if a["network"] == name]
                 md.append(

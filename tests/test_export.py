@@ -20,8 +20,11 @@ from svbnn import SVBNNClassifier, SVBNNRegressor
 from svbnn.export import (
     CompactMLP,
     InputSelect,
+    ReLUMoments,
+    SoftmaxOfNormal,
     SparseLinear,
     export_compact,
+    export_moments,
     export_onnx,
     sparse_is_faster,
     to_dense,
@@ -479,3 +482,127 @@ def test_predictive_export_is_predict(tmp_path: Path) -> None:
         clf.export_predictive(return_std=True)
     with pytest.raises(ValueError, match="n_samples"):
         reg.export_predictive(n_samples=0)
+
+
+# -- the moments export --------------------------------------------------------------------
+def _gates_spread(model: SpikeSlabMLP, seed: int) -> SpikeSlabMLP:
+    """``phi`` spread over (0, 1), some at most 0.01, with slab sds of 0.05-0.5."""
+    g = torch.Generator().manual_seed(seed)
+    for layer in model.layers():
+        with torch.no_grad():
+            layer.alpha.uniform_(-6.0, 4.0, generator=g)
+            layer.rho.uniform_(-3.0, 0.0, generator=g)
+    return model
+
+
+def test_relu_moments_are_the_rectified_normals() -> None:
+    from scipy import integrate, stats
+
+    m = torch.tensor([-3.0, -0.5, 0.0, 0.7, 2.5, 1.3, -1.3, 0.0], dtype=F64)
+    v = torch.tensor([0.3, 1.0, 2.0, 0.01, 4.0, 0.0, 0.0, 0.0], dtype=F64)
+    got = ReLUMoments()(torch.stack([m, v])).numpy()
+    for k in range(len(m)):
+        mk, sk = float(m[k]), float(v[k]) ** 0.5
+        if sk == 0.0:
+            want = (max(mk, 0.0), 0.0)
+        else:
+            dist = stats.norm(mk, sk)
+            e1 = integrate.quad(lambda a, d=dist: a * d.pdf(a), 0.0, np.inf)[0]
+            e2 = integrate.quad(lambda a, d=dist: a * a * d.pdf(a), 0.0, np.inf)[0]
+            want = (e1, e2 - e1 * e1)
+        # erf is evaluated in float32 (relative error ~1e-7).
+        np.testing.assert_allclose(got[:, k], want, rtol=1e-6, atol=1e-7)
+
+
+def test_moments_of_a_linear_network_are_exact() -> None:
+    # With the identity activation and one hidden layer, the hidden units are independent
+    # (disjoint weights) and the output's mean and variance are exact: the mean is the
+    # posterior-mean network's; the variance is checked against 200,000 weight draws.
+    model = _gates_spread(_net(p=6, hidden=(5,), out=2, activation="identity", seed=3), 4)
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(5), dtype=F64)
+    out = export_moments(model, 6, min_inclusion=0.0)(x)
+    with forward_mode(model, "mean"), torch.no_grad():
+        torch.testing.assert_close(out[0], model(x), rtol=1e-12, atol=1e-12)
+    g = torch.Generator().manual_seed(6)
+    draws = []
+    with torch.no_grad():
+        for _ in range(200):
+            ws = [(_draw_layer(layer, 1000, g)) for layer in model.layers()]
+            h = torch.einsum("kop,np->kno", ws[0][0], x) + ws[0][1][:, None, :]
+            draws.append(torch.einsum("koh,knh->kno", ws[1][0], h) + ws[1][1][:, None, :])
+    f = torch.cat(draws)  # (200_000, n, out)
+    var = f.var(dim=0)
+    # The sample variance's sd: sqrt((mu4 - var^2) / N), from the draws' fourth moment.
+    mu4 = ((f - f.mean(dim=0)) ** 4).mean(dim=0)
+    se = ((mu4 - var**2) / f.shape[0]).sqrt()
+    assert bool(((out[1] - var).abs() <= 5 * se).all()), (out[1], var, se)
+
+
+def _draw_layer(layer: torch.nn.Module, k: int, g: torch.Generator) -> tuple:
+    """``k`` exact spike-and-slab draws of a layer's weights and biases."""
+    mu, rho, alpha = layer.mu, layer.rho, layer.alpha
+    shape = (k, *mu.shape)
+    slab = mu + torch.nn.functional.softplus(rho) * torch.randn(shape, generator=g, dtype=F64)
+    on = torch.rand(shape, generator=g, dtype=F64) < torch.sigmoid(alpha)
+    w = slab * on
+    return w[..., : layer.fan_in], w[..., layer.fan_in]
+
+
+def test_moments_export_leaves_out_small_gates_and_dead_units_exactly() -> None:
+    model = _gates_spread(_net(p=12, hidden=(9, 7), out=3, seed=7), 8)
+    x = torch.randn(6, 12, generator=torch.Generator().manual_seed(9), dtype=F64)
+    for cut in (0.0, 0.05, 0.3):
+        module = export_moments(model, 12, min_inclusion=cut)
+        # The reference: every unit and input, the edges of phi <= cut zeroed.
+        ref = copy.deepcopy(model)
+        with torch.no_grad():
+            for layer in ref.layers():
+                off = torch.sigmoid(layer.alpha) <= cut
+                layer.mu.masked_fill_(off, 0.0)
+                layer.rho.masked_fill_(off, -50.0)  # softplus(-50) ~ 2e-22: no variance
+        full = export_moments(ref, 12, min_inclusion=0.0)
+        torch.testing.assert_close(module(x), full(x), rtol=1e-12, atol=1e-12)
+        sizes = [m.weight.shape for m in module if hasattr(m, "var_weight")]
+        if cut == 0.3:
+            assert sizes[0][1] < 12 or sizes[0][0] < 9 or sizes[1][0] < 7
+    with pytest.raises(ValueError, match="min_inclusion"):
+        export_moments(model, 12, min_inclusion=1.0)
+    with pytest.raises(ValueError, match="activation"):
+        export_moments(_net(activation="tanh"), 40)
+
+
+def test_softmax_of_normal_is_the_softmax_without_variance() -> None:
+    head = SoftmaxOfNormal(4, seed=0, like=torch.empty(0, dtype=F64))
+    m = torch.randn(5, 4, generator=torch.Generator().manual_seed(1), dtype=F64)
+    got = head(torch.stack([m, torch.zeros_like(m)]))
+    torch.testing.assert_close(got, torch.softmax(m, -1), rtol=1e-12, atol=1e-12)
+    # Antithetic draws: the draws' mean is exactly 0.
+    assert float(head.eps.sum(dim=0).abs().max()) == 0.0
+
+
+def test_estimators_moments_export(tmp_path: Path) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = _noisy(X)[:200]
+    y = y[:200]
+    clf = _fit(SVBNNClassifier(hidden_layer_sizes=(8,), max_iter=10, random_state=0), X, y)
+    module = clf.export_moments()
+    got = module(torch.from_numpy(X)).numpy()
+    assert got.shape == (len(X), 2)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    torch.export.export(module, (torch.from_numpy(X[:3]),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.export_onnx(tmp_path / "m.onnx", predictive="moments")
+    onnx_out = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"x": X})[0]
+    np.testing.assert_allclose(onnx_out, got, rtol=0, atol=1e-5)
+    reg = _fit(SVBNNRegressor(hidden_layer_sizes=(8,), max_iter=10, random_state=0), X, 5 * y + 2)
+    both = reg.export_moments(return_std=True)(torch.from_numpy(X)).numpy()
+    mean = reg.export_moments()(torch.from_numpy(X)).numpy()
+    np.testing.assert_allclose(both[:, 0], mean, rtol=1e-12, atol=1e-12)
+    assert reg.export_moments()(torch.from_numpy(X.astype(np.float32))).shape == (len(X),)
+    # The predictive sd holds the noise: at least the learned noise sd.
+    assert bool((both[:, 1] >= reg.noise_std_ * (1 - 1e-12)).all())
+    with pytest.raises(ValueError, match="return_std"):
+        clf.export_moments(return_std=True)
+    with pytest.raises(ValueError, match="predictive"):
+        clf.export_onnx(tmp_path / "bad.onnx", predictive="median")

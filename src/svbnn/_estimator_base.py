@@ -319,6 +319,11 @@ class _VariationalEstimator(BaseEstimator, ABC):
         """The layers after an exported batch of draws ``(K, n, out)`` (the task's)."""
         raise NotImplementedError
 
+    def _moments_head(self, return_std: bool = False) -> list[nn.Module]:
+        """The layers after an exported network's output moments ``(2, n, out)`` (the
+        task's)."""
+        raise NotImplementedError
+
     # -- helpers -------------------------------------------------------------------------
     def _check_params(self) -> None:
         """Validate every hyperparameter; sets nothing, so a refusal leaves ``self`` as it was."""

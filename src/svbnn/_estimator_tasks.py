@@ -35,7 +35,15 @@ from ._estimator_checks import (
     _SeedSource,
     _to_numpy,
 )
-from .export import ExpOutput, MeanDraws, NormalPredictive, OutputAffine
+from .export import (
+    ExpOutput,
+    LogNormalRate,
+    MeanDraws,
+    NormalMoments,
+    NormalPredictive,
+    OutputAffine,
+    SoftmaxOfNormal,
+)
 from .objectives import CategoricalLikelihood, GaussianLikelihood, PoissonLikelihood
 from .prediction import (
     credible_interval,
@@ -435,6 +443,12 @@ class _Regression(RegressorMixin, _VariationalEstimator):
             return [NormalPredictive(self._y_scale_, self._y_mean_, noise)]
         return [MeanDraws(), OutputAffine(self._y_scale_, self._y_mean_)]
 
+    def _moments_head(self, return_std: bool = False) -> list[nn.Module]:
+        """After the output's moments ``(2, n, 1)``: the predictive mean in ``y``'s units,
+        ``(n,)``; with ``return_std``, the mean and the predictive sd, ``(n, 2)``."""
+        noise = self.noise_std_ / self._y_scale_
+        return [NormalMoments(self._y_scale_, self._y_mean_, noise, return_std)]
+
     def _in_user_units(self, module: nn.Module) -> nn.Module:
         if self._y_scale_ != 1.0 or self._y_mean_ != 0.0:
             return _OutputScale(module, self._y_scale_, self._y_mean_).eval()
@@ -586,6 +600,12 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         """After the batched draws: the average of their softmax vectors, ``(n, C)``."""
         _no_std(return_std, self)
         return [nn.Softmax(dim=-1), MeanDraws()]
+
+    def _moments_head(self, return_std: bool = False) -> list[nn.Module]:
+        """After the logits' moments ``(2, n, C)``: the expected softmax, ``(n, C)``."""
+        _no_std(return_std, self)
+        like = next(self.module_.parameters()).detach().double()
+        return [SoftmaxOfNormal(len(self.classes_), self._predict_seed_, like)]
 
     def predict_proba(
         self, X: ArrayLike, n_samples: int | None = None
@@ -751,6 +771,11 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
         """After the batched draws: the mean of their rates (``predict``'s), ``(n,)``."""
         _no_std(return_std, self)
         return [ExpOutput(self.log_offset_), MeanDraws()]
+
+    def _moments_head(self, return_std: bool = False) -> list[nn.Module]:
+        """After the log rate's moments ``(2, n, 1)``: the mean rate, ``(n,)``."""
+        _no_std(return_std, self)
+        return [LogNormalRate(self.log_offset_)]
 
     def _in_user_units(self, module: nn.Module) -> nn.Module:
         """The exported module outputs the log rate ``eta`` (the offset added)."""

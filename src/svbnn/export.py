@@ -30,9 +30,17 @@ from torch import Tensor, nn
 
 from .checkpoint import atomic_write_bytes
 from .nn.base import GatedLayer, activation_module, is_gated_layer
-from .nn.spike_slab import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP, _SpikeSlabLayer
+from .nn.spike_slab import (
+    SpikeSlabConv2d,
+    SpikeSlabLinear,
+    SpikeSlabMLP,
+    _SpikeSlabLayer,
+    spike_slab_moments,
+)
 
 __all__ = [
+    "MOMENT_LOGIT_DRAWS",
+    "MOMENT_MIN_INCLUSION",
     "SPARSE_DENSITY_BELOW",
     "SPARSE_COST_ONE_ROW",
     "SPARSE_DENSITY_BELOW_ONE_ROW",
@@ -46,12 +54,18 @@ __all__ = [
     "ExpandDraws",
     "ExportReport",
     "InputSelect",
+    "LogNormalRate",
     "MeanDraws",
+    "MomentLinear",
+    "NormalMoments",
     "NormalPredictive",
     "OutputAffine",
+    "ReLUMoments",
+    "SoftmaxOfNormal",
     "SparseLinear",
     "export_compact",
     "export_draws",
+    "export_moments",
     "export_onnx",
     "export_sparse",
     "module_size_bytes",
@@ -1218,4 +1232,213 @@ def export_draws(
         mods.append(DrawLinear(w.to(dt), b.to(dt)))
         if k < n_layers - 1:
             mods.append(activation_module(activation))
+    return nn.Sequential(*mods).eval()
+
+
+# -- the predictive distribution by moments: one deterministic pass -------------------------
+MOMENT_MIN_INCLUSION = 0.01
+""":func:`export_moments` leaves out the edges (and biases) of ``phi`` at most this: each
+adds at most 1% of its slab's mean and second moment to a unit's."""
+
+MOMENT_LOGIT_DRAWS = 256
+"""Normal draws of the logits :class:`SoftmaxOfNormal` averages over (half of them the
+negatives of the other half)."""
+
+
+class MomentLinear(nn.Module):
+    """A spike-and-slab linear layer on independent random inputs: the mean and variance
+    of its outputs.
+
+    With weights independent of each other and of the inputs, means ``W`` and variances
+    ``V`` (the bias ``b``, ``c``), inputs of means ``m`` and variances ``v``:
+    ``E[y] = m W^T + b`` and, by the law of total variance,
+    ``Var[y] = v (V + W^2)^T + m^2 V^T + c``. Shapes: ``(2, n, in) -> (2, n, out)``
+    (means, variances); with ``known_inputs``, ``(n, in)`` inputs without variance.
+    """
+
+    weight: Tensor
+    var_weight: Tensor
+    second_moment: Tensor
+    bias: Tensor
+    var_bias: Tensor
+
+    def __init__(
+        self, weight: Tensor, var_weight: Tensor, bias: Tensor, var_bias: Tensor, known_inputs: bool
+    ) -> None:
+        super().__init__()
+        self.known_inputs = bool(known_inputs)
+        self.register_buffer("weight", weight.detach().clone())
+        self.register_buffer("var_weight", var_weight.detach().clone())
+        self.register_buffer("second_moment", (var_weight + weight * weight).detach().clone())
+        self.register_buffer("bias", bias.detach().clone())
+        self.register_buffer("var_bias", var_bias.detach().clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.known_inputs:
+            mean = F.linear(x, self.weight, self.bias)
+            var = F.linear(x * x, self.var_weight, self.var_bias)
+        else:
+            m, v = x[0], x[1]
+            mean = F.linear(m, self.weight, self.bias)
+            var = F.linear(v, self.second_moment, self.var_bias) + F.linear(m * m, self.var_weight)
+        return torch.stack([mean, var])
+
+    def extra_repr(self) -> str:
+        out, inp = self.weight.shape
+        return f"in_features={inp}, out_features={out}, known_inputs={self.known_inputs}"
+
+
+class ReLUMoments(nn.Module):
+    """The mean and variance of ``relu(a)`` for ``a ~ N(m, v)`` (the rectified normal):
+    ``E = m Phi(r) + s phi(r)``, ``E[.^2] = (m^2 + v) Phi(r) + m s phi(r)`` with
+    ``s = sqrt(v)``, ``r = m / s``. Shapes: ``(2, n, d) -> (2, n, d)``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        m, v = x[0], x[1]
+        # A unit of no variance (v = 0) is relu(m): s at the dtype's smallest normal
+        # makes r = +-inf (or 0 at m = 0), where the formulas give that.
+        s = torch.sqrt(v.clamp_min(torch.finfo(v.dtype).tiny))
+        r = m / s
+        # erf in float32 (relative error ~1e-7): onnxruntime has no float64 Erf.
+        cdf = 0.5 * (1.0 + torch.erf((r * 0.7071067811865476).float()).to(r.dtype))
+        pdf = torch.exp(-0.5 * r * r) * 0.3989422804014327
+        mean = m * cdf + s * pdf
+        second = (m * m + v) * cdf + m * s * pdf
+        return torch.stack([mean, (second - mean * mean).clamp_min(0.0)])
+
+
+class SoftmaxOfNormal(nn.Module):
+    """``E[softmax(z)]`` for logits ``z ~ N(m, diag(v))``, by fixed normal draws: the
+    average of ``softmax(m + sqrt(v) eps_k)`` over :data:`MOMENT_LOGIT_DRAWS` draws
+    ``eps_k`` stored with the module (antithetic pairs). Shapes: ``(2, n, C) -> (n, C)``."""
+
+    eps: Tensor
+
+    def __init__(self, n_classes: int, seed: int, like: Tensor) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(int(seed))
+        half = torch.randn(MOMENT_LOGIT_DRAWS // 2, 1, int(n_classes), generator=gen)
+        eps = torch.cat([half, -half]).to(dtype=like.dtype, device=like.device)
+        self.register_buffer("eps", eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = x[0] + torch.sqrt(x[1]) * self.eps  # (K, n, C)
+        return torch.softmax(z, dim=-1).mean(dim=0)
+
+
+class NormalMoments(nn.Module):
+    """A one-output network's moments on standardised ``y`` to ``y``'s units: ``(2, n, 1)
+    -> (n,)``, the mean ``* scale + shift``; with ``return_std``, ``(n, 2)``: the mean and
+    ``sqrt(var + noise**2) * scale`` (``noise``: the noise sd, standardised units)."""
+
+    def __init__(self, scale: float, shift: float, noise: float, return_std: bool) -> None:
+        super().__init__()
+        self.scale = float(scale)
+        self.shift = float(shift)
+        self.noise = float(noise)
+        self.return_std = bool(return_std)
+
+    def forward(self, x: Tensor) -> Tensor:
+        mean = x[0, :, 0] * self.scale + self.shift
+        if not self.return_std:
+            return mean
+        sd = torch.sqrt(x[1, :, 0] + self.noise**2) * self.scale
+        return torch.stack([mean, sd], dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:g}, shift={self.shift:g}, noise={self.noise:g}"
+
+
+class LogNormalRate(nn.Module):
+    """A log-link network's mean rate from the moments of its output ``eta ~ N(m, v)``:
+    ``E[exp(eta + shift)] = exp(m + v / 2 + shift)``. Shapes: ``(2, n, 1) -> (n,)``."""
+
+    def __init__(self, shift: float) -> None:
+        super().__init__()
+        self.shift = float(shift)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.exp(x[0, :, 0] + 0.5 * x[1, :, 0] + self.shift)
+
+    def extra_repr(self) -> str:
+        return f"shift={self.shift:g}"
+
+
+def _moment_activation(name: str) -> nn.Module | None:
+    if name == "relu":
+        return ReLUMoments()
+    if name == "identity":
+        return None
+    raise ValueError(
+        f"the moments export supports activation 'relu' or 'identity', not {name!r} "
+        "(use export_draws for the predictive of other activations)"
+    )
+
+
+def export_moments(
+    model: SpikeSlabMLP,
+    n_features: int,
+    min_inclusion: float = MOMENT_MIN_INCLUSION,
+) -> nn.Sequential:
+    """The posterior predictive of a spike-and-slab MLP as one deterministic pass of
+    moments: ``(n, p) -> (2, n, out)``, each output's mean and variance.
+
+    Each layer's pre-activations are taken as independent normals with the exact mean and
+    variance they have under ``q`` given the layer's inputs' means and variances (the
+    local reparameterisation's approximation, :func:`svbnn.nn.spike_slab_moments` for the
+    weights); a ReLU's output moments are the rectified normal's
+    (:class:`ReLUMoments`). Edges (and biases) of ``phi <= min_inclusion`` are left out;
+    so are the inputs and hidden units that no kept edge connects to the output.
+
+    Parameters
+    ----------
+    model : SpikeSlabMLP
+        One network (not replicated), activation ``"relu"`` or ``"identity"``.
+    n_features : int
+        Columns of the inputs (an :class:`InputSelect` keeps the used ones).
+    min_inclusion : float, default :data:`MOMENT_MIN_INCLUSION`
+        In ``[0, 1)``.
+
+    Returns
+    -------
+    nn.Sequential
+        ``InputSelect``, then :class:`MomentLinear` layers with :class:`ReLUMoments`
+        between them; in the model's dtype. Cost: about two dense networks of the kept
+        sizes (three products a layer after the first).
+    """
+    if not 0.0 <= float(min_inclusion) < 1.0:
+        raise ValueError(f"min_inclusion must be in [0, 1), got {min_inclusion!r}")
+    act = model.activation
+    layers = model.layers()
+    if any(layer.n_replicates is not None for layer in layers):
+        raise ValueError("export_moments takes one network, not replicates")
+    moments = []
+    for layer in layers:
+        with torch.no_grad():
+            mean, var = spike_slab_moments(layer.mu, layer.rho, layer.alpha)
+            keep = torch.sigmoid(layer.alpha) > min_inclusion
+            mean, var = mean * keep, var * keep
+        w, b = layer._split(mean)
+        vw, vb = layer._split(var)
+        keep_w = layer._split(keep)[0]
+        moments.append([w, vw, _bias_or_zeros(b, w), _bias_or_zeros(vb, w), keep_w])
+    # From the output back: a unit stays if a kept edge leads from it (the edges left out
+    # have mean and variance 0, so dropping the units only they leave from is exact).
+    rows = torch.ones(moments[-1][0].shape[0], dtype=torch.bool, device=moments[-1][0].device)
+    for k in range(len(moments) - 1, -1, -1):
+        w, vw, b, vb, keep_w = moments[k]
+        cols = keep_w[rows].any(dim=0)
+        if k == 0 and not bool(cols.any()):
+            cols[0] = True  # a module needs an input; its weights are 0
+        moments[k] = [w[rows][:, cols], vw[rows][:, cols], b[rows], vb[rows], cols]
+        rows = cols
+    inputs = moments[0][4]
+    like = moments[0][0]
+    mods: list[nn.Module] = [InputSelect(torch.nonzero(inputs).flatten(), n_features, like)]
+    for k, (w, vw, b, vb, _) in enumerate(moments):
+        mods.append(MomentLinear(w, vw, b, vb, known_inputs=k == 0))
+        if k < len(moments) - 1:
+            a = _moment_activation(act)
+            if a is not None:
+                mods.append(a)
     return nn.Sequential(*mods).eval()
