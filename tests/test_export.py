@@ -567,17 +567,47 @@ def test_moments_export_leaves_out_small_gates_and_dead_units_exactly() -> None:
             assert sizes[0][1] < 12 or sizes[0][0] < 9 or sizes[1][0] < 7
     with pytest.raises(ValueError, match="min_inclusion"):
         export_moments(model, 12, min_inclusion=1.0)
+
+
+def test_moments_export_runs_in_onnxruntime_with_a_unit_of_no_variance(tmp_path: Path) -> None:
+    # Hidden unit 0 has every incoming edge and its bias left out (mean 0, variance 0)
+    # and a kept edge out: relu's moments at v = 0 must be relu(m), not 0 / 0.
+    model = _gates_spread(_net(p=5, hidden=(4,), out=2, seed=11), 12)
+    with torch.no_grad():
+        model.layers()[0].alpha[0].fill_(-10.0)
+        model.layers()[1].alpha[:, 0].fill_(5.0)
+    module = export_moments(model, 5)
+    x = torch.randn(7, 5, generator=torch.Generator().manual_seed(13), dtype=F64)
+    want = module(x)
+    assert bool(torch.isfinite(want).all())
+    export_onnx(module, tmp_path / "m.onnx", n_features=5, dtype="float64")
+    got = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"x": x.numpy()})[0]
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-9)
     with pytest.raises(ValueError, match="activation"):
         export_moments(_net(activation="tanh"), 40)
 
 
-def test_softmax_of_normal_is_the_softmax_without_variance() -> None:
-    head = SoftmaxOfNormal(4, seed=0, like=torch.empty(0, dtype=F64))
-    m = torch.randn(5, 4, generator=torch.Generator().manual_seed(1), dtype=F64)
+def test_softmax_of_normal_is_the_unscented_transform() -> None:
+    head = SoftmaxOfNormal(4, like=torch.empty(0, dtype=F64))
+    g = torch.Generator().manual_seed(1)
+    m = torch.randn(5, 4, generator=g, dtype=F64)
+    # No variance: the softmax itself.
     got = head(torch.stack([m, torch.zeros_like(m)]))
     torch.testing.assert_close(got, torch.softmax(m, -1), rtol=1e-12, atol=1e-12)
-    # Antithetic draws: the draws' mean is exactly 0.
-    assert float(head.eps.sum(dim=0).abs().max()) == 0.0
+    # The sigma points' weights sum to 1 and reproduce the normal's first two moments.
+    w, pts = head.weights[:, 0, 0], head.offsets[:, 0, :]
+    torch.testing.assert_close(w.sum(), torch.tensor(1.0, dtype=F64), rtol=0, atol=1e-15)
+    torch.testing.assert_close(w @ pts, torch.zeros(4, dtype=F64), rtol=0, atol=1e-15)
+    torch.testing.assert_close((pts * w[:, None]).T @ pts, torch.eye(4, dtype=F64))
+    # With variance: a probability vector per row, against 400,000 normal draws (Monte
+    # Carlo sd <= 3e-4). The transform is approximate: 0.006 apart at these scales, 0.02
+    # the bound.
+    v = torch.rand(5, 4, generator=g, dtype=F64)
+    got = head(torch.stack([m, v]))
+    torch.testing.assert_close(got.sum(-1), torch.ones(5, dtype=F64), rtol=0, atol=1e-12)
+    z = m + v.sqrt() * torch.randn(400_000, 5, 4, generator=g, dtype=F64)
+    mc = torch.softmax(z, -1).mean(0)
+    assert float((got - mc).abs().max()) < 0.02
 
 
 def test_estimators_moments_export(tmp_path: Path) -> None:

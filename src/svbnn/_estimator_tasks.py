@@ -605,7 +605,7 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         """After the logits' moments ``(2, n, C)``: the expected softmax, ``(n, C)``."""
         _no_std(return_std, self)
         like = next(self.module_.parameters()).detach().double()
-        return [SoftmaxOfNormal(len(self.classes_), self._predict_seed_, like)]
+        return [SoftmaxOfNormal(len(self.classes_), like)]
 
     def predict_proba(
         self, X: ArrayLike, n_samples: int | None = None

@@ -542,11 +542,18 @@ class _SpikeSlabFamily(_VariationalEstimator):
         mean in ``y``'s units ``(n,)`` (with ``return_std=True``, ``(n, 2)``: the mean and
         the predictive sd, noise included), a Poisson regressor's mean rate
         ``exp(m + v / 2)`` ``(n,)``, a classifier's expected softmax ``(n, n_classes)``
-        (averaged over :data:`svbnn.export.MOMENT_LOGIT_DRAWS` fixed normal draws of the
-        logits). Unlike :meth:`export`'s median model it keeps the edges of
-        ``0.01 < phi <= 0.5`` and the weights' spread; how closely its classes agree with
-        ``predict_proba``'s is measured in the user guide ("Exporting a fitted model").
-        Needs ``activation`` ``"relu"`` or ``"identity"``.
+        (the unscented transform of the logits' normal, :class:`svbnn.export.SoftmaxOfNormal`).
+        Unlike :meth:`export`'s median model it keeps the edges of
+        ``min_inclusion < phi <= 0.5`` and the weights' spread; how closely its classes
+        agree with ``predict_proba``'s is measured in the user guide ("Exporting for
+        deployment"). Needs ``activation`` ``"relu"`` or ``"identity"``.
+
+        Parameters
+        ----------
+        return_std : bool, default False
+            A regressor's predictive sd too (see above).
+        min_inclusion : float, default :data:`svbnn.export.MOMENT_MIN_INCLUSION`
+            Edges of ``phi`` at most this are left out (:func:`svbnn.export.export_moments`).
         """
         check_is_fitted(self, "module_")
         head = self._moments_head(return_std)

@@ -39,7 +39,6 @@ from .nn.spike_slab import (
 )
 
 __all__ = [
-    "MOMENT_LOGIT_DRAWS",
     "MOMENT_MIN_INCLUSION",
     "SPARSE_DENSITY_BELOW",
     "SPARSE_COST_ONE_ROW",
@@ -1240,10 +1239,6 @@ MOMENT_MIN_INCLUSION = 0.01
 """:func:`export_moments` leaves out the edges (and biases) of ``phi`` at most this: each
 adds at most 1% of its slab's mean and second moment to a unit's."""
 
-MOMENT_LOGIT_DRAWS = 256
-"""Normal draws of the logits :class:`SoftmaxOfNormal` averages over (half of them the
-negatives of the other half)."""
-
 
 class MomentLinear(nn.Module):
     """A spike-and-slab linear layer on independent random inputs: the mean and variance
@@ -1295,9 +1290,10 @@ class ReLUMoments(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         m, v = x[0], x[1]
-        # A unit of no variance (v = 0) is relu(m): s at the dtype's smallest normal
-        # makes r = +-inf (or 0 at m = 0), where the formulas give that.
-        s = torch.sqrt(v.clamp_min(torch.finfo(v.dtype).tiny))
+        # A unit of no variance (v = 0) is relu(m): s = 1e-15 makes r large (or 0 at
+        # m = 0), where the formulas give relu(m) to 4e-16. (A floor at the dtype's
+        # smallest normal becomes 0 in an ONNX graph's float32 constant: 0 / 0.)
+        s = torch.sqrt(v.clamp_min(1e-30))
         r = m / s
         # erf in float32 (relative error ~1e-7): onnxruntime has no float64 Erf.
         cdf = 0.5 * (1.0 + torch.erf((r * 0.7071067811865476).float()).to(r.dtype))
@@ -1308,22 +1304,29 @@ class ReLUMoments(nn.Module):
 
 
 class SoftmaxOfNormal(nn.Module):
-    """``E[softmax(z)]`` for logits ``z ~ N(m, diag(v))``, by fixed normal draws: the
-    average of ``softmax(m + sqrt(v) eps_k)`` over :data:`MOMENT_LOGIT_DRAWS` draws
-    ``eps_k`` stored with the module (antithetic pairs). Shapes: ``(2, n, C) -> (n, C)``."""
+    """``E[softmax(z)]`` for logits ``z ~ N(m, diag(v))`` by the unscented transform: the
+    weighted average of ``softmax`` at the ``2 C + 1`` sigma points ``m`` and
+    ``m +- sqrt((C + kappa) v_k) e_k`` (weights ``kappa / (C + kappa)`` and
+    ``1 / (2 (C + kappa))``, ``kappa = 1``: all positive, so the result is a probability
+    vector). Exact for any function of degree 3 in ``z``; deterministic. Shapes:
+    ``(2, n, C) -> (n, C)``."""
 
-    eps: Tensor
+    offsets: Tensor
+    weights: Tensor
 
-    def __init__(self, n_classes: int, seed: int, like: Tensor) -> None:
+    def __init__(self, n_classes: int, like: Tensor, kappa: float = 1.0) -> None:
         super().__init__()
-        gen = torch.Generator().manual_seed(int(seed))
-        half = torch.randn(MOMENT_LOGIT_DRAWS // 2, 1, int(n_classes), generator=gen)
-        eps = torch.cat([half, -half]).to(dtype=like.dtype, device=like.device)
-        self.register_buffer("eps", eps)
+        c = int(n_classes)
+        eye = torch.eye(c, dtype=like.dtype, device=like.device) * (c + kappa) ** 0.5
+        zero = torch.zeros(1, c, dtype=like.dtype, device=like.device)
+        self.register_buffer("offsets", torch.cat([zero, eye, -eye]).unsqueeze(1))
+        w = torch.full((2 * c + 1, 1, 1), 0.5 / (c + kappa), dtype=like.dtype, device=like.device)
+        w[0] = kappa / (c + kappa)
+        self.register_buffer("weights", w)
 
     def forward(self, x: Tensor) -> Tensor:
-        z = x[0] + torch.sqrt(x[1]) * self.eps  # (K, n, C)
-        return torch.softmax(z, dim=-1).mean(dim=0)
+        z = x[0] + torch.sqrt(x[1]) * self.offsets  # (2C + 1, n, C)
+        return (torch.softmax(z, dim=-1) * self.weights).sum(dim=0)
 
 
 class NormalMoments(nn.Module):
