@@ -57,6 +57,7 @@ from torch.nn import functional as F
 
 from svbnn.checkpoint import load_checkpoint
 from svbnn.export import (
+    MOMENT_MIN_INCLUSION,
     CompactMLP,
     SparseLinear,
     _csr_matrix,
@@ -333,6 +334,10 @@ def _split(X: Any, y: Any, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return sc.transform(Xtr), sc.transform(Xte), ytr, yte
 
 
+MOMENT_CUTS = (0.01, 0.05, 0.1, 0.2, 0.5)
+"""The ``min_inclusion`` values of ``export_moments`` the agreement run compares."""
+
+
 def agreement(seeds: int, quick: bool) -> list[dict[str, Any]]:
     """Per classifier set and seed: the median model's (``est.export()``) classes against
     ``predict_proba``'s (its default draws) and against 1,000 posterior draws."""
@@ -366,6 +371,19 @@ def agreement(seeds: int, quick: bool) -> list[dict[str, Any]]:
             with torch.inference_mode():
                 mean = mean_net(torch.from_numpy(Xte))[0].numpy().argmax(1)
                 moments = est.export_moments()(torch.from_numpy(Xte)).numpy().argmax(1)
+                # The moments export by the inclusion below which it leaves edges out.
+                by_inclusion = {}
+                for cut in MOMENT_CUTS:
+                    mod = est.export_moments(min_inclusion=cut)
+                    got = mod(torch.from_numpy(Xte)).numpy().argmax(1)
+                    weights = sum(
+                        int((m.weight != 0).sum()) for m in mod if hasattr(m, "var_weight")
+                    )
+                    by_inclusion[str(cut)] = [
+                        float(np.mean(got == proba)),
+                        float(np.mean(got == many)),
+                        weights,
+                    ]
             rows.append(
                 {
                     "network": name,
@@ -378,6 +396,7 @@ def agreement(seeds: int, quick: bool) -> list[dict[str, Any]]:
                     "mean_network_vs_1000_draws": float(np.mean(mean == many)),
                     "moments_vs_predict": float(np.mean(moments == proba)),
                     "moments_vs_1000_draws": float(np.mean(moments == many)),
+                    "moments_by_inclusion": by_inclusion,
                     "accuracy_predict": float(np.mean(est.classes_[proba] == yte)),
                     "accuracy_export": float(np.mean(est.classes_[median] == yte)),
                     "unresolved": float(est.unresolved_),
@@ -435,6 +454,9 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
         with torch.inference_mode():
             moments_out = moments_module(xt).numpy()
         info["moments_onnx_vs_torch_max_abs"] = float(np.abs(moments_onnx - moments_out).max())
+        info["moments_weights"] = sum(
+            int((m.weight != 0).sum()) for m in moments_module if hasattr(m, "var_weight")
+        )
         out = ort.InferenceSession(str(path)).run(None, {"x": Xte})[0]
         with torch.inference_mode():
             mod_out = module(xt).numpy()
@@ -776,6 +798,28 @@ def write(out: Path, result: dict[str, Any], settings: dict[str, Any]) -> None:
                     f"{what} = predict_proba on {min(vals):.4f}-{max(vals):.4f} of the test "
                     f"rows (mean {np.mean(vals):.4f}); at least 0.99 in "
                     f"{sum(v >= 0.99 for v in vals)} of {len(vals)} fits."
+                )
+            md += [
+                "",
+                f"{name}, the moments export by `min_inclusion` (means over the fits; the "
+                "default is "
+                f"{MOMENT_MIN_INCLUSION}):",
+                "",
+                "| min_inclusion | = predict_proba | fits >= 0.99 | = 1,000 draws | nonzero "
+                "mean weights |",
+                "|---|---|---|---|---|",
+            ]
+            for cut in MOMENT_CUTS:
+                cells = np.array(
+                    [
+                        a["moments_by_inclusion"][str(cut)]
+                        for a in result["agreement"]
+                        if a["network"] == name
+                    ]
+                )
+                md.append(
+                    f"| {cut} | {cells[:, 0].mean():.4f} | {int((cells[:, 0] >= 0.99).sum())} "
+                    f"of {len(cells)} | {cells[:, 1].mean():.4f} | {cells[:, 2].mean():.0f} |"
                 )
         md.append("")
     if result["crossover"]:

@@ -1235,9 +1235,9 @@ def export_draws(
 
 
 # -- the predictive distribution by moments: one deterministic pass -------------------------
-MOMENT_MIN_INCLUSION = 0.01
+MOMENT_MIN_INCLUSION = 0.05
 """:func:`export_moments` leaves out the edges (and biases) of ``phi`` at most this: each
-adds at most 1% of its slab's mean and second moment to a unit's."""
+adds at most 5% of its slab's mean and second moment to a unit's."""
 
 
 class MomentLinear(nn.Module):
