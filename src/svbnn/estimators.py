@@ -683,7 +683,10 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     ``class_weight``, with the same defaults except ``kl_weight=0.2``: a tempered
     posterior, which on the benchmark tables gives the accuracy and calibration of
     logistic regression where the exact ELBO (``kl_weight=1``) prunes real inputs or
-    collapses (user guide, "How the defaults were chosen"). Scale ``X`` in your pipeline.
+    collapses (user guide, "How the defaults were chosen"); and ``n_samples_predict=100``:
+    a predicted class is the argmax of an average over draws, and with 30 draws it
+    differed from that of 4,000 on up to 1.1% of digits' test rows (user guide,
+    "Exporting for deployment"). Scale ``X`` in your pipeline.
 
     Parameters
     ----------
@@ -702,8 +705,10 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     {warns}
     """
 
-    # A tempered posterior by default for classes (the class docstring says why).
+    # A tempered posterior by default for classes, and more draws for predict_proba (the
+    # class docstring says why).
     kl_weight: float = 0.2
+    n_samples_predict: int = 100
 
 
 @_fill_doc(**_FILL, task_attributes=_POISSON_ATTRIBUTES)
