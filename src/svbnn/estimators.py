@@ -685,7 +685,7 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     logistic regression where the exact ELBO (``kl_weight=1``) prunes real inputs or
     collapses (user guide, "How the defaults were chosen"); and ``n_samples_predict=100``:
     a predicted class is the argmax of an average over draws, and with 30 draws it
-    differed from that of 4,000 on up to 1.1% of digits' test rows (user guide,
+    differed from that of 1,000 on up to 1.1% of digits' test rows (user guide,
     "Exporting for deployment"). Scale ``X`` in your pipeline.
 
     Parameters
