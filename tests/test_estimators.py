@@ -97,9 +97,14 @@ def test_families_share_the_common_parameters() -> None:
         "device",
         "verbose",
     }
-    # Documented exceptions: classifiers fit a tempered posterior by default, and the
-    # spike-and-slab regressor trains with the local sampler at 2.5 times the learning rate,
-    # its KL warmed up over the first quarter of the budget.
+    # Documented exceptions: classifiers fit a tempered posterior by default and predict
+    # with 100 draws, and the spike-and-slab regressor trains with the local sampler at 2.5
+    # times the learning rate, its KL warmed up over the first quarter of the budget.
+    for cls in CLASSIFIERS:
+        assert params[cls].pop("n_samples_predict") == 100, cls
+    for cls in REGRESSORS:
+        assert params[cls].pop("n_samples_predict") == 30, cls
+    common -= {"n_samples_predict"}
     assert params[SVBNNClassifier].pop("kl_weight") == 0.2
     assert params[SVBNNRegressor].pop("kl_weight") == 1.0
     assert params[SVBNNRegressor].pop("learning_rate_init") == 0.025

@@ -110,7 +110,7 @@ n_init : int, default 1
 n_mc_train : int, default 1
     Monte Carlo draws ``K`` per step.
 n_samples_predict : int, default 30
-    ``H`` draws for ``predict`` (:class:`~svbnn.SVBNNClassifier`: default 100).
+    ``H`` draws for ``predict`` (the classifiers: default 100).
 dtype : {"float32", "float64"}, default "float32"
     Training dtype. Predictions run in float64 on a copy of the network whatever this
     is, so a row's prediction depends on the other rows of ``X`` and their order only

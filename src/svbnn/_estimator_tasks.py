@@ -455,6 +455,13 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         return module
 
 
+CLASSIFIER_PREDICT_DRAWS = 100
+"""Every classifier's default ``n_samples_predict`` (each declares it: a dataclass field's
+default comes from the first base in the MRO that declares it, the family's). A class is
+the argmax of an average over draws, which Monte Carlo error near a tie flips; 100 draws
+flip fewer than the regressors' 30 (``SVBNNClassifier``'s docstring)."""
+
+
 @dataclass(eq=False, repr=False, kw_only=True)
 class _Classification(ClassifierMixin, _VariationalEstimator):
     """Categorical likelihood (softmax outputs); any labels, at least two classes."""

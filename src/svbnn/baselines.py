@@ -46,6 +46,7 @@ from ._estimator_tasks import (
     _CLASSIFICATION_ATTRIBUTES,
     _REGRESSION_ATTRIBUTES,
     _REGRESSION_PARAMETERS,
+    CLASSIFIER_PREDICT_DRAWS,
     _Classification,
     _Regression,
 )
@@ -344,6 +345,8 @@ class VBNNClassifier(_VBNNFamily, _Classification):
     {warns}
     """
 
+    n_samples_predict: int = CLASSIFIER_PREDICT_DRAWS
+
 
 @_fill_doc(**_REG, family_parameters=_VBNN_PARAMETERS)
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -384,6 +387,8 @@ class VDClassifier(_VDFamily, _Classification):
     -----
     {warns}
     """
+
+    n_samples_predict: int = CLASSIFIER_PREDICT_DRAWS
 
 
 @_fill_doc(**_REG, family_parameters=_VD_PARAMETERS)
@@ -427,6 +432,8 @@ class HSBNNClassifier(_HSBNNFamily, _Classification):
     -----
     {warns}
     """
+
+    n_samples_predict: int = CLASSIFIER_PREDICT_DRAWS
 
 
 @_fill_doc(**_REG, family_parameters=_HSBNN_PARAMETERS)

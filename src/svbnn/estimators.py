@@ -52,6 +52,7 @@ from ._estimator_tasks import (
     _POISSON_ATTRIBUTES,
     _REGRESSION_ATTRIBUTES,
     _REGRESSION_PARAMETERS,
+    CLASSIFIER_PREDICT_DRAWS,
     _Classification,
     _PoissonRegression,
     _Regression,
@@ -705,10 +706,9 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     {warns}
     """
 
-    # A tempered posterior by default for classes, and more draws for predict_proba (the
-    # class docstring says why).
+    # A tempered posterior by default for classes (the class docstring says why).
     kl_weight: float = 0.2
-    n_samples_predict: int = 100
+    n_samples_predict: int = CLASSIFIER_PREDICT_DRAWS
 
 
 @_fill_doc(**_FILL, task_attributes=_POISSON_ATTRIBUTES)
