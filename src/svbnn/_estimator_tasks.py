@@ -611,7 +611,8 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
     def _moments_head(self, return_std: bool = False) -> list[nn.Module]:
         """After the logits' moments ``(2, n, C)``: the expected softmax, ``(n, C)``."""
         _no_std(return_std, self)
-        like = next(self.module_.parameters()).detach().double()
+        device = next(self.module_.parameters()).device
+        like = torch.empty(0, dtype=torch.float64, device=device)  # export_moments' dtype
         return [SoftmaxOfNormal(len(self.classes_), like)]
 
     def predict_proba(

@@ -1424,7 +1424,8 @@ def export_moments(
         w, b = layer._split(mean)
         vw, vb = layer._split(var)
         keep_w = layer._split(keep)[0]
-        moments.append([w, vw, _bias_or_zeros(b, w), _bias_or_zeros(vb, w), keep_w])
+        none = w.new_zeros(w.shape[0])  # (an MLP's layers have biases; the type allows none)
+        moments.append([w, vw, none if b is None else b, none if vb is None else vb, keep_w])
     # From the output back: a unit stays if a kept edge leads from it (the edges left out
     # have mean and variance 0, so dropping the units only they leave from is exact).
     rows = torch.ones(moments[-1][0].shape[0], dtype=torch.bool, device=moments[-1][0].device)
