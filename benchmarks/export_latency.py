@@ -59,6 +59,7 @@ from svbnn.checkpoint import load_checkpoint
 from svbnn.export import (
     MOMENT_MIN_INCLUSION,
     CompactMLP,
+    MomentLinear,
     SparseLinear,
     _csr_matrix,
     export_compact,
@@ -338,6 +339,11 @@ MOMENT_CUTS = (0.01, 0.05, 0.1, 0.2, 0.5)
 """The ``min_inclusion`` values of ``export_moments`` the agreement run compares."""
 
 
+def moment_weights(module: nn.Module) -> int:
+    """Nonzero mean weights of a moments export's layers."""
+    return sum(int((m.weight != 0).sum()) for m in module if isinstance(m, MomentLinear))
+
+
 def agreement(seeds: int, quick: bool) -> list[dict[str, Any]]:
     """Per classifier set and seed: the median model's (``est.export()``) classes against
     ``predict_proba``'s (its default draws) and against 1,000 posterior draws."""
@@ -376,13 +382,10 @@ def agreement(seeds: int, quick: bool) -> list[dict[str, Any]]:
                 for cut in MOMENT_CUTS:
                     mod = est.export_moments(min_inclusion=cut)
                     got = mod(torch.from_numpy(Xte)).numpy().argmax(1)
-                    weights = sum(
-                        int((m.weight != 0).sum()) for m in mod if hasattr(m, "var_weight")
-                    )
                     by_inclusion[str(cut)] = [
                         float(np.mean(got == proba)),
                         float(np.mean(got == many)),
-                        weights,
+                        moment_weights(mod),
                     ]
             rows.append(
                 {
@@ -454,9 +457,7 @@ def tabular(rounds: int, tmp: Path, quick: bool) -> dict[str, Any]:
         with torch.inference_mode():
             moments_out = moments_module(xt).numpy()
         info["moments_onnx_vs_torch_max_abs"] = float(np.abs(moments_onnx - moments_out).max())
-        info["moments_weights"] = sum(
-            int((m.weight != 0).sum()) for m in moments_module if hasattr(m, "var_weight")
-        )
+        info["moments_weights"] = moment_weights(moments_module)
         out = ort.InferenceSession(str(path)).run(None, {"x": Xte})[0]
         with torch.inference_mode():
             mod_out = module(xt).numpy()
