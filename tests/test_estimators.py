@@ -553,8 +553,11 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
     weights: list[float | None] = []
     train = _VariationalEstimator._train
 
+    epochs: list[int] = []
+
     def spy(self: object, *args: object, **kwargs: object) -> object:
         weights.append(kwargs.get("kl_weight"))  # type: ignore[arg-type]
+        epochs.append(args[5])  # type: ignore[arg-type]
         return train(self, *args, **kwargs)  # type: ignore[arg-type]
 
     with warnings.catch_warnings():
@@ -568,6 +571,8 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
     assert len(closed) > 0 and set(est.selected_features_) <= set(est.screened_features_)
     # The first fit, the refit, then the refit's run on 80% of the rows (tempered noise).
     assert weights == [None, 0.2, 0.2]
+    budget = [est._epoch_budget(300), est._epoch_budget(300), est._epoch_budget(240)]
+    assert epochs == budget
     assert est.noise_std_held_out_ is not None
     assert np.all(est.inclusion_probs_[0][:, closed] == 0.0)
     assert np.all(est.feature_inclusion_[closed] == 0.0)
@@ -580,3 +585,12 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
     np.testing.assert_array_equal(est.predict(X), est.predict(X2))
     lo, hi = est.predict_prediction_interval(X)
     np.testing.assert_array_equal(lo, est.predict_prediction_interval(X2)[0])
+    # refit_budget: the refit and its held-out run over that share of the budget; the
+    # first fit, and so the screening, as before.
+    epochs.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        half = SVBNNRegressor(**kw, refit_kl_weight=0.2, refit_budget=0.5).fit(X, y)
+    assert epochs == [budget[0], round(budget[1] * 0.5), round(budget[2] * 0.5)]
+    assert half.n_iter_ <= round(budget[1] * 0.5)
+    np.testing.assert_array_equal(half.screened_features_, est.screened_features_)

@@ -509,12 +509,13 @@ class _VariationalEstimator(BaseEstimator, ABC):
             other = fit_on(None, seeds.seed(), start)
             if _final_loss(other[2]) < _final_loss(history):
                 model, lik, history, monitor = other
-        final_kl = float(self.kl_weight)
+        final_kl, final_share = float(self.kl_weight), 1.0
         plan = self._refit_plan(model, n, n_out, start)
         if plan is not None:
             # Its own seed, drawn after the first fit's (and n_init's).
-            start, final_kl = plan
-            model, lik, history, monitor = fit_on(None, seeds.seed(), start, kl_weight=final_kl)
+            start, final_kl, final_share = plan
+            model, lik, history, monitor = fit_on(None, seeds.seed(), start, final_share, final_kl)
+            epochs = max(round(epochs * final_share), 1)
         # Generators are process-local state: keep the fitted estimator picklable.
         set_generator(model, None)
         self.module_ = model
@@ -539,7 +540,11 @@ class _VariationalEstimator(BaseEstimator, ABC):
             held_seed = seeds.seed()
             fit_rows, held = _held_out_rows(target, held_seed)
             part = fit_on(
-                fit_rows, held_seed, start if plan is not None else None, held_share, final_kl
+                fit_rows,
+                held_seed,
+                start if plan is not None else None,
+                held_share * final_share,
+                final_kl,
             )[0]
             set_generator(part, None)
             held_out(part, held, held_seed)
@@ -623,10 +628,10 @@ class _VariationalEstimator(BaseEstimator, ABC):
         n: int,
         n_out: int,
         start: Callable[[nn.Module, nn.Module], None] | None,
-    ) -> tuple[Callable[[nn.Module, nn.Module], None], float] | None:
+    ) -> tuple[Callable[[nn.Module, nn.Module], None], float, float] | None:
         """A second fit after the fit of ``model`` on ``n`` rows (``start``: that fit's
-        starting point), on all rows and the same budget: its starting point and KL
-        weight; or ``None`` (the default), no second fit."""
+        starting point), on all rows: its starting point, KL weight and share of the
+        budget; or ``None`` (the default), no second fit."""
         return None
 
     def _held_out_choice(self, n: int) -> bool:
