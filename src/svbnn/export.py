@@ -676,6 +676,21 @@ def export_sparse(
 
 
 # -- export_compact: only the units that reach the output ----------------------------------
+def _reaching_output(edges: list[Tensor], lives: list[Tensor] | None = None) -> list[Tensor]:
+    """Per layer's inputs (the network's, then each hidden layer's units), the units with a
+    path of kept edges to some output; ``edges``: each layer's ``(out_l, in_l)`` mask of
+    kept edges; ``lives`` (optional, each ``(in_l,)``): units kept only where it is true.
+    The last entry is every output."""
+    useful = torch.ones(edges[-1].shape[0], dtype=torch.bool, device=edges[-1].device)
+    keeps = [useful]
+    for k in range(len(edges) - 1, -1, -1):
+        useful = edges[k][useful].any(dim=0)
+        if lives is not None:
+            useful = lives[k] & useful
+        keeps.insert(0, useful)
+    return keeps
+
+
 def _compact_mlp(
     weights: list[Tensor], biases: list[Tensor], activation: nn.Module
 ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
@@ -715,11 +730,7 @@ def _compact_mlp(
             live = (W[k] != 0).any(dim=1)
             lives.append(live)
     # Backward: which units reach an output through nonzero weights (and depend on x).
-    useful = torch.ones(W[-1].shape[0], dtype=torch.bool, device=W[0].device)
-    keeps = [useful]
-    for k in range(n - 1, -1, -1):
-        useful = lives[k] & (W[k][useful] != 0).any(dim=0)
-        keeps.insert(0, useful)
+    keeps = _reaching_output([w != 0 for w in W], lives)
     if not bool(keeps[0].any()):
         # Constant network: the outputs are the last biases (every hidden unit that
         # reaches an output is a folded constant). Keep one input and one unit per hidden
@@ -1426,20 +1437,17 @@ def export_moments(
         keep_w = layer._split(keep)[0]
         none = w.new_zeros(w.shape[0])  # (an MLP's layers have biases; the type allows none)
         moments.append([w, vw, none if b is None else b, none if vb is None else vb, keep_w])
-    # From the output back: a unit stays if a kept edge leads from it (the edges left out
+    # A unit stays if a path of kept edges leads from it to an output (the edges left out
     # have mean and variance 0, so dropping the units only they leave from is exact).
-    rows = torch.ones(moments[-1][0].shape[0], dtype=torch.bool, device=moments[-1][0].device)
-    for k in range(len(moments) - 1, -1, -1):
-        w, vw, b, vb, keep_w = moments[k]
-        cols = keep_w[rows].any(dim=0)
-        if k == 0 and not bool(cols.any()):
-            cols[0] = True  # a module needs an input; its weights are 0
-        moments[k] = [w[rows][:, cols], vw[rows][:, cols], b[rows], vb[rows], cols]
-        rows = cols
-    inputs = moments[0][4]
+    keeps = _reaching_output([m[4] for m in moments])
+    if not bool(keeps[0].any()):
+        keeps[0][0] = True  # a module needs an input; its weights are 0
+    inputs = keeps[0]
     like = moments[0][0]
     mods: list[nn.Module] = [InputSelect(torch.nonzero(inputs).flatten(), n_features, like)]
     for k, (w, vw, b, vb, _) in enumerate(moments):
+        rows, cols = keeps[k + 1], keeps[k]
+        w, vw, b, vb = w[rows][:, cols], vw[rows][:, cols], b[rows], vb[rows]
         mods.append(MomentLinear(w, vw, b, vb, known_inputs=k == 0))
         if k < len(moments) - 1:
             a = _moment_activation(act)
