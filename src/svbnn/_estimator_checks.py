@@ -82,20 +82,22 @@ def _check_real(
     low: float | None = None,
     high: float | None = None,
     low_inclusive: bool = False,
+    high_inclusive: bool = False,
     allow_none: bool = False,
 ) -> None:
-    """A finite real number in ``(low, high)`` (``[low, high)`` with ``low_inclusive``)."""
+    """A finite real number in ``(low, high)`` (``low_inclusive``: ``[low, ...``;
+    ``high_inclusive``: ``..., high]``)."""
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
     v = float(value)
     below = low is not None and (v < low if low_inclusive else v <= low)
-    above = high is not None and v >= high
+    above = high is not None and (v > high if high_inclusive else v >= high)
     if not math.isfinite(v) or below or above:
         lo = "-inf" if low is None else f"{low:g}"
         hi = "inf" if high is None else f"{high:g}"
-        rng = f"{'[' if low_inclusive else '('}{lo}, {hi})"
+        rng = f"{'[' if low_inclusive else '('}{lo}, {hi}{']' if high_inclusive else ')'}"
         raise ValueError(f"{name} must be a finite number in {rng}, got {value!r}")
 
 

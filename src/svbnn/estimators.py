@@ -300,11 +300,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         _check_real("refit_kl_weight", self.refit_kl_weight, low=0.0, allow_none=True)
         if self.refit_kl_weight is not None:
             check_kl_weight(self.refit_kl_weight, "refit_kl_weight")
-        _check_real("refit_budget", self.refit_budget, low=0.0)
-        if self.refit_budget > 1.0:
-            raise ValueError(
-                f"refit_budget must be a share of the budget in (0, 1], got {self.refit_budget!r}"
-            )
+        _check_real("refit_budget", self.refit_budget, low=0.0, high=1.0, high_inclusive=True)
 
     def _empirical_bayes(self) -> bool:
         return self.prior_inclusion == "eb" and self.log_prior_inclusion is None
