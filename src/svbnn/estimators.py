@@ -194,6 +194,14 @@ UserWarning
 # no optimiser moves them (Adam's and RMSprop's steps scale by them over eps = 1e-8).
 _CLOSED_LOGIT = -200.0
 
+
+def _selected(inclusion: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """The selection rule: an input is selected when its ``feature_inclusion`` (the
+    probability it reaches the output) is above 0.5 (``selected_features_``, and the
+    inputs a refit keeps)."""
+    return inclusion > 0.5
+
+
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
 INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
 
@@ -245,7 +253,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         self.screened_features_: NDArray[np.intp] | None = None
         if self.refit_kl_weight is None:
             return None
-        screened = feature_inclusion(model) > 0.5
+        screened = _selected(feature_inclusion(model))
         if not screened.any():
             return None
         self.screened_features_ = np.flatnonzero(screened)
@@ -431,7 +439,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         self.unresolved_ = float(unresolved_fraction(model))
         self.feature_inclusion_ = feature_inclusion(model)
         # Selection from the same posterior the predictions use (see feature_inclusion).
-        self.selected_features_ = np.flatnonzero(self.feature_inclusion_ > 0.5)
+        self.selected_features_ = np.flatnonzero(_selected(self.feature_inclusion_))
 
     def _kept_weight_masks(self) -> list[NDArray[np.bool_]]:
         """``phi > 0.5``."""
