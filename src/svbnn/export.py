@@ -1275,6 +1275,7 @@ class MomentLinear(nn.Module):
         self.known_inputs = bool(known_inputs)
         self.register_buffer("weight", weight.detach().clone())
         self.register_buffer("var_weight", var_weight.detach().clone())
+        # E[w^2] = V + W^2, kept so that a call makes one product fewer.
         self.register_buffer("second_moment", (var_weight + weight * weight).detach().clone())
         self.register_buffer("bias", bias.detach().clone())
         self.register_buffer("var_bias", var_bias.detach().clone())
