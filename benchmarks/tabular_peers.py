@@ -8,7 +8,9 @@ Protocol (issue 31)
 -------------------
 * Data: scikit-learn's diabetes, breast cancer, wine and digits; Friedman #1-#3
   (``make_friedman1/2/3``, 1,000 rows, noise sd 1, 125 and 0.1); ``make_classification``
-  with 2 and 10 classes (1,000 rows, 10 informative inputs); the nine UCI regression sets
+  with 2 and 10 classes (1,000 rows, 10 informative inputs); ``make_regression`` with 20
+  informative inputs (``regression-20``: 500 rows, a linear target, noise sd 80 against a
+  signal sd of about 260: many weak and strong linear effects); the nine UCI regression sets
   of Hernandez-Lobato & Adams (all rows of the first standard split, train and test
   together). Every table gets 10 added N(0, 1) columns (the last 10 inputs).
 * Splits: random 75/25, 10 of them when the table has fewer than 1,000 rows, else 3.
@@ -84,6 +86,7 @@ SIZES = {
     "wine": 178,
     "yacht": 308,
     "diabetes": 442,
+    "regression-20": 500,
     "bostonHousing": 506,
     "breast-cancer": 569,
     "energy": 768,
@@ -134,6 +137,10 @@ def load_table(name: str) -> tuple[Array, Any, str, int | None]:
         X, y = loaders[name]()
         kind = "classification" if name in ("breast-cancer", "wine", "digits") else "regression"
         return np.asarray(X, float), y, kind, 5 if name == "friedman1" else None
+    if name.startswith("regression-"):
+        k = int(name.split("-")[1])
+        X, y = D.make_regression(500, n_features=k, n_informative=k, noise=80.0, random_state=0)
+        return np.asarray(X, float), y, "regression", None
     if name.startswith("classification-"):
         classes = int(name.split("-")[1])
         X, y = D.make_classification(

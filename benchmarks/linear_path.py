@@ -1,0 +1,234 @@
+"""A gated linear path beside the network, measured as a lead (not a library feature).
+
+Run ``python -m benchmarks.linear_path --out docs/results/linear-path [--datasets ...]
+[--max-splits K]`` (UCI data via ``SVBNN_DATA``; one thread).
+
+Why: the regressor reaches a linear effect of an input only through ReLU units, with at
+least two included edges (into a unit and out of it), each paying the prior's price
+under ``lambda_opt``; with many weak linear effects the fit keeps a few edges, prunes the
+rest and attributes what they would explain to noise. A spike-and-slab linear layer
+from the inputs straight to the output gives each input a one-edge path.
+
+What: on the tables and splits of :mod:`benchmarks.tabular_peers` (10 added noise
+columns, random 75/25 splits, ``StandardScaler``-ed inputs, a standardised target), one
+training run of the regressor's default recipe, twice on the same seed and the same
+rows, side by side:
+
+* ``network``: a :class:`~svbnn.nn.SpikeSlabMLP` with one hidden layer of 50 units;
+* ``network + linear``: the same network plus a :class:`~svbnn.nn.SpikeSlabLinear` from
+  the inputs to the output, the two outputs summed (the same prior, ``lambda_opt`` of
+  the network).
+
+Recipe of both (the regressor's defaults): local reparameterisation, Adam at 0.025 on
+the cosine schedule over half of :func:`svbnn.convergence.default_max_steps`, minibatches
+of 128, the KL's weight rising over the first quarter of the steps, a learned noise
+level, ``prior_variance=2``, initial ``phi`` 0.99; trained by
+:func:`svbnn.training.train` on the eager kernels (svbnn's native loops run a chain of
+layers, not a sum of two), no stopping rule, no held-out noise run. Predictions: the mean
+of 30 exact posterior draws (:func:`svbnn.prediction.predictive_mean`). Reported per
+table: the test RMSE of each (mean over splits), their ratio, the paired differences'
+sign count, and the added noise columns kept (an input counts as kept when its
+``feature_inclusion`` through the network or its linear gate's ``phi`` is above 0.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.tabular_peers import (
+    DATASETS,
+    NOISE_COLUMNS,
+    _cpu,
+    _git_commit,
+    make_split,
+    n_splits,
+)
+
+DEFAULT_SETS = (
+    "regression-20",
+    "yacht",
+    "diabetes",
+    "bostonHousing",
+    "energy",
+    "friedman1",
+    "friedman3",
+    "concrete",
+    "wine-quality-red",
+)
+ARMS = ("network", "network + linear")
+FIELDS = ["dataset", "split", "arm", "rmse", "noise_kept", "true_kept", "fit_s"]
+
+
+def _model(p: int, n: int, linear: bool, gen: Any) -> Any:
+    import torch
+    from torch import nn
+
+    from svbnn import mlp_log_lambda_opt
+    from svbnn.nn import SpikeSlabLinear, SpikeSlabMLP
+
+    kw: dict[str, Any] = dict(
+        prior_variance=2.0,
+        log_prior_inclusion=mlp_log_lambda_opt(p, (50,), 1, n),
+        sampler="local",
+        init_inclusion=0.99,
+        generator=gen,
+    )
+
+    class NetworkPlusLinear(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.network = SpikeSlabMLP(p, (50,), 1, fused=False, **kw)
+            self.linear = SpikeSlabLinear(p, 1, **kw) if linear else None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.network(x)
+            return out if self.linear is None else out + self.linear(x)
+
+    return NetworkPlusLinear()
+
+
+def fit_one(d: dict[str, Any], linear: bool, seed: int) -> dict[str, Any]:
+    """One run of one arm on one split; RMSE in the target's units."""
+    import torch
+
+    from svbnn.convergence import default_max_steps
+    from svbnn.objectives import GaussianLikelihood
+    from svbnn.prediction import predictive_mean
+    from svbnn.selection import feature_inclusion
+    from svbnn.training import train
+
+    Xtr, Xte = d["Xtr"], d["Xte"]
+    m, s = Xtr.mean(0), Xtr.std(0)
+    y = d["ytr"].astype(float)
+    ym, ys = y.mean(), y.std()
+    X = torch.tensor((Xtr - m) / s, dtype=torch.float32)
+    Y = torch.tensor((y - ym) / ys, dtype=torch.float32)
+    n, p = X.shape
+    gen = torch.Generator().manual_seed(seed)
+    model = _model(p, n, linear, gen)
+    batch = min(128, n)
+    n_batches = math.ceil(n / batch)
+    epochs = max(round(default_max_steps(n, batch) * 0.5 / n_batches), 20)
+    t = time.perf_counter()
+    train(
+        model,
+        X,
+        Y,
+        GaussianLikelihood(learn_noise=True),
+        epochs=epochs,
+        batch_size=batch,
+        lr=0.025,
+        lr_schedule="cosine",
+        generator=gen,
+        kl_warmup=round(0.25 * epochs * n_batches),
+        kernel_backend="eager",
+        warn_divergence=False,
+    )
+    fit_s = time.perf_counter() - t
+    Xt = torch.tensor((Xte - m) / s, dtype=torch.float32)
+    pred_gen = torch.Generator().manual_seed(seed + 1)
+    mean = predictive_mean(model, Xt, 30, generator=pred_gen).squeeze(-1).double().numpy()
+    rmse = float(np.sqrt(np.mean((mean * ys + ym - d["yte"]) ** 2)))
+    kept = feature_inclusion(model.network) > 0.5
+    if model.linear is not None:
+        kept |= model.linear.inclusion_probs()["weight"].detach().reshape(-1).numpy() > 0.5
+    n_true = d["n_true"] if d["n_true"] is not None else p - NOISE_COLUMNS
+    return dict(
+        rmse=rmse,
+        noise_kept=int(kept[p - NOISE_COLUMNS :].sum()),
+        true_kept=int(kept[:n_true].sum()),
+        fit_s=fit_s,
+    )
+
+
+def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+    lines = [
+        "# A gated linear path beside the network (a lead)",
+        "",
+        f"Command: `{settings['command']}`; CPU: {settings['cpu']}; {settings['date']}; "
+        f"git {settings['git']}; torch {settings['torch']}. One thread. The protocol is "
+        "in the docstring of `benchmarks/linear_path.py`; both arms share each split's "
+        "rows and seed. Means over splits.",
+        "",
+        "| table (train rows) | splits | RMSE network | RMSE network + linear | ratio | "
+        "linear better | noise kept (network / + linear) | fit s (median, each) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in dict.fromkeys(r["dataset"] for r in rows):
+        by = {a: [r for r in rows if r["dataset"] == name and r["arm"] == a] for a in ARMS}
+        if not all(by.values()) or len(by[ARMS[0]]) != len(by[ARMS[1]]):
+            continue
+        a, b = ([float(r["rmse"]) for r in by[arm]] for arm in ARMS)
+        better = sum(y < x for x, y in zip(a, b, strict=True))
+        noise = [statistics.mean(int(r["noise_kept"]) for r in by[arm]) for arm in ARMS]
+        fit = [statistics.median(float(r["fit_s"]) for r in by[arm]) for arm in ARMS]
+        n_train = settings["train_rows"].get(name, "")
+        lines.append(
+            f"| {name} ({n_train}) | {len(a)} | {statistics.mean(a):.4g} | "
+            f"{statistics.mean(b):.4g} | {statistics.mean(b) / statistics.mean(a):.3f} | "
+            f"{better} of {len(a)} | {noise[0]:.1f} / {noise[1]:.1f} | "
+            f"{fit[0]:.1f} / {fit[1]:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    from svbnn.checkpoint import atomic_write_bytes
+
+    atomic_write_bytes(path, text.encode())
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--datasets", nargs="+", default=list(DEFAULT_SETS), choices=DATASETS)
+    ap.add_argument("--max-splits", type=int, default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    settings: dict[str, Any] = dict(
+        command="python -m benchmarks.linear_path " + " ".join(argv or sys.argv[1:]),
+        cpu=_cpu(),
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        git=_git_commit(),
+        torch=torch.__version__,
+        train_rows={},
+    )
+    rows: list[dict[str, Any]] = []
+    for name in args.datasets:
+        splits = n_splits(name) if args.max_splits is None else min(n_splits(name), args.max_splits)
+        for split in range(splits):
+            d = make_split(name, split)
+            settings["train_rows"][name] = len(d["ytr"])
+            if d["kind"] != "regression":
+                raise SystemExit(f"--datasets: {name} is not a regression table")
+            for arm in ARMS:
+                r = fit_one(d, arm != "network", 1000 * split + 7)
+                rows.append(dict(dataset=name, split=split, arm=arm, **r))
+                print(f"{name} split {split} {arm}: RMSE {r['rmse']:.4g}", flush=True)
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+            _write(args.out / "results.csv", buf.getvalue())
+            _write(args.out / "settings.json", json.dumps(settings, indent=1) + "\n")
+            _write(args.out / "report.md", report(rows, settings))
+
+
+if __name__ == "__main__":
+    main()
