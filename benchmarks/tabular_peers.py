@@ -528,6 +528,34 @@ COLUMNS = [
 ]
 
 
+def _at_a_glance(rows: list[dict[str, Any]], done: list[str], method: str) -> str:
+    """One line per data set for ``method`` (the first variant: the defaults): the targets
+    met and the gaps of those missed."""
+    lines = [
+        f"## At a glance: `{method}`\n",
+        "| data set | kind | training rows | targets met | missed (value) |",
+        "|---|---|---|---|---|",
+    ]
+    met_all = n_all = every = 0
+    for d in done:
+        drows = [r for r in rows if r["dataset"] == d]
+        if not any(r["method"] == method for r in drows):
+            continue
+        res = targets(drows, method)
+        met = sum(ok for _, _, ok in res)
+        met_all, n_all, every = met_all + met, n_all + len(res), every + (met == len(res))
+        misses = "; ".join(f"{t}: {val}" for t, val, ok in res if not ok)
+        n_train = max(int(r["n_train"]) for r in drows)
+        lines.append(f"| {d} | {drows[0]['kind']} | {n_train} | {met} of {len(res)} | {misses} |")
+    lines.append("")
+    lines.append(
+        f"`{method}` meets {met_all} of {n_all} targets, every target on {every} of "
+        f"{len(done)} data sets. Each data set's section below has every method's rows "
+        "and every variant's targets.\n\n"
+    )
+    return "\n".join(lines)
+
+
 def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     out = io.StringIO()
     out.write("# The estimators against the usual tools (issue 31)\n\n")
@@ -545,6 +573,7 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     done = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]
     missing = [d for d in settings["datasets"] if d not in done]
     variants = list(settings["variants"])
+    out.write(_at_a_glance(rows, done, variants[0]))
     summary = []
     for d in done:
         drows = [r for r in rows if r["dataset"] == d]
