@@ -98,8 +98,11 @@ def _model(p: int, n: int, linear: bool, gen: Any) -> Any:
     return NetworkPlusLinear()
 
 
-def fit_one(d: dict[str, Any], linear: bool, seed: int) -> dict[str, Any]:
-    """One run of one arm on one split; RMSE in the target's units."""
+def fit_one(
+    d: dict[str, Any], linear: bool, seed: int, max_epochs: int | None = None
+) -> dict[str, Any]:
+    """One run of one arm on one split (at most ``max_epochs``: smoke tests); RMSE in the
+    target's units."""
     import torch
 
     from svbnn.convergence import default_max_steps
@@ -120,6 +123,8 @@ def fit_one(d: dict[str, Any], linear: bool, seed: int) -> dict[str, Any]:
     batch = min(128, n)
     n_batches = math.ceil(n / batch)
     epochs = max(round(default_max_steps(n, batch) * 0.5 / n_batches), 20)
+    if max_epochs is not None:
+        epochs = min(epochs, max_epochs)
     t = time.perf_counter()
     train(
         model,
@@ -198,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--datasets", nargs="+", default=list(DEFAULT_SETS), choices=DATASETS)
     ap.add_argument("--max-splits", type=int, default=None)
+    ap.add_argument("--max-epochs", type=int, default=None, help="cap (smoke tests)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -218,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
             if d["kind"] != "regression":
                 raise SystemExit(f"--datasets: {name} is not a regression table")
             for arm in ARMS:
-                r = fit_one(d, arm != "network", 1000 * split + 7)
+                r = fit_one(d, arm != "network", 1000 * split + 7, args.max_epochs)
                 rows.append(dict(dataset=name, split=split, arm=arm, **r))
                 print(f"{name} split {split} {arm}: RMSE {r['rmse']:.4g}", flush=True)
             buf = io.StringIO()

@@ -255,3 +255,20 @@ def test_small_data_fits_every_setting_and_climbs(capsys: pytest.CaptureFixture[
     assert len(climb) == 2 + 4 * len(small_data.CLIMB_VARIANTS) and all(
         np.isfinite(float(c.split("|")[2])) for c in climb
     )
+
+
+def test_linear_path_fits_both_arms_side_by_side(tmp_path: Path) -> None:
+    from benchmarks import linear_path
+
+    out = tmp_path / "lp"
+    linear_path.main(
+        ["--out", str(out), "--datasets", "regression-20", "--max-splits", "1", "--max-epochs", "2"]
+    )
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["arm"] for r in rows] == list(linear_path.ARMS)
+    for r in rows:
+        assert np.isfinite(float(r["rmse"])) and 0 <= int(r["noise_kept"]) <= 10
+        assert 0 <= int(r["true_kept"]) <= 20
+    assert "| regression-20 (375) | 1 | " in (out / "report.md").read_text()
+    assert json.loads((out / "settings.json").read_text())["train_rows"] == {"regression-20": 375}

@@ -41,6 +41,10 @@ def test_tiny_run_caches_the_peers_and_reports(tmp_path: Path) -> None:
     md = (out / "report.md").read_text()
     for part in ("## wine", "## diabetes", "RMSE <= 1.05x best", "ECE <=", "no collapse"):
         assert part in md, part
+    # The defaults at a glance: a line per data set with its count of targets met.
+    glance = md[md.index("## At a glance: `SVBNN`") : md.index("## wine")]
+    assert "| wine | classification | 134 | " in glance and " of 6 |" in glance
+    assert "| diabetes | regression | 332 | " in glance
     # A rerun of one svbnn variant fits it alone: the peers' rows are the cached ones.
     peers = {(r["dataset"], r["method"]): r["fit_s"] for r in rows if r["method"] != "SVBNN"}
     tp.main([*args, "--no-peers", "--svbnn", 'SVBNN-eb={"max_iter": 3, "prior_inclusion": "eb"}'])
@@ -64,6 +68,10 @@ def test_splits_follow_the_table_size() -> None:
     assert abs(d["Xtr"][:, -10:].std() - 1) < 0.1
     assert not np.array_equal(d["Xtr"][:, -1], tp.make_split("wine", 1)["Xtr"][:, -1])
     assert list(tp.DATASETS)[:3] == ["wine", "yacht", "diabetes"]
+    # regression-20: a linear target of 20 inputs, all of them true.
+    d = tp.make_split("regression-20", 0)
+    assert d["kind"] == "regression" and d["n_true"] is None
+    assert d["Xtr"].shape == (375, 30) and tp.n_splits("regression-20") == 10
 
 
 def test_a_failing_peer_is_a_recorded_result(
