@@ -414,13 +414,13 @@ def run_dataset(name: str, args: argparse.Namespace, variants: dict[str, dict[st
             spec = json.dumps(params, sort_keys=True)
             todo[m] = (spec, svbnn_builder(data["kind"], seed, params))
         new = []
-        for method, (params, build) in todo.items():
-            if (method, params) in have and method not in args.refit:
+        for method, (spec, build) in todo.items():
+            if (method, spec) in have and method not in args.refit:
                 continue
             try:
                 row = evaluate(data, method, build(data["p"]), seed)
             except Exception as err:  # a peer that fails on a split is a result, not a crash
-                if params:  # an svbnn variant's failure is ours: let it show
+                if spec:  # an svbnn variant's failure is ours: let it show
                     raise
                 row = {"method": method, "fit_s": math.nan, "n_train": len(data["ytr"])}
                 row["warnings"] = f"failed: {type(err).__name__}: {err}".replace(";", ",")
@@ -428,7 +428,7 @@ def run_dataset(name: str, args: argparse.Namespace, variants: dict[str, dict[st
                 dataset=name,
                 kind=data["kind"],
                 split=split,
-                params=params,
+                params=spec,
                 n_test=len(data["yte"]),
                 p=data["p"],
             )
