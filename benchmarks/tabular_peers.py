@@ -9,9 +9,9 @@ Protocol (issue 31)
 * Data: scikit-learn's diabetes, breast cancer, wine and digits; Friedman #1-#3
   (``make_friedman1/2/3``, 1,000 rows, noise sd 1, 125 and 0.1); ``make_classification``
   with 2 and 10 classes (1,000 rows, 10 informative inputs); ``make_regression`` with 20
-  informative inputs (``regression-20``: 500 rows, a linear target, noise sd 80 against a
-  signal sd of about 260: many weak and strong linear effects); the nine UCI regression sets
-  of Hernandez-Lobato & Adams (all rows of the first standard split, train and test
+  informative inputs (``regression-20``: 500 rows, a linear target, coefficients 5 to 82,
+  noise sd 80 against a signal sd of about 200); the nine UCI regression sets of
+  Hernandez-Lobato & Adams (all rows of the first standard split, train and test
   together). Every table gets 10 added N(0, 1) columns (the last 10 inputs).
 * Splits: random 75/25, 10 of them when the table has fewer than 1,000 rows, else 3.
   Data sets run in order of size; each in a fresh process (``torch.set_num_threads(1)``,
