@@ -111,11 +111,14 @@ def fit_one(
     from svbnn.selection import feature_inclusion
     from svbnn.training import train
 
-    Xtr, Xte = d["Xtr"], d["Xte"]
-    m, s = Xtr.mean(0), Xtr.std(0)
+    from sklearn.preprocessing import StandardScaler
+
+    # StandardScaler, as the estimators' pipelines: a constant column (naval propulsion
+    # has two) is centred, not divided by 0.
+    scaler = StandardScaler().fit(d["Xtr"])
     y = d["ytr"].astype(float)
     ym, ys = y.mean(), y.std()
-    X = torch.tensor((Xtr - m) / s, dtype=torch.float32)
+    X = torch.tensor(scaler.transform(d["Xtr"]), dtype=torch.float32)
     Y = torch.tensor((y - ym) / ys, dtype=torch.float32)
     n, p = X.shape
     gen = torch.Generator().manual_seed(seed)
@@ -141,7 +144,7 @@ def fit_one(
         warn_divergence=False,
     )
     fit_s = time.perf_counter() - t
-    Xt = torch.tensor((Xte - m) / s, dtype=torch.float32)
+    Xt = torch.tensor(scaler.transform(d["Xte"]), dtype=torch.float32)
     pred_gen = torch.Generator().manual_seed(seed + 1)
     mean = predictive_mean(model, Xt, 30, generator=pred_gen).squeeze(-1).double().numpy()
     rmse = float(np.sqrt(np.mean((mean * ys + ym - d["yte"]) ** 2)))
