@@ -65,6 +65,10 @@ DEFAULT_SETS = (
     "friedman3",
     "concrete",
     "wine-quality-red",
+    "kin8nm",
+    "power-plant",
+    "naval-propulsion-plant",
+    "protein-tertiary-structure",
 )
 ARMS = ("network", "network + linear")
 FIELDS = ["dataset", "split", "arm", "rmse", "noise_kept", "true_kept", "fit_s"]
@@ -104,14 +108,13 @@ def fit_one(
     """One run of one arm on one split (at most ``max_epochs``: smoke tests); RMSE in the
     target's units."""
     import torch
+    from sklearn.preprocessing import StandardScaler
 
     from svbnn.convergence import default_max_steps
     from svbnn.objectives import GaussianLikelihood
     from svbnn.prediction import predictive_mean
     from svbnn.selection import feature_inclusion
     from svbnn.training import train
-
-    from sklearn.preprocessing import StandardScaler
 
     # StandardScaler, as the estimators' pipelines: a constant column (naval propulsion
     # has two) is centred, not divided by 0.
