@@ -24,7 +24,8 @@ the cosine schedule over half of :func:`svbnn.convergence.default_max_steps`, mi
 of 128, the KL's weight rising over the first quarter of the steps, a learned noise
 level, ``prior_variance=2``, initial ``phi`` 0.99; trained by
 :func:`svbnn.training.train` on the eager kernels (svbnn's native loops run a chain of
-layers, not a sum of two), no stopping rule, no held-out noise run. Predictions: the mean
+layers, not a sum of two; each layer holds its own parameters, ``fused=False``), no
+stopping rule, no held-out noise run. Predictions: the mean
 of 30 exact posterior draws (:func:`svbnn.prediction.predictive_mean`). Reported per
 table: the test RMSE of each (mean over splits), their ratio, the paired differences'
 sign count, and the added noise columns kept (an input counts as kept when its
