@@ -26,9 +26,11 @@ level, ``prior_variance=2``, initial ``phi`` 0.99; trained by
 :func:`svbnn.training.train` on the eager kernels (svbnn's native loops run a chain of
 layers, not a sum of two; each layer holds its own parameters, ``fused=False``), no
 stopping rule, no held-out noise run. Predictions: the mean
-of 30 exact posterior draws (:func:`svbnn.prediction.predictive_mean`). Reported per
-table: the test RMSE of each (mean over splits), their ratio, the paired differences'
-sign count, and the added noise columns kept (an input counts as kept when its
+of 30 exact posterior draws (:func:`svbnn.prediction.sample_outputs`), the predictive sd
+from their spread and the learned noise level. Reported per table, means over splits:
+the test RMSE of each, their ratio and the paired differences' sign count, the Gaussian
+NLL per datum and the coverage of the 95% interval (mean +- 1.96 sd), and the added
+noise columns kept (an input counts as kept when its
 ``feature_inclusion`` through the network or its linear gate's ``phi`` is above 0.5).
 """
 
@@ -50,6 +52,7 @@ import numpy as np
 from benchmarks.tabular_peers import (
     DATASETS,
     NOISE_COLUMNS,
+    Z95,
     _cpu,
     _git_commit,
     make_split,
@@ -72,7 +75,7 @@ DEFAULT_SETS = (
     "protein-tertiary-structure",
 )
 ARMS = ("network", "network + linear")
-FIELDS = ["dataset", "split", "arm", "rmse", "noise_kept", "true_kept", "fit_s"]
+FIELDS = ["dataset", "split", "arm", "rmse", "nll", "coverage", "noise_kept", "true_kept", "fit_s"]
 
 
 def _model(p: int, n: int, linear: bool, gen: Any) -> Any:
@@ -113,7 +116,7 @@ def fit_one(
 
     from svbnn.convergence import default_max_steps
     from svbnn.objectives import GaussianLikelihood
-    from svbnn.prediction import predictive_mean
+    from svbnn.prediction import sample_outputs
     from svbnn.selection import feature_inclusion
     from svbnn.training import train
 
@@ -133,11 +136,12 @@ def fit_one(
     if max_epochs is not None:
         epochs = min(epochs, max_epochs)
     t = time.perf_counter()
+    likelihood = GaussianLikelihood(learn_noise=True)
     train(
         model,
         X,
         Y,
-        GaussianLikelihood(learn_noise=True),
+        likelihood,
         epochs=epochs,
         batch_size=batch,
         lr=0.025,
@@ -150,14 +154,23 @@ def fit_one(
     fit_s = time.perf_counter() - t
     Xt = torch.tensor(scaler.transform(d["Xte"]), dtype=torch.float32)
     pred_gen = torch.Generator().manual_seed(seed + 1)
-    mean = predictive_mean(model, Xt, 30, generator=pred_gen).squeeze(-1).double().numpy()
-    rmse = float(np.sqrt(np.mean((mean * ys + ym - d["yte"]) ** 2)))
+    draws = sample_outputs(model, Xt, 30, generator=pred_gen).squeeze(-1).double().numpy()
+    mean = draws.mean(0) * ys + ym
+    # The predictive sd: the draws' spread and the learned noise, in the target's units.
+    noise = float(torch.as_tensor(likelihood.noise_std).detach())
+    sd = np.sqrt(draws.var(0) + noise**2) * ys
+    err = d["yte"] - mean
+    rmse = float(np.sqrt(np.mean(err**2)))
+    nll = float(np.mean(0.5 * np.log(2 * np.pi * sd**2) + 0.5 * (err / sd) ** 2))
+    coverage = float(np.mean(np.abs(err) <= Z95 * sd))
     kept = feature_inclusion(model.network) > 0.5
     if model.linear is not None:
         kept |= model.linear.inclusion_probs()["weight"].detach().reshape(-1).numpy() > 0.5
     n_true = d["n_true"] if d["n_true"] is not None else p - NOISE_COLUMNS
     return dict(
         rmse=rmse,
+        nll=nll,
+        coverage=coverage,
         noise_kept=int(kept[p - NOISE_COLUMNS :].sum()),
         true_kept=int(kept[:n_true].sum()),
         fit_s=fit_s,
@@ -174,8 +187,9 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         "rows and seed. Means over splits.",
         "",
         "| table (train rows) | splits | RMSE network | RMSE network + linear | ratio | "
-        "linear better | noise kept (network / + linear) | fit s (median, each) |",
-        "|---|---|---|---|---|---|---|---|",
+        "linear better | NLL (network / + linear) | 95% coverage (network / + linear) | "
+        "noise kept (network / + linear) | fit s (median, each) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in dict.fromkeys(r["dataset"] for r in rows):
         by = {a: [r for r in rows if r["dataset"] == name and r["arm"] == a] for a in ARMS}
@@ -184,12 +198,15 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         a, b = ([float(r["rmse"]) for r in by[arm]] for arm in ARMS)
         better = sum(y < x for x, y in zip(a, b, strict=True))
         noise = [statistics.mean(int(r["noise_kept"]) for r in by[arm]) for arm in ARMS]
+        nll = [statistics.mean(float(r["nll"]) for r in by[arm]) for arm in ARMS]
+        cover = [statistics.mean(float(r["coverage"]) for r in by[arm]) for arm in ARMS]
         fit = [statistics.median(float(r["fit_s"]) for r in by[arm]) for arm in ARMS]
         n_train = settings["train_rows"].get(name, "")
         lines.append(
             f"| {name} ({n_train}) | {len(a)} | {statistics.mean(a):.4g} | "
             f"{statistics.mean(b):.4g} | {statistics.mean(b) / statistics.mean(a):.3f} | "
-            f"{better} of {len(a)} | {noise[0]:.1f} / {noise[1]:.1f} | "
+            f"{better} of {len(a)} | {nll[0]:.3f} / {nll[1]:.3f} | "
+            f"{cover[0]:.3f} / {cover[1]:.3f} | {noise[0]:.1f} / {noise[1]:.1f} | "
             f"{fit[0]:.1f} / {fit[1]:.1f} |"
         )
     return "\n".join(lines) + "\n"
