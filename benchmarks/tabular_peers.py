@@ -44,7 +44,9 @@ Protocol (issue 31)
 ``results.csv`` holds one row per (data set, split, method) and is the cache: a rerun
 fits only the rows it lacks (``--refit NAME`` refits a method), so a rerun of svbnn alone
 does not refit the peers. It is rewritten atomically after every split, with
-``report.md`` (the targets and their gaps, the missing data sets).
+``report.md`` (first, one line per data set for the first ``--svbnn`` variant: its
+targets met and the gaps of those missed; then each data set's rows and every
+variant's targets, and the missing data sets).
 """
 
 from __future__ import annotations
