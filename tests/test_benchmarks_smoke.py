@@ -270,6 +270,7 @@ def test_linear_path_fits_both_arms_side_by_side(tmp_path: Path) -> None:
     for r in rows:
         assert np.isfinite(float(r["rmse"])) and 0 <= int(r["noise_kept"]) <= 10
         assert np.isfinite(float(r["nll"])) and 0 <= float(r["coverage"]) <= 1
+        assert np.isfinite(float(r["final_loss"]))
         assert 0 <= int(r["true_kept"]) <= 20
     assert "| regression-20 (375) | 1 | " in (out / "report.md").read_text()
     assert json.loads((out / "settings.json").read_text())["train_rows"] == {"regression-20": 375}
