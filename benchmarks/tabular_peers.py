@@ -530,9 +530,15 @@ COLUMNS = [
 ]
 
 
-def _at_a_glance(rows: list[dict[str, Any]], done: list[str], method: str) -> str:
+def _at_a_glance(
+    rows: list[dict[str, Any]],
+    checked: dict[tuple[str, str], list[tuple[str, str, bool]]],
+    done: list[str],
+    method: str,
+) -> str:
     """One line per data set for ``method`` (the first variant: the defaults): the targets
-    met and the gaps of those missed."""
+    met and the gaps of those missed; ``checked``: :func:`targets` per (data set,
+    variant)."""
     lines = [
         f"## At a glance: `{method}`\n",
         "| data set | kind | training rows | targets met | missed (value) |",
@@ -540,10 +546,10 @@ def _at_a_glance(rows: list[dict[str, Any]], done: list[str], method: str) -> st
     ]
     met_all = n_all = every = 0
     for d in done:
-        drows = [r for r in rows if r["dataset"] == d]
-        if not any(r["method"] == method for r in drows):
+        if (d, method) not in checked:
             continue
-        res = targets(drows, method)
+        drows = [r for r in rows if r["dataset"] == d]
+        res = checked[d, method]
         met = sum(ok for _, _, ok in res)
         met_all, n_all, every = met_all + met, n_all + len(res), every + (met == len(res))
         misses = "; ".join(f"{t}: {val}" for t, val, ok in res if not ok)
@@ -575,7 +581,13 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     done = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]
     missing = [d for d in settings["datasets"] if d not in done]
     variants = list(settings["variants"])
-    out.write(_at_a_glance(rows, done, variants[0]))
+    checked = {
+        (d, v): targets([r for r in rows if r["dataset"] == d], v)
+        for d in done
+        for v in variants
+        if any(r["dataset"] == d and r["method"] == v for r in rows)
+    }
+    out.write(_at_a_glance(rows, checked, done, variants[0]))
     summary = []
     for d in done:
         drows = [r for r in rows if r["dataset"] == d]
@@ -605,7 +617,7 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         for v in variants:
             if v not in by:
                 continue
-            res = targets(drows, v)
+            res = checked[d, v]
             met = sum(ok for _, _, ok in res)
             out.write(f"{v}: {met} of {len(res)} targets met.\n\n")
             for t, val, ok in res:
