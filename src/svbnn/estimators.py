@@ -611,7 +611,9 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 f"predictive must be False, True, 'draws' or 'moments', got {predictive!r}"
             )
         if return_std and predictive is False:
-            raise ValueError("return_std=True needs predictive=True (the posterior draws)")
+            raise ValueError(
+                "return_std=True needs a predictive export (predictive=True, 'draws' or 'moments')"
+            )
         if predictive == "moments":
             module = self.export_moments(return_std=return_std)
         elif predictive:
