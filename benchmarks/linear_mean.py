@@ -152,9 +152,7 @@ def fit_split(d: dict[str, Any], seed: int, max_iter: Any = "auto") -> list[dict
         fit_s = time.perf_counter() - t
         mean, sd = est.predict(Xt, return_std=True)
         t = time.perf_counter()
-        cv = cross_val_predict(
-            ARDRegression(), X, y, cv=KFold(5, shuffle=True, random_state=seed)
-        )
+        cv = cross_val_predict(ARDRegression(), X, y, cv=KFold(5, shuffle=True, random_state=seed))
         cv_s = time.perf_counter() - t
         q = float(np.sqrt(np.mean((cv - y) ** 2))) / est.noise_std_
         kept = np.asarray(est.selected_features_)
@@ -210,14 +208,14 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         if not all(by.values()) or len(by[ARMS[0]]) != len(by[ARMS[1]]):
             continue
 
-        def mean(arm: str, key: str) -> float:
+        def mean(arm: str, key: str, by: dict[str, list[dict[str, Any]]] = by) -> float:
             return statistics.mean(float(r[key]) for r in by[arm])
 
         pairs = list(zip(by[ARMS[0]], by[ARMS[1]], strict=True))
         qs = [float(a["q"]) for a, _ in pairs]
         chosen = [b if float(a["q"]) <= RULE else a for a, b in pairs]
         rule_s = [
-            float(a["fit_s"]) + float(a["cv_s"]) + (float(b["fit_s"]) if float(a["q"]) <= RULE else 0)
+            float(a["fit_s"]) + float(a["cv_s"]) + (float(b["fit_s"]) * (float(a["q"]) <= RULE))
             for a, b in pairs
         ]
         n_lin = sum(float(a["q"]) <= RULE for a, _ in pairs)
@@ -258,8 +256,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.report_only:
         with open(args.out / "results.csv") as f:
             saved = list(csv.DictReader(f))
-        settings = json.loads((args.out / "settings.json").read_text())
-        _write(args.out / "report.md", report(saved, settings))
+        kept = json.loads((args.out / "settings.json").read_text())
+        _write(args.out / "report.md", report(saved, kept))
         return
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -274,3 +274,46 @@ def test_linear_path_fits_both_arms_side_by_side(tmp_path: Path) -> None:
         assert 0 <= int(r["true_kept"]) <= 20
     assert "| regression-20 (375) | 1 | " in (out / "report.md").read_text()
     assert json.loads((out / "settings.json").read_text())["train_rows"] == {"regression-20": 375}
+
+
+def test_linear_mean_fits_both_arms_and_rewrites_its_report(tmp_path: Path) -> None:
+    from benchmarks import linear_mean
+
+    out = tmp_path / "lm"
+    argv = ["--out", str(out), "--datasets", "regression-20", "--max-splits", "1"]
+    linear_mean.main([*argv, "--max-iter", "2"])
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["arm"] for r in rows] == list(linear_mean.ARMS)
+    for r in rows:
+        assert np.isfinite(float(r["rmse"])) and 0 <= int(r["noise_kept"]) <= 10
+        assert np.isfinite(float(r["nll"])) and 0 <= float(r["coverage"]) <= 1
+        assert 0 <= int(r["true_kept"]) <= 20 and float(r["q"]) > 0
+    assert rows[0]["q"] == rows[1]["q"]  # one q per split, from the defaults' fit
+    report = (out / "report.md").read_text()
+    assert "| regression-20 (375) | 1 | " in report
+    (out / "report.md").unlink()
+    linear_mean.main([*argv, "--report-only"])
+    assert (out / "report.md").read_text() == report
+
+
+def test_sparse_linear_mean_keeps_the_linear_inputs() -> None:
+    # Two linear inputs and six null ones, 20 draws: the linear inputs are always kept,
+    # with their coefficients; a null input passes the 2.5-sd threshold with probability
+    # about 2 P(Z > 2.5) = 0.012, so 9 or more passes of 120 (expected 1.5) has
+    # probability below 1e-4. Pure noise gives no linear mean.
+    from benchmarks.linear_mean import sparse_linear_mean
+
+    passes = 0
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        X = rng.standard_normal((400, 8))
+        y = 3 * X[:, 0] - 2 * X[:, 3] + 0.5 * rng.standard_normal(400)
+        cols, lin = sparse_linear_mean(X, y)
+        assert {0, 3} <= set(cols.tolist())
+        coef = dict(zip(cols.tolist(), lin.coef_, strict=True))
+        assert abs(coef[0] - 3) < 0.15 and abs(coef[3] + 2) < 0.15
+        passes += len(cols) - 2
+    assert passes <= 8
+    cols, lin = sparse_linear_mean(X, np.random.default_rng(99).standard_normal(400))
+    assert lin is None and cols.size == 0
