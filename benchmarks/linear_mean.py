@@ -23,13 +23,20 @@ side by side on the same rows and seed:
   linear mean plus the network's; the predictive sd from the network's (noise included)
   and the linear mean's posterior variance (its ``return_std`` less its noise
   ``1 / alpha_``). Inputs kept: the linear mean's and the network's
-  ``selected_features_``.
+  ``selected_features_``. Where the network explains nothing of the residuals (training
+  R^2 at most ``NETWORK_R2``, the regressor's ``CollapseWarning`` threshold: on a linear
+  table they are noise, and the inputs such a fit keeps are chance), the model is the
+  linear mean alone: its prediction, its predictive sd (noise included) and its inputs.
 
 And a rule that chooses between them per split from what a fit of the defaults already
 knows: ``q``, ``ARDRegression``'s 5-fold cross-validated RMSE on the training rows over
 the defaults' ``noise_std_``; the linear mean where ``q <= RULE`` (a linear model whose
 held-out error is within the noise the network itself estimates). Its fit time is the
 defaults', the cross-validation's and, where chosen, the linear-mean arm's.
+
+With ``--peers CSV`` (the tabular-peers benchmark's ``results.csv``) the report adds the
+defaults' and the rule's RMSE as multiples of the best peer's and their NLL above the best
+peer's, each peer's mean taken over the same splits.
 
 Reported per table, means over splits: each arm's test RMSE, their ratio, the Gaussian
 NLL per datum and the coverage of the 95% interval (mean +- 1.96 predictive sd, for both
@@ -85,6 +92,9 @@ ARMS = ("defaults", "linear mean")
 Z_KEEP = 2.5
 """An input joins the linear mean when ARD's posterior mean coefficient is more than this
 many posterior sds from 0."""
+NETWORK_R2 = 0.02
+"""The linear mean stands alone where the network's training R^2 on its residuals is at
+most this (the regressor's ``CollapseWarning`` threshold)."""
 RULE = 1.0
 """The rule takes the linear mean where ``q`` (ARD's cross-validated RMSE over the
 defaults' ``noise_std_``) is at most this."""
@@ -100,6 +110,7 @@ FIELDS = [
     "fit_s",
     "q",
     "cv_s",
+    "network_dropped",
 ]
 
 
@@ -156,32 +167,58 @@ def fit_split(d: dict[str, Any], seed: int, max_iter: Any = "auto") -> list[dict
         cv_s = time.perf_counter() - t
         q = float(np.sqrt(np.mean((cv - y) ** 2))) / est.noise_std_
         kept = np.asarray(est.selected_features_)
-        rows.append(dict(arm=ARMS[0], fit_s=fit_s, q=q, cv_s=cv_s, **_metrics(d, mean, sd, kept)))
+        first = dict(arm=ARMS[0], fit_s=fit_s, q=q, cv_s=cv_s, network_dropped=False)
+        rows.append({**first, **_metrics(d, mean, sd, kept)})
 
         t = time.perf_counter()
         cols, lin = sparse_linear_mean(X, y)
-        base, base_t, epi = np.zeros(len(y)), np.zeros(len(Xt)), np.zeros(len(Xt))
+        base, base_t, s = np.zeros(len(y)), np.zeros(len(Xt)), np.zeros(len(Xt))
         if lin is not None:
             base = lin.predict(X[:, cols])
             base_t, s = lin.predict(Xt[:, cols], return_std=True)
-            epi = np.maximum(s**2 - 1.0 / lin.alpha_, 0.0)
         net = SVBNNRegressor(random_state=seed, max_iter=max_iter).fit(X, y - base)
         fit_s = time.perf_counter() - t
-        mean, sd = net.predict(Xt, return_std=True)
-        kept = np.union1d(cols, net.selected_features_)
-        rows.append(
-            dict(
-                arm=ARMS[1],
-                fit_s=fit_s,
-                q=q,
-                cv_s=cv_s,
-                **_metrics(d, base_t + mean, np.sqrt(sd**2 + epi), kept),
-            )
-        )
+        dropped = lin is not None and net.score(X, y - base) <= NETWORK_R2
+        if dropped:
+            mean, sd, kept = base_t, s, cols
+        else:
+            mean, sd = net.predict(Xt, return_std=True)
+            epi = 0.0 if lin is None else np.maximum(s**2 - 1.0 / lin.alpha_, 0.0)
+            mean, sd = base_t + mean, np.sqrt(sd**2 + epi)
+            kept = np.union1d(cols, net.selected_features_)
+        second = dict(arm=ARMS[1], fit_s=fit_s, q=q, cv_s=cv_s, network_dropped=dropped)
+        rows.append({**second, **_metrics(d, mean, sd, kept)})
     return rows
 
 
+def _best_peers(
+    path: str, name: str, splits: set[int]
+) -> tuple[tuple[str, float], tuple[str, float]] | None:
+    """The best peer's mean RMSE and mean NLL on ``name``'s ``splits`` (each ``(method,
+    value)``) in a tabular-peers ``results.csv``; ``None`` where it has none."""
+    with open(path) as f:
+        peers = [
+            r
+            for r in csv.DictReader(f)
+            if r["dataset"] == name
+            and int(r["split"]) in splits
+            and not r["method"].startswith("SVBNN")
+        ]
+    best: list[tuple[str, float]] = []
+    for key in ("rmse", "nll"):
+        by: dict[str, list[float]] = {}
+        for r in peers:
+            if r[key]:
+                by.setdefault(r["method"], []).append(float(r[key]))
+        full = {m: statistics.mean(v) for m, v in by.items() if len(v) == len(splits)}
+        if not full:
+            return None
+        best.append(min(full.items(), key=lambda kv: kv[1]))
+    return best[0], best[1]
+
+
 def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+    peers = settings.get("peers")
     lines = [
         "# The regressor on the residuals of a sparse linear mean (a lead)",
         "",
@@ -193,9 +230,15 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         "| table (train rows) | splits | RMSE defaults | RMSE linear mean | ratio | "
         "NLL (defaults / linear mean) | 95% coverage (defaults / linear mean) | "
         "noise kept (defaults / linear mean) | real inputs kept (defaults / linear mean) | "
+        "linear mean alone | "
         "q (min-max) | rule: linear mean chosen, RMSE, NLL | "
-        "fit s, median (defaults / linear mean / rule) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "fit s, median (defaults / linear mean / rule) |"
+        + (
+            " RMSE x best peer (defaults / rule) | NLL - best peer (defaults / rule) |"
+            if peers
+            else ""
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if peers else ""),
     ]
     for name in dict.fromkeys(r["dataset"] for r in rows):
         by = {
@@ -227,11 +270,23 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
             f"{mean(ARMS[0], 'coverage'):.3f} / {mean(ARMS[1], 'coverage'):.3f} | "
             f"{mean(ARMS[0], 'noise_kept'):.1f} / {mean(ARMS[1], 'noise_kept'):.1f} | "
             f"{mean(ARMS[0], 'true_kept'):.1f} / {mean(ARMS[1], 'true_kept'):.1f} | "
+            f"{sum(str(b['network_dropped']) == 'True' for _, b in pairs)} of {len(pairs)} | "
             f"{min(qs):.2f}-{max(qs):.2f} | {n_lin} of {len(pairs)}, "
             f"{statistics.mean(float(r['rmse']) for r in chosen):.4g}, "
             f"{statistics.mean(float(r['nll']) for r in chosen):.3f} | "
             f"{fit[0]:.1f} / {fit[1]:.1f} / {statistics.median(rule_s):.1f} |"
         )
+        best = _best_peers(peers, name, {int(a["split"]) for a, _ in pairs}) if peers else None
+        if peers:
+            rule_rmse = statistics.mean(float(r["rmse"]) for r in chosen)
+            rule_nll = statistics.mean(float(r["nll"]) for r in chosen)
+            lines[-1] += (
+                " | |"
+                if best is None
+                else f" {ra / best[0][1]:.3f} / {rule_rmse / best[0][1]:.3f} ({best[0][0]}) | "
+                f"{mean(ARMS[0], 'nll') - best[1][1]:+.3f} / {rule_nll - best[1][1]:+.3f} "
+                f"({best[1][0]}) |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -252,11 +307,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-splits", type=int, default=None)
     ap.add_argument("--max-iter", type=int, default=None, help="the regressor's (smoke tests)")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--peers", type=Path, default=None, help="tabular-peers results.csv")
     args = ap.parse_args(argv)
     if args.report_only:
         with open(args.out / "results.csv") as f:
             saved = list(csv.DictReader(f))
         kept = json.loads((args.out / "settings.json").read_text())
+        if args.peers is not None:
+            kept["peers"] = str(args.peers)
         _write(args.out / "report.md", report(saved, kept))
         return
     torch.set_num_threads(1)
@@ -268,6 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         git=_git_commit(),
         torch=torch.__version__,
         train_rows={},
+        peers=None if args.peers is None else str(args.peers),
     )
     rows: list[dict[str, Any]] = []
     for name in args.datasets:

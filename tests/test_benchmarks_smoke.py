@@ -289,6 +289,7 @@ def test_linear_mean_fits_both_arms_and_rewrites_its_report(tmp_path: Path) -> N
         assert np.isfinite(float(r["rmse"])) and 0 <= int(r["noise_kept"]) <= 10
         assert np.isfinite(float(r["nll"])) and 0 <= float(r["coverage"]) <= 1
         assert 0 <= int(r["true_kept"]) <= 20 and float(r["q"]) > 0
+    assert rows[0]["network_dropped"] == "False" and rows[1]["network_dropped"] in ("True", "False")
     assert rows[0]["q"] == rows[1]["q"]  # one q per split, from the defaults' fit
     report = (out / "report.md").read_text()
     assert "| regression-20 (375) | 1 | " in report
