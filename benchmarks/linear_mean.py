@@ -42,8 +42,8 @@ Reported per table, means over splits: each arm's test RMSE, their ratio, the Ga
 NLL per datum and the coverage of the 95% interval (mean +- 1.96 predictive sd, for both
 arms; the tabular-peers report's ``SVBNN`` coverage is the regressor's
 ``predict_prediction_interval``, from posterior draws), the added noise columns and the
-real inputs kept, the range of ``q``, the rule's choices, RMSE and NLL, and median fit
-times.
+real inputs kept, the range of ``q``, the rule's choices, RMSE, NLL and noise columns
+kept, and median fit times.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         "NLL (defaults / linear mean) | 95% coverage (defaults / linear mean) | "
         "noise kept (defaults / linear mean) | real inputs kept (defaults / linear mean) | "
         "linear mean alone | "
-        "q (min-max) | rule: linear mean chosen, RMSE, NLL | "
+        "q (min-max) | rule: linear mean chosen, RMSE, NLL, noise kept | "
         "fit s, median (defaults / linear mean / rule) |"
         + (
             " RMSE x best peer (defaults / rule) | NLL - best peer (defaults / rule) |"
@@ -273,7 +273,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
             f"{sum(str(b['network_dropped']) == 'True' for _, b in pairs)} of {len(pairs)} | "
             f"{min(qs):.2f}-{max(qs):.2f} | {n_lin} of {len(pairs)}, "
             f"{statistics.mean(float(r['rmse']) for r in chosen):.4g}, "
-            f"{statistics.mean(float(r['nll']) for r in chosen):.3f} | "
+            f"{statistics.mean(float(r['nll']) for r in chosen):.3f}, "
+            f"{statistics.mean(int(r['noise_kept']) for r in chosen):.1f} | "
             f"{fit[0]:.1f} / {fit[1]:.1f} / {statistics.median(rule_s):.1f} |"
         )
         best = _best_peers(peers, name, {int(a["split"]) for a, _ in pairs}) if peers else None
