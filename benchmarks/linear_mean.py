@@ -50,12 +50,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import statistics
 import time
 import warnings
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -65,29 +63,14 @@ from numpy.typing import NDArray
 from benchmarks.tabular_peers import (
     DATASETS,
     NOISE_COLUMNS,
+    REGRESSION_TABLES,
     Z95,
-    _cpu,
-    _git_commit,
-    make_split,
-    n_splits,
+    lead_settings,
+    regression_splits,
+    save_run,
 )
+from svbnn_experiments.files import atomic_write_text
 
-DEFAULT_SETS = (
-    "regression-20",
-    "yacht",
-    "diabetes",
-    "bostonHousing",
-    "energy",
-    "friedman1",
-    "friedman2",
-    "friedman3",
-    "concrete",
-    "wine-quality-red",
-    "kin8nm",
-    "power-plant",
-    "naval-propulsion-plant",
-    "protein-tertiary-structure",
-)
 ARMS = ("defaults", "linear mean")
 Z_KEEP = 2.5
 """An input joins the linear mean when ARD's posterior mean coefficient is more than this
@@ -291,12 +274,6 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    from svbnn.checkpoint import atomic_write_bytes
-
-    atomic_write_bytes(path, text.encode())
-
-
 def main(argv: list[str] | None = None) -> None:
     import sys
 
@@ -304,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--datasets", nargs="+", default=list(DEFAULT_SETS), choices=DATASETS)
+    ap.add_argument("--datasets", nargs="+", default=list(REGRESSION_TABLES), choices=DATASETS)
     ap.add_argument("--max-splits", type=int, default=None)
     ap.add_argument("--max-iter", type=int, default=None, help="the regressor's (smoke tests)")
     ap.add_argument("--report-only", action="store_true")
@@ -316,41 +293,23 @@ def main(argv: list[str] | None = None) -> None:
         kept = json.loads((args.out / "settings.json").read_text())
         if args.peers is not None:
             kept["peers"] = str(args.peers)
-        _write(args.out / "report.md", report(saved, kept))
+        atomic_write_text(args.out / "report.md", report(saved, kept))
         return
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = dict(
-        command="python -m benchmarks.linear_mean " + " ".join(argv or sys.argv[1:]),
-        cpu=_cpu(),
-        date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        git=_git_commit(),
-        torch=torch.__version__,
-        train_rows={},
-        peers=None if args.peers is None else str(args.peers),
-    )
+    settings = lead_settings("benchmarks.linear_mean", argv or sys.argv[1:])
+    settings["peers"] = None if args.peers is None else str(args.peers)
     rows: list[dict[str, Any]] = []
-    for name in args.datasets:
-        splits = n_splits(name) if args.max_splits is None else min(n_splits(name), args.max_splits)
-        for split in range(splits):
-            d = make_split(name, split)
-            if d["kind"] != "regression":
-                raise SystemExit(f"--datasets: {name} is not a regression table")
-            settings["train_rows"][name] = len(d["ytr"])
-            got = fit_split(d, 1000 * split + 7, args.max_iter or "auto")
-            rows.extend(dict(dataset=name, split=split, **r) for r in got)
-            print(
-                f"{name} split {split}: RMSE {got[0]['rmse']:.4g} / {got[1]['rmse']:.4g}, "
-                f"q {got[0]['q']:.3f}",
-                flush=True,
-            )
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, FIELDS)
-            w.writeheader()
-            w.writerows(rows)
-            _write(args.out / "results.csv", buf.getvalue())
-            _write(args.out / "settings.json", json.dumps(settings, indent=1) + "\n")
-            _write(args.out / "report.md", report(rows, settings))
+    for name, split, d in regression_splits(args.datasets, args.max_splits):
+        settings["train_rows"][name] = len(d["ytr"])
+        got = fit_split(d, 1000 * split + 7, args.max_iter or "auto")
+        rows.extend(dict(dataset=name, split=split, **r) for r in got)
+        print(
+            f"{name} split {split}: RMSE {got[0]['rmse']:.4g} / {got[1]['rmse']:.4g}, "
+            f"q {got[0]['q']:.3f}",
+            flush=True,
+        )
+        save_run(args.out, FIELDS, rows, settings, report)
 
 
 if __name__ == "__main__":

@@ -39,13 +39,9 @@ by the ELBO would give. Inputs kept (an input counts as kept when its
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
 import math
 import statistics
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +51,9 @@ from benchmarks.tabular_peers import (
     DATASETS,
     NOISE_COLUMNS,
     Z95,
-    _cpu,
-    _git_commit,
-    make_split,
-    n_splits,
+    lead_settings,
+    regression_splits,
+    save_run,
 )
 
 DEFAULT_SETS = (
@@ -233,12 +228,6 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    from svbnn.checkpoint import atomic_write_bytes
-
-    atomic_write_bytes(path, text.encode())
-
-
 def main(argv: list[str] | None = None) -> None:
     import sys
 
@@ -252,33 +241,15 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = dict(
-        command="python -m benchmarks.linear_path " + " ".join(argv or sys.argv[1:]),
-        cpu=_cpu(),
-        date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        git=_git_commit(),
-        torch=torch.__version__,
-        train_rows={},
-    )
+    settings = lead_settings("benchmarks.linear_path", argv or sys.argv[1:])
     rows: list[dict[str, Any]] = []
-    for name in args.datasets:
-        splits = n_splits(name) if args.max_splits is None else min(n_splits(name), args.max_splits)
-        for split in range(splits):
-            d = make_split(name, split)
-            settings["train_rows"][name] = len(d["ytr"])
-            if d["kind"] != "regression":
-                raise SystemExit(f"--datasets: {name} is not a regression table")
-            for arm in ARMS:
-                r = fit_one(d, arm != "network", 1000 * split + 7, args.max_epochs)
-                rows.append(dict(dataset=name, split=split, arm=arm, **r))
-                print(f"{name} split {split} {arm}: RMSE {r['rmse']:.4g}", flush=True)
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, FIELDS)
-            w.writeheader()
-            w.writerows(rows)
-            _write(args.out / "results.csv", buf.getvalue())
-            _write(args.out / "settings.json", json.dumps(settings, indent=1) + "\n")
-            _write(args.out / "report.md", report(rows, settings))
+    for name, split, d in regression_splits(args.datasets, args.max_splits):
+        settings["train_rows"][name] = len(d["ytr"])
+        for arm in ARMS:
+            r = fit_one(d, arm != "network", 1000 * split + 7, args.max_epochs)
+            rows.append(dict(dataset=name, split=split, arm=arm, **r))
+            print(f"{name} split {split} {arm}: RMSE {r['rmse']:.4g}", flush=True)
+        save_run(args.out, FIELDS, rows, settings, report)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,8 @@ SIZES = {
     "protein-tertiary-structure": 45730,
 }
 DATASETS = tuple(sorted(SIZES, key=lambda k: (SIZES[k], k)))
+CLASSIFICATION_TABLES = ("wine", "breast-cancer", "classification-2", "classification-10", "digits")
+REGRESSION_TABLES = tuple(n for n in DATASETS if n not in CLASSIFICATION_TABLES)
 NOISE_COLUMNS = 10
 GP_ROWS = 1000
 Z95 = 1.959963984540054
@@ -656,6 +658,56 @@ def _cpu() -> str:
         if line.startswith("Model name:"):
             return line.split(":", 1)[1].strip()
     return "unknown"
+
+
+# -- the lead harnesses' runs (benchmarks.linear_path, benchmarks.linear_mean) ------------
+def lead_settings(module: str, argv: list[str]) -> dict[str, Any]:
+    """A lead harness's ``settings.json``: its command, the CPU, date, git commit and torch
+    version, and ``train_rows`` per table (filled by :func:`regression_splits`' caller)."""
+    import torch
+
+    return dict(
+        command=f"python -m {module} " + " ".join(argv),
+        cpu=_cpu(),
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        git=_git_commit(),
+        torch=torch.__version__,
+        train_rows={},
+    )
+
+
+def regression_splits(
+    names: list[str], max_splits: int | None
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """``(name, split, data)`` for each split of each table (:func:`make_split`), at most
+    ``max_splits`` a table; a classification table is a ``--datasets`` error."""
+    for name in names:
+        splits = n_splits(name) if max_splits is None else min(n_splits(name), max_splits)
+        for split in range(splits):
+            d = make_split(name, split)
+            if d["kind"] != "regression":
+                raise SystemExit(f"--datasets: {name} is not a regression table")
+            yield name, split, d
+
+
+def save_run(
+    out: Path,
+    fields: list[str],
+    rows: list[dict[str, Any]],
+    settings: dict[str, Any],
+    report: Callable[[list[dict[str, Any]], dict[str, Any]], str],
+) -> None:
+    """A lead harness's run so far: ``results.csv`` (columns ``fields``), ``settings.json``
+    and ``report.md``, each written atomically."""
+    from svbnn_experiments.files import atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fields)
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out / "results.csv", buf.getvalue())
+    atomic_write_text(out / "settings.json", json.dumps(settings, indent=1) + "\n")
+    atomic_write_text(out / "report.md", report(rows, settings))
 
 
 def _parser() -> argparse.ArgumentParser:

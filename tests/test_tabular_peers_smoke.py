@@ -95,3 +95,21 @@ def test_a_failing_peer_is_a_recorded_result(
     md = (out / "report.md").read_text()
     assert "- NGBoost failed on split 0: ValueError: Input y contains infinity" in md
     assert "SVBNN: " in md  # the targets are still checked against the peers that fitted
+
+
+def test_the_regression_tables_are_every_table_but_the_classification_ones() -> None:
+    from benchmarks.tabular_peers import (
+        CLASSIFICATION_TABLES,
+        DATASETS,
+        REGRESSION_TABLES,
+        UCI_SETS,
+        load_table,
+    )
+
+    assert set(REGRESSION_TABLES) | set(CLASSIFICATION_TABLES) == set(DATASETS)
+    assert not set(REGRESSION_TABLES) & set(CLASSIFICATION_TABLES)
+    assert set(UCI_SETS) <= set(REGRESSION_TABLES)
+    for name in DATASETS:
+        if name not in UCI_SETS:  # the UCI tables need the data folder
+            want = "regression" if name in REGRESSION_TABLES else "classification"
+            assert load_table(name)[2] == want, name
