@@ -2,7 +2,7 @@
 feature).
 
 Run ``python -m benchmarks.linear_mean --out docs/results/linear-mean [--datasets ...]
-[--max-splits K]`` (UCI data via ``SVBNN_DATA``; one thread); ``--report-only`` rewrites
+[--max-splits K] [--peers CSV] [--generated]`` (UCI data via ``SVBNN_DATA``; one thread); ``--report-only`` rewrites
 ``report.md`` from the saved ``results.csv`` and ``settings.json`` (runs of several
 processes merged into one ``results.csv``).
 
@@ -38,6 +38,13 @@ With ``--peers CSV`` (the tabular-peers benchmark's ``results.csv``) the report 
 defaults' and the rule's RMSE as multiples of the best peer's and their NLL above the best
 peer's, each peer's mean taken over the same splits.
 
+``--generated`` runs generated tables outside the benchmark instead (``GENERATED``, four:
+20 linear effects on 227 training rows, the shape of the issue's hidden table A;
+``make_sparse_uncorrelated``; Friedman #1 on 300 training rows; linear effects with two
+nonlinear terms), 10 added N(0, 1) columns, 3 random 75/25 splits each (``--max-splits``
+fewer), with the tabular-peers benchmark's five regression peers fitted on the same
+splits into ``peers.csv``, the report's peer columns.
+
 Reported per table, means over splits: each arm's test RMSE, their ratio, the Gaussian
 NLL per datum and the coverage of the 95% interval (mean +- 1.96 predictive sd, for both
 arms; the tabular-peers report's ``SVBNN`` coverage is the regressor's
@@ -50,10 +57,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import statistics
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +74,14 @@ from benchmarks.tabular_peers import (
     NOISE_COLUMNS,
     REGRESSION_TABLES,
     Z95,
+    evaluate,
     lead_settings,
+    peer_builders,
     regression_splits,
     save_run,
+)
+from benchmarks.tabular_peers import (
+    FIELDS as PEER_FIELDS,
 )
 from svbnn_experiments.files import atomic_write_text
 
@@ -172,6 +186,77 @@ def fit_split(d: dict[str, Any], seed: int, max_iter: Any = "auto") -> list[dict
         second = dict(arm=ARMS[1], fit_s=fit_s, q=q, cv_s=cv_s, network_dropped=dropped)
         rows.append({**second, **_metrics(d, mean, sd, kept)})
     return rows
+
+
+def _mixed(seed: int) -> tuple[NDArray[Any], NDArray[Any], int]:
+    """8 linear effects (coefficients 0.3 to 1.5), ``sin(2 x8)`` and ``x9 x10``, noise sd
+    0.7; 400 rows, 12 inputs, the first 11 real."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((400, 12))
+    y = X[:, :8] @ np.linspace(0.3, 1.5, 8) + np.sin(2 * X[:, 8]) + X[:, 9] * X[:, 10]
+    return X, y + 0.7 * rng.standard_normal(400), 11
+
+
+def _generated() -> dict[str, Any]:
+    from sklearn.datasets import make_friedman1, make_regression, make_sparse_uncorrelated
+
+    return {
+        "regression-20-of-303": lambda seed: (
+            *make_regression(303, 20, n_informative=20, noise=50, random_state=seed),
+            20,
+        ),
+        "sparse-uncorrelated-300": lambda seed: (
+            *make_sparse_uncorrelated(300, 10, random_state=seed),
+            4,
+        ),
+        "friedman1-400": lambda seed: (*make_friedman1(400, 10, noise=1.0, random_state=seed), 5),
+        "mixed-400": _mixed,
+    }
+
+
+GENERATED = ("regression-20-of-303", "sparse-uncorrelated-300", "friedman1-400", "mixed-400")
+"""The ``--generated`` tables (their generators in :func:`_generated`)."""
+
+
+def generated_splits(
+    names: list[str], max_splits: int | None
+) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """``(name, split, data)`` of ``--generated`` tables: split ``s`` draws the table with
+    seed ``100 + s``, appends ``NOISE_COLUMNS`` N(0, 1) columns and splits 75/25, both
+    from ``numpy.random.default_rng(s)``; 3 splits a table, at most ``max_splits``."""
+    makers = _generated()
+    for name in names:
+        if name not in makers:
+            raise SystemExit(f"--datasets: {name} is not a generated table ({GENERATED})")
+        for split in range(3 if max_splits is None else min(3, max_splits)):
+            X, y, n_true = makers[name](100 + split)
+            rng = np.random.default_rng(split)
+            X = np.hstack([X, rng.standard_normal((len(X), NOISE_COLUMNS))])
+            rows = rng.permutation(len(X))
+            cut = int(0.75 * len(X))
+            tr, te = rows[:cut], rows[cut:]
+            yield (
+                name,
+                split,
+                dict(
+                    Xtr=X[tr],
+                    ytr=y[tr],
+                    Xte=X[te],
+                    yte=y[te],
+                    kind="regression",
+                    n_true=n_true,
+                    p=X.shape[1],
+                ),
+            )
+
+
+def peer_rows(d: dict[str, Any], seed: int, smoke: bool = False) -> list[dict[str, Any]]:
+    """The tabular-peers benchmark's regression peers on one split (its metrics' rows;
+    ``smoke``: their tiny budgets)."""
+    return [
+        evaluate(d, method, build(d["p"]), seed)
+        for method, build in peer_builders("regression", seed, 0, smoke).items()
+    ]
 
 
 def _best_peers(
@@ -281,11 +366,20 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--datasets", nargs="+", default=list(REGRESSION_TABLES), choices=DATASETS)
+    ap.add_argument(
+        "--datasets",
+        nargs="+",
+        default=None,
+        choices=DATASETS + GENERATED,
+        help="default: every regression table, or with --generated every generated one",
+    )
     ap.add_argument("--max-splits", type=int, default=None)
-    ap.add_argument("--max-iter", type=int, default=None, help="the regressor's (smoke tests)")
+    ap.add_argument(
+        "--max-iter", type=int, default=None, help="the regressor's; the peers' tiny budgets"
+    )
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--peers", type=Path, default=None, help="tabular-peers results.csv")
+    ap.add_argument("--generated", action="store_true", help="the GENERATED tables, with peers")
     args = ap.parse_args(argv)
     if args.report_only:
         with open(args.out / "results.csv") as f:
@@ -299,9 +393,27 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     settings = lead_settings("benchmarks.linear_mean", argv or sys.argv[1:])
     settings["peers"] = None if args.peers is None else str(args.peers)
+    if args.generated:
+        settings["peers"] = str(args.out / "peers.csv")
+    splits = (
+        generated_splits(args.datasets or list(GENERATED), args.max_splits)
+        if args.generated
+        else regression_splits(args.datasets or list(REGRESSION_TABLES), args.max_splits)
+    )
     rows: list[dict[str, Any]] = []
-    for name, split, d in regression_splits(args.datasets, args.max_splits):
+    peers: list[dict[str, Any]] = []
+    for name, split, d in splits:
         settings["train_rows"][name] = len(d["ytr"])
+        if args.generated:
+            peers.extend(
+                dict(dataset=name, kind="regression", split=split, **r)
+                for r in peer_rows(d, 1000 * split + 7, smoke=args.max_iter is not None)
+            )
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, PEER_FIELDS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(peers)
+            atomic_write_text(args.out / "peers.csv", buf.getvalue())
         got = fit_split(d, 1000 * split + 7, args.max_iter or "auto")
         rows.extend(dict(dataset=name, split=split, **r) for r in got)
         print(
