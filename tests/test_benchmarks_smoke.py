@@ -318,3 +318,34 @@ def test_sparse_linear_mean_keeps_the_linear_inputs() -> None:
     assert passes <= 8
     cols, lin = sparse_linear_mean(X, np.random.default_rng(99).standard_normal(400))
     assert lin is None and cols.size == 0
+
+
+def test_linear_mean_generated_tables_fit_with_their_peers(tmp_path: Path) -> None:
+    from benchmarks import linear_mean
+
+    shapes = {
+        "regression-20-of-303": (227, 30, 20),
+        "sparse-uncorrelated-300": (225, 20, 4),
+        "friedman1-400": (300, 20, 5),
+        "mixed-400": (300, 22, 11),
+    }
+    got = list(linear_mean.generated_splits(list(linear_mean.GENERATED), 1))
+    assert [name for name, _, _ in got] == list(linear_mean.GENERATED)
+    for name, split, d in got:
+        assert split == 0 and (*d["Xtr"].shape, d["n_true"]) == shapes[name]
+        assert d["p"] == d["Xtr"].shape[1] and len(d["yte"]) == len(d["Xte"])
+    again = list(linear_mean.generated_splits(["mixed-400"], 1))[0][2]
+    np.testing.assert_array_equal(again["Xtr"], got[-1][2]["Xtr"])  # seeded
+
+    out = tmp_path / "gen"
+    linear_mean.main(
+        ["--out", str(out), "--generated", "--datasets", "mixed-400", "--max-splits", "1"]
+        + ["--max-iter", "2"]
+    )
+    with open(out / "peers.csv") as f:
+        peers = {r["method"] for r in csv.DictReader(f)}
+    assert peers == {"BayesianRidge", "GP", "MLP", "NGBoost", "LassoCV"}
+    row = next(x for x in (out / "report.md").read_text().splitlines() if x.startswith("| mixed"))
+    assert row.startswith("| mixed-400 (300) | 1 | ")
+    # The peer columns: the best peer's name after the RMSE ratios and after the NLLs.
+    assert sum(f"({m})" in row for m in peers) >= 1 and row.count(" | ") == 14
