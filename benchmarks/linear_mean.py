@@ -2,9 +2,9 @@
 feature).
 
 Run ``python -m benchmarks.linear_mean --out docs/results/linear-mean [--datasets ...]
-[--max-splits K] [--peers CSV] [--generated]`` (UCI data via ``SVBNN_DATA``; one thread); ``--report-only`` rewrites
-``report.md`` from the saved ``results.csv`` and ``settings.json`` (runs of several
-processes merged into one ``results.csv``).
+[--max-splits K] [--peers CSV] [--generated]`` (UCI data via ``SVBNN_DATA``; one
+thread); ``--report-only`` rewrites ``report.md`` from the saved ``results.csv`` and
+``settings.json`` (runs of several processes merged into one ``results.csv``).
 
 Why: on a table of many linear effects the regressor's network reaches each effect only
 through ReLU units, two or more included edges each paying the prior's price, and the
