@@ -302,7 +302,7 @@ def test_sparse_linear_mean_keeps_the_linear_inputs() -> None:
     # Two linear inputs and six null ones, 20 draws: the linear inputs are always kept,
     # with their coefficients; a null input passes the 2.5-sd threshold with probability
     # about 2 P(Z > 2.5) = 0.012, so 9 or more passes of 120 (expected 1.5) has
-    # probability below 1e-4. Pure noise gives no linear mean.
+    # probability below 1e-4. On this draw of pure noise no input passes.
     from benchmarks.linear_mean import sparse_linear_mean
 
     passes = 0
