@@ -55,9 +55,7 @@ kept, and median fit times.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import io
 import json
 import statistics
 import time
@@ -74,7 +72,9 @@ from benchmarks.tabular_peers import (
     NOISE_COLUMNS,
     REGRESSION_TABLES,
     Z95,
+    csv_text,
     evaluate,
+    lead_parser,
     lead_settings,
     peer_builders,
     regression_splits,
@@ -83,15 +83,16 @@ from benchmarks.tabular_peers import (
 from benchmarks.tabular_peers import (
     FIELDS as PEER_FIELDS,
 )
+
+# The linear mean stands alone where the network's training R^2 on its residuals is at most
+# the regressor's CollapseWarning threshold, imported from its one definition.
+from svbnn._estimator_tasks import _COLLAPSED_R2 as NETWORK_R2
 from svbnn_experiments.files import atomic_write_text
 
 ARMS = ("defaults", "linear mean")
 Z_KEEP = 2.5
 """An input joins the linear mean when ARD's posterior mean coefficient is more than this
 many posterior sds from 0."""
-NETWORK_R2 = 0.02
-"""The linear mean stands alone where the network's training R^2 on its residuals is at
-most this (the regressor's ``CollapseWarning`` threshold)."""
 RULE = 1.0
 """The rule takes the linear mean where ``q`` (ARD's cross-validated RMSE over the
 defaults' ``noise_std_``) is at most this."""
@@ -364,16 +365,14 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument(
-        "--datasets",
-        nargs="+",
-        default=None,
-        choices=DATASETS + GENERATED,
-        help="default: every regression table, or with --generated every generated one",
+    ap = lead_parser(
+        __doc__,
+        dict(
+            default=None,
+            choices=DATASETS + GENERATED,
+            help="default: every regression table, or with --generated every generated one",
+        ),
     )
-    ap.add_argument("--max-splits", type=int, default=None)
     ap.add_argument(
         "--max-iter", type=int, default=None, help="the regressor's; the peers' tiny budgets"
     )
@@ -409,11 +408,7 @@ def main(argv: list[str] | None = None) -> None:
                 dict(dataset=name, kind="regression", split=split, **r)
                 for r in peer_rows(d, 1000 * split + 7, smoke=args.max_iter is not None)
             )
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, PEER_FIELDS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(peers)
-            atomic_write_text(args.out / "peers.csv", buf.getvalue())
+            atomic_write_text(args.out / "peers.csv", csv_text(PEER_FIELDS, peers))
         got = fit_split(d, 1000 * split + 7, args.max_iter or "auto")
         rows.extend(dict(dataset=name, split=split, **r) for r in got)
         print(

@@ -38,11 +38,9 @@ by the ELBO would give. Inputs kept (an input counts as kept when its
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,6 +49,7 @@ from benchmarks.tabular_peers import (
     DATASETS,
     NOISE_COLUMNS,
     Z95,
+    lead_parser,
     lead_settings,
     regression_splits,
     save_run,
@@ -233,10 +232,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--datasets", nargs="+", default=list(DEFAULT_SETS), choices=DATASETS)
-    ap.add_argument("--max-splits", type=int, default=None)
+    ap = lead_parser(__doc__, dict(default=list(DEFAULT_SETS), choices=DATASETS))
     ap.add_argument("--max-epochs", type=int, default=None, help="cap (smoke tests)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)

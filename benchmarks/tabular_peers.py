@@ -139,7 +139,7 @@ def load_table(name: str) -> tuple[Array, Any, str, int | None]:
     }
     if name in loaders:
         X, y = loaders[name]()
-        kind = "classification" if name in ("breast-cancer", "wine", "digits") else "regression"
+        kind = "classification" if name in CLASSIFICATION_TABLES else "regression"
         return np.asarray(X, float), y, kind, 5 if name == "friedman1" else None
     if name.startswith("regression-"):
         k = int(name.split("-")[1])
@@ -383,15 +383,20 @@ def _parse(r: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def csv_text(fields: list[str], rows: list[dict[str, Any]]) -> str:
+    """``rows`` as CSV with the columns ``fields`` (other keys left out)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     from svbnn.checkpoint import atomic_write_bytes
 
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, extrasaction="ignore")
-    w.writeheader()
-    for r in sorted(rows, key=lambda r: (DATASETS.index(r["dataset"]), r["split"], r["method"])):
-        w.writerow(r)
-    atomic_write_bytes(path, buf.getvalue().encode())
+    order = sorted(rows, key=lambda r: (DATASETS.index(r["dataset"]), r["split"], r["method"]))
+    atomic_write_bytes(path, csv_text(FIELDS, order).encode())
 
 
 def run_dataset(name: str, args: argparse.Namespace, variants: dict[str, dict[str, Any]]) -> None:
@@ -676,6 +681,16 @@ def lead_settings(module: str, argv: list[str]) -> dict[str, Any]:
     )
 
 
+def lead_parser(doc: str, datasets: dict[str, Any]) -> argparse.ArgumentParser:
+    """A lead harness's command line: ``--out``, ``--datasets`` (``datasets``: its
+    ``add_argument`` keywords), ``--max-splits``; the description is ``doc``'s first line."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--datasets", nargs="+", **datasets)
+    ap.add_argument("--max-splits", type=int, default=None)
+    return ap
+
+
 def regression_splits(
     names: list[str], max_splits: int | None
 ) -> Iterator[tuple[str, int, dict[str, Any]]]:
@@ -701,11 +716,7 @@ def save_run(
     and ``report.md``, each written atomically."""
     from svbnn_experiments.files import atomic_write_text
 
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fields)
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(out / "results.csv", buf.getvalue())
+    atomic_write_text(out / "results.csv", csv_text(fields, rows))
     atomic_write_text(out / "settings.json", json.dumps(settings, indent=1) + "\n")
     atomic_write_text(out / "report.md", report(rows, settings))
 
