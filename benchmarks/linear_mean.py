@@ -326,6 +326,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         pairs = list(zip(by[ARMS[0]], by[ARMS[1]], strict=True))
         qs = [float(a["q"]) for a, _ in pairs]
         chosen = [b if float(a["q"]) <= RULE else a for a, b in pairs]
+        rule_rmse = statistics.mean(float(r["rmse"]) for r in chosen)
+        rule_nll = statistics.mean(float(r["nll"]) for r in chosen)
         rule_s = [
             float(a["fit_s"]) + float(a["cv_s"]) + (float(b["fit_s"]) * (float(a["q"]) <= RULE))
             for a, b in pairs
@@ -341,15 +343,12 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
             f"{mean(ARMS[0], 'true_kept'):.1f} / {mean(ARMS[1], 'true_kept'):.1f} | "
             f"{sum(str(b['network_dropped']) == 'True' for _, b in pairs)} of {len(pairs)} | "
             f"{min(qs):.2f}-{max(qs):.2f} | {n_lin} of {len(pairs)}, "
-            f"{statistics.mean(float(r['rmse']) for r in chosen):.4g}, "
-            f"{statistics.mean(float(r['nll']) for r in chosen):.3f}, "
+            f"{rule_rmse:.4g}, {rule_nll:.3f}, "
             f"{statistics.mean(int(r['noise_kept']) for r in chosen):.1f} | "
             f"{fit[0]:.1f} / {fit[1]:.1f} / {statistics.median(rule_s):.1f} |"
         )
         best = _best_peers(peers, name, {int(a["split"]) for a, _ in pairs}) if peers else None
         if peers:
-            rule_rmse = statistics.mean(float(r["rmse"]) for r in chosen)
-            rule_nll = statistics.mean(float(r["nll"]) for r in chosen)
             lines[-1] += (
                 " | |"
                 if best is None
