@@ -239,10 +239,20 @@ def peer_builders(
     }
 
 
-def svbnn_builder(kind: str, seed: int, params: dict[str, Any]) -> Callable[[int], Any]:
+def _svbnn_class(kind: str) -> Any:
     from svbnn import SVBNNClassifier, SVBNNRegressor
 
-    cls = SVBNNRegressor if kind == "regression" else SVBNNClassifier
+    return SVBNNRegressor if kind == "regression" else SVBNNClassifier
+
+
+def svbnn_applies(kind: str, params: dict[str, Any]) -> bool:
+    """Whether a variant's parameters are all the task's estimator's (a regressor-only
+    parameter, e.g. ``mean_function``, makes a variant of the regression tables only)."""
+    return set(params) <= set(_svbnn_class(kind)().get_params())
+
+
+def svbnn_builder(kind: str, seed: int, params: dict[str, Any]) -> Callable[[int], Any]:
+    cls = _svbnn_class(kind)
     return lambda p: _pipe(cls(random_state=seed, **params))
 
 
@@ -420,6 +430,8 @@ def run_dataset(name: str, args: argparse.Namespace, variants: dict[str, dict[st
             for m, b in peer_builders(data["kind"], seed, n_classes, args.smoke).items():
                 todo[m] = ("", b)
         for m, params in variants.items():
+            if not svbnn_applies(data["kind"], params):
+                continue
             spec = json.dumps(params, sort_keys=True)
             todo[m] = (spec, svbnn_builder(data["kind"], seed, params))
         new = []

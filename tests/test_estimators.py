@@ -2,6 +2,7 @@
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -122,6 +123,8 @@ def test_families_share_the_common_parameters() -> None:
         assert {k: p[k] for k in common} == {k: params[SVBNNRegressor][k] for k in common}, cls
     for reg, clf in zip(REGRESSORS, CLASSIFIERS, strict=True):
         assert params[reg].pop("noise_std") == "auto"
+        if reg is SVBNNRegressor:
+            assert params[reg].pop("mean_function") == "auto"
         assert params[clf].pop("class_weight") is None
         assert params[reg] == params[clf], (reg, clf)
 
@@ -356,13 +359,15 @@ def test_pruning_everything_warns() -> None:
     # learning_rate_init=1e6 drives every inclusion probability to 0: a constant predictor
     # (with a known noise level: a learned one moves as wildly as the gates; and the KL in
     # full from the first step: under the regressor's warm-up the weights blow up first,
-    # which the divergence warning reports).
+    # which the divergence warning reports). The network alone: a linear mean would explain
+    # the data whatever the network keeps.
     X, y = _reg_data()
     with pytest.warns(UserWarning, match="no path from any input.*learning_rate_init"):
         est = SVBNNRegressor(
             **{**SMALL, "learning_rate_init": 1e6, "max_iter": 50, "kl_warmup": 0.0},
             noise_std=1.0,
             dtype="float64",
+            mean_function="zero",
         ).fit(X, y)
     assert np.ptp(est.predict(X)) == 0.0
 
@@ -494,6 +499,7 @@ def test_auto_prior_fits_a_wider_network_that_lambda_opt_starves() -> None:
                 sampler="gumbel",
                 learning_rate_init=0.01,
                 random_state=0,
+                mean_function="zero",  # the network's prior is the point
             ).fit(X, y)
         return 1.0 - float(np.mean((est.predict(X) - y) ** 2) / np.var(y)), est
 
@@ -514,7 +520,9 @@ def test_n_init_keeps_the_fit_of_lowest_training_objective(
     from svbnn._estimator_base import _VariationalEstimator
 
     X, y = _reg_data() if cls is SVBNNRegressor else _clf_data()
-    kw = {**SMALL, "max_iter": 8, "tol": None, "random_state": 3}
+    kw: dict[str, Any] = {**SMALL, "max_iter": 8, "tol": None, "random_state": 3}
+    if cls is SVBNNRegressor:
+        kw["mean_function"] = "zero"  # one network fit per seed (a linear mean refits)
     ends: list[float] = []
     train = _VariationalEstimator._train
 

@@ -46,7 +46,11 @@ def test_forced_collapse_warns() -> None:
         warnings.simplefilter("always")
         warnings.simplefilter("ignore", ConvergenceWarning)
         reg = SVBNNRegressor(
-            log_prior_inclusion=-5000.0, learning_rate_init=0.05, max_iter=200, random_state=0
+            log_prior_inclusion=-5000.0,
+            learning_rate_init=0.05,
+            max_iter=200,
+            random_state=0,
+            mean_function="zero",  # the network alone (a linear mean would explain y)
         ).fit(X, y)
     collapse = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
     # One warning with every reason, and the remedies that fitted where defaults collapsed.
@@ -69,6 +73,7 @@ def test_forced_collapse_warns() -> None:
                 max_iter=200,
                 random_state=0,
                 sampler="gumbel",
+                mean_function="zero",
                 **kwargs,  # type: ignore[arg-type]
             ).fit(X, y)
         collapse = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
@@ -224,7 +229,11 @@ def test_tempered_fit_takes_its_noise_from_held_out_rows() -> None:
     test = rng.permutation(len(X))[:110]
     train = np.setdiff1d(np.arange(len(X)), test)
     reg = SVBNNRegressor(
-        kl_weight=0.2, sampler="gumbel", learning_rate_init=0.01, random_state=0
+        kl_weight=0.2,
+        sampler="gumbel",
+        learning_rate_init=0.01,
+        random_state=0,
+        mean_function="zero",  # the network's residuals are the point
     ).fit(X[train], y[train])
     Xt = reg._validate_X(X[train]).numpy()
     at_train = reg._predictive_noise(Xt, (y[train] - reg._y_mean_) / reg._y_scale_)
@@ -266,10 +275,11 @@ def test_few_rows_take_their_noise_from_a_short_held_out_fit(
     X, y, _ = _sparse_problem(300, 6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        few = SVBNNRegressor(max_iter=20, random_state=0).fit(X, y)
+        # The network alone: a linear mean would refit it (two more fits).
+        few = SVBNNRegressor(max_iter=20, random_state=0, mean_function="zero").fit(X, y)
         assert budgets == [20, 6]
         budgets.clear()
-        SVBNNRegressor(max_iter=20, kl_weight=0.2, random_state=0).fit(X, y)
+        SVBNNRegressor(max_iter=20, kl_weight=0.2, random_state=0, mean_function="zero").fit(X, y)
         assert budgets == [20, 20]
     assert few.noise_std_held_out_ is not None and few.noise_std_held_out_ > 0
     Xt = few._validate_X(X).numpy()
@@ -365,7 +375,9 @@ def test_small_networks_fit_on_the_native_loops_without_compiling(
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        reg = SVBNNRegressor(max_iter=3, tol=None, random_state=0, sampler="gumbel")
+        reg = SVBNNRegressor(
+            max_iter=3, tol=None, random_state=0, sampler="gumbel", mean_function="zero"
+        )
         assert reg._backend_for(611) == "native"
         assert SVBNNRegressor(dtype="float64")._backend_for(611) == "eager"
         reg.fit(X, y)

@@ -113,3 +113,12 @@ def test_the_regression_tables_are_every_table_but_the_classification_ones() -> 
         if name not in UCI_SETS:  # the UCI tables need the data folder
             want = "regression" if name in REGRESSION_TABLES else "classification"
             assert load_table(name)[2] == want, name
+
+
+def test_a_regressor_only_variant_applies_to_the_regression_tables() -> None:
+    from benchmarks.tabular_peers import svbnn_applies
+
+    assert svbnn_applies("regression", {"mean_function": "zero"})
+    assert not svbnn_applies("classification", {"mean_function": "zero"})
+    assert svbnn_applies("classification", {"kl_weight": 0.35})
+    assert svbnn_applies("regression", {})

@@ -51,6 +51,7 @@ from ._estimator_checks import (
     _SeedSource,
     _to_numpy,
 )
+from ._linear_mean import LinearMean
 from .convergence import ConvergenceMonitor, default_max_steps
 from .nn.base import ACTIVATIONS, set_generator
 from .training import History, LikelihoodLike, LRSchedule, Optimizer, check_kl_weight, train
@@ -679,6 +680,15 @@ class _VariationalEstimator(BaseEstimator, ABC):
             ConvergenceWarning,
         )
 
+    def _linear_mean(self) -> LinearMean | None:
+        """The fit's linear mean (``SVBNNRegressor``'s ``mean_function``); none here."""
+        return None
+
+    def _linear_inputs(self) -> NDArray[np.intp]:
+        """The inputs of the fit's linear mean, ``(k,)``."""
+        lin = self._linear_mean()
+        return np.zeros(0, dtype=np.intp) if lin is None else lin.index
+
     def _warn_if_collapsed(self, task_reasons: list[str]) -> None:
         """One CollapseWarning for a fit that selected nothing, keeps no path from an input
         to the output, or explains nothing by the task's measure (``task_reasons``, each a
@@ -690,7 +700,9 @@ class _VariationalEstimator(BaseEstimator, ABC):
         fi = getattr(self, "feature_inclusion_", None)
         if resolved and fi is not None and fi.size and not np.any(fi > 0.5):
             reasons.append(f"no input selected (largest feature_inclusion_ {fi.max():.2g})")
-        if resolved and not _reaches_output(self._kept_weight_masks()):
+        # A linear mean reaches the output from its inputs whatever the network keeps.
+        linear = self._linear_inputs().size > 0
+        if resolved and not linear and not _reaches_output(self._kept_weight_masks()):
             reasons.append(
                 "the median model keeps no path from any input to the output (every path "
                 "has a pruned weight)"

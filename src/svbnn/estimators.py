@@ -49,6 +49,8 @@ from ._estimator_checks import (
 from ._estimator_tasks import (
     _CLASSIFICATION_ATTRIBUTES,
     _CLASSIFICATION_PARAMETERS,
+    _MEAN_FUNCTION_ATTRIBUTES,
+    _MEAN_FUNCTION_PARAMETER,
     _POISSON_ATTRIBUTES,
     _REGRESSION_ATTRIBUTES,
     _REGRESSION_PARAMETERS,
@@ -57,8 +59,10 @@ from ._estimator_tasks import (
     _PoissonRegression,
     _Regression,
 )
+from ._linear_mean import MEAN_FUNCTIONS
 from .export import (
     MOMENT_MIN_INCLUSION,
+    PlusLinearMean,
     export_compact,
     export_draws,
     export_moments,
@@ -437,7 +441,10 @@ class _SpikeSlabFamily(_VariationalEstimator):
         self.sparsity_ = float(sparsity(model))
         self.density_ = float(density(model))
         self.unresolved_ = float(unresolved_fraction(model))
-        self.feature_inclusion_ = feature_inclusion(model)
+        fi = feature_inclusion(model)
+        # A linear mean uses its inputs in every posterior draw.
+        fi[self._linear_inputs()] = 1.0
+        self.feature_inclusion_ = fi
         # Selection from the same posterior the predictions use (see feature_inclusion).
         self.selected_features_ = np.flatnonzero(_selected(self.feature_inclusion_))
 
@@ -466,7 +473,31 @@ class _SpikeSlabFamily(_VariationalEstimator):
         check_is_fitted(self, "module_")
         self._warn_if_unresolved()
         module, report = export_sparse(self.module_, storage=storage)
-        return self._in_user_units(module), report
+        return self._in_user_units(self._plus_linear_mean(module, "point")), report
+
+    def _plus_linear_mean(
+        self,
+        body: nn.Module,
+        form: str,
+        generator: torch.Generator | None = None,
+        n_draws: int = 0,
+    ) -> nn.Module:
+        """``body`` (standardised outputs) plus the fit's linear mean where it has one
+        (:class:`svbnn.export.PlusLinearMean`), in ``form``: ``"point"`` (its posterior
+        mean), ``"draws"`` (``n_draws`` coefficient draws from ``generator``, as
+        ``predict`` draws them) or ``"moments"``."""
+        lin = self._linear_mean()
+        if lin is None:
+            return body
+        device = next(self.module_.parameters()).device
+        coef = torch.as_tensor(lin.coef, dtype=torch.float64, device=device)
+        if form == "draws":
+            coef = lin.coefficient_draws(n_draws, generator, torch.float64, device)
+        cov = None
+        if form == "moments":
+            cov = torch.as_tensor(lin.cov, dtype=torch.float64, device=device)
+        index = torch.as_tensor(lin.index, device=device)
+        return PlusLinearMean(body, index, coef, lin.intercept, cov).eval()
 
     def _warn_if_unresolved(self) -> None:
         unresolved = float(unresolved_fraction(self.module_))
@@ -514,7 +545,8 @@ class _SpikeSlabFamily(_VariationalEstimator):
         check_is_fitted(self, "module_")
         self._warn_if_unresolved()
         module, _ = export_compact(self.module_, storage=storage, batch_size=batch_size)
-        return nn.Sequential(*module, *self._export_head()).eval()
+        body = self._plus_linear_mean(module, "point")
+        return nn.Sequential(body, *self._export_head()).eval()
 
     def export_predictive(
         self, n_samples: int | None = None, return_std: bool = False
@@ -537,13 +569,15 @@ class _SpikeSlabFamily(_VariationalEstimator):
         model = self._module64()
         assert isinstance(model, SpikeSlabMLP)
         draws: list[list[tuple[Tensor, Tensor | None]]] = []
-        # The draws predict makes: the same generator, consumed in the same order.
-        with _evaluation(model, self._predict_generator()), forward_mode(model, "sample"):
+        # The draws predict makes: the same generator, consumed in the same order (the
+        # network's draws, then a linear mean's).
+        gen = self._predict_generator()
+        with _evaluation(model, gen), forward_mode(model, "sample"):
             for _ in range(H):
                 with frozen_sample(model):
                     draws.append([_frozen_weights(layer) for layer in model.layers()])
         body = export_draws(draws, self.activation, int(self.n_features_in_))
-        return nn.Sequential(*body, *head).eval()
+        return nn.Sequential(self._plus_linear_mean(body, "draws", gen, H), *head).eval()
 
     def export_moments(
         self, return_std: bool = False, min_inclusion: float = MOMENT_MIN_INCLUSION
@@ -577,7 +611,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         model = self._module64()
         assert isinstance(model, SpikeSlabMLP)
         body = export_moments(model, int(self.n_features_in_), min_inclusion)
-        return nn.Sequential(*body, *head).eval()
+        return nn.Sequential(self._plus_linear_mean(body, "moments"), *head).eval()
 
     def export_onnx(
         self,
@@ -642,8 +676,8 @@ _FILL = dict(
 
 @_fill_doc(
     **_FILL,
-    task_parameters=_REGRESSION_PARAMETERS,
-    task_attributes=_REGRESSION_ATTRIBUTES,
+    task_parameters=f"{_REGRESSION_PARAMETERS}\n{_MEAN_FUNCTION_PARAMETER}",
+    task_attributes=f"{_REGRESSION_ATTRIBUTES}\n{_MEAN_FUNCTION_ATTRIBUTES}",
 )
 @dataclass(eq=False, repr=False, kw_only=True)
 class SVBNNRegressor(_SpikeSlabFamily, _Regression):
@@ -687,6 +721,11 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     sampler: str = "local"
     learning_rate_init: float = 0.025
     kl_warmup: float = 0.25
+    mean_function: str = "auto"
+
+    def _mean_function(self) -> str:
+        _check_choice("mean_function", self.mean_function, list(MEAN_FUNCTIONS))
+        return str(self.mean_function)
 
 
 @_fill_doc(

@@ -59,6 +59,7 @@ __all__ = [
     "NormalMoments",
     "NormalPredictive",
     "OutputAffine",
+    "PlusLinearMean",
     "ReLUMoments",
     "SoftmaxOfNormal",
     "SparseLinear",
@@ -278,6 +279,53 @@ class OutputAffine(nn.Module):
 
     def extra_repr(self) -> str:
         return f"scale={self.scale:g}, shift={self.shift:g}"
+
+
+class PlusLinearMean(nn.Module):
+    """``body(x)`` plus a linear function of ``x``'s columns: a network fitted to the
+    residuals of a linear mean, and that mean (``SVBNNRegressor(mean_function=...)``).
+
+    ``m(x) = intercept + x[:, index] @ coef``, cast to ``coef``'s dtype. Three forms, by
+    what ``body`` returns for ``x`` ``(n, p)``:
+
+    * ``coef`` ``(k,)``, no ``cov``: ``body(x)`` ``(n, 1)`` plus ``m(x)``;
+    * ``coef`` ``(K, k)``, ``K`` coefficient draws: ``body(x)`` ``(K, n, 1)`` (``K``
+      draws) plus each draw's ``m(x)``;
+    * ``coef`` ``(k,)`` and ``cov`` ``(k, k)``, the coefficients' posterior covariance:
+      ``body(x)`` ``(2, n, 1)`` (means, variances) plus ``m(x)`` and its variance
+      ``x[:, index] cov x[:, index]^T`` (the two independent).
+    """
+
+    index: Tensor
+    coef: Tensor
+    cov: Tensor | None
+
+    def __init__(
+        self, body: nn.Module, index: Tensor, coef: Tensor, intercept: float, cov: Tensor | None
+    ) -> None:
+        super().__init__()
+        if cov is not None and coef.ndim != 1:
+            raise ValueError("cov goes with one coefficient vector (k,), not draws")
+        self.body = body
+        self.intercept = float(intercept)
+        self.register_buffer("index", index.to(torch.int64))
+        self.register_buffer("coef", coef.detach().clone())
+        self.register_buffer("cov", None if cov is None else cov.detach().clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.body(x)
+        xs = x.index_select(-1, self.index).to(self.coef)
+        if self.coef.ndim == 2:  # (K, n, 1): one draw of the coefficients per draw
+            return out + ((self.coef @ xs.T).unsqueeze(-1) + self.intercept).to(out)
+        mean = (xs @ self.coef + self.intercept).unsqueeze(-1)
+        if self.cov is None:
+            return out + mean.to(out)
+        var = ((xs @ self.cov) * xs).sum(-1).unsqueeze(-1)
+        return out + torch.stack([mean, var]).to(out)
+
+    def extra_repr(self) -> str:
+        form = "draws" if self.coef.ndim == 2 else "moments" if self.cov is not None else "point"
+        return f"{self.index.numel()} inputs, {form}, intercept={self.intercept:g}"
 
 
 _ACTIVATION_NAMES: dict[type[nn.Module], str] = {

@@ -23,6 +23,7 @@ from .objectives import Likelihood
 
 __all__ = [
     "credible_interval",
+    "interval_of_draws",
     "predict_proba",
     "prediction_interval",
     "predictive_mean",
@@ -148,10 +149,7 @@ def credible_interval(
     """
     _check_level(level)
     draws = sample_outputs(model, X, n_samples, generator=generator, chunk_size=chunk_size)
-    a = (1.0 - level) / 2.0
-    q = torch.tensor([a, 1.0 - a], dtype=draws.dtype, device=draws.device)
-    lo, hi = torch.quantile(draws, q, dim=0)
-    return lo, hi
+    return interval_of_draws(draws, level)
 
 
 def prediction_interval(
@@ -173,11 +171,28 @@ def prediction_interval(
     if not noise_std > 0:
         raise ValueError(f"noise_std must be positive, got {noise_std}")
     draws = sample_outputs(model, X, n_samples, generator=generator, chunk_size=chunk_size)
-    noise = torch.randn(draws.shape, generator=generator, dtype=draws.dtype, device=draws.device)
-    ys = draws + noise_std * noise
+    return interval_of_draws(draws, level, noise_std, generator=generator)
+
+
+def interval_of_draws(
+    draws: Tensor,
+    level: float = 0.95,
+    noise_std: float | None = None,
+    *,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The equal-tailed interval of ``draws`` ``(H, ...)`` over their first dimension:
+    :func:`credible_interval`'s, or with ``noise_std``, :func:`prediction_interval`'s
+    (each draw plus one Gaussian noise draw from ``generator``). Each bound ``(...)``."""
+    _check_level(level)
+    if noise_std is not None:
+        noise = torch.randn(
+            draws.shape, generator=generator, dtype=draws.dtype, device=draws.device
+        )
+        draws = draws + noise_std * noise
     a = (1.0 - level) / 2.0
-    q = torch.tensor([a, 1.0 - a], dtype=ys.dtype, device=ys.device)
-    lo, hi = torch.quantile(ys, q, dim=0)
+    q = torch.tensor([a, 1.0 - a], dtype=draws.dtype, device=draws.device)
+    lo, hi = torch.quantile(draws, q, dim=0)
     return lo, hi
 
 
