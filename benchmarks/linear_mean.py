@@ -1,5 +1,8 @@
-"""The regressor on the residuals of a sparse linear mean, measured as a lead (not a library
-feature).
+"""The regressor on the residuals of a sparse linear mean, measured as the lead that became
+``SVBNNRegressor(mean_function=...)`` (whose measurements are the tabular-peers
+benchmark's ``SVBNN`` against ``SVBNN-zero`` rows). The arms here are the lead's, kept to
+re-measure its reports: the network alone (``mean_function="zero"``, the regressor's
+defaults when the lead was measured) and the lead's own two-stage fit.
 
 Run ``python -m benchmarks.linear_mean --out docs/results/linear-mean [--datasets ...]
 [--max-splits K] [--peers CSV] [--generated]`` (UCI data via ``SVBNN_DATA``; one
@@ -15,14 +18,14 @@ What: on the tables and splits of :mod:`benchmarks.tabular_peers` (10 added nois
 columns, random 75/25 splits, ``StandardScaler``-ed inputs, seeds ``1000 * split + 7``),
 side by side on the same rows and seed:
 
-* ``defaults``: ``SVBNNRegressor(random_state=seed)``;
-* ``linear mean``: scikit-learn's ``ARDRegression`` on all inputs; the inputs whose
-  posterior mean coefficient is more than ``Z_KEEP`` posterior sds from 0 (among those
-  ARD keeps) make the linear mean, ``ARDRegression`` refitted on them alone; then
-  ``SVBNNRegressor(random_state=seed)`` fits ``y`` minus that mean. Prediction: the
-  linear mean plus the network's; the predictive sd from the network's (noise included)
-  and the linear mean's posterior variance (its ``return_std`` less its noise
-  ``1 / alpha_``). Inputs kept: the linear mean's and the network's
+* ``defaults``: ``SVBNNRegressor(random_state=seed, mean_function="zero")``;
+* ``linear mean``: the library's screen (:func:`svbnn._linear_mean.fit_linear_mean`: the
+  inputs whose ARD posterior mean coefficient is more than 2.5 posterior sds from 0) makes
+  the linear mean, ``ARDRegression`` refitted on them alone; then
+  ``SVBNNRegressor(random_state=seed, mean_function="zero")`` fits ``y`` minus that
+  mean. Prediction: the linear mean plus the network's; the predictive sd from the
+  network's (noise included) and the linear mean's posterior variance (its
+  ``return_std`` less its noise ``1 / alpha_``). Inputs kept: the linear mean's and the network's
   ``selected_features_``. Where the network explains nothing of the residuals (training
   R^2 at most ``NETWORK_R2``, the regressor's ``CollapseWarning`` threshold: on a linear
   table they are noise, and the inputs such a fit keeps are chance), the model is the
@@ -87,12 +90,10 @@ from benchmarks.tabular_peers import (
 # The linear mean stands alone where the network's training R^2 on its residuals is at most
 # the regressor's CollapseWarning threshold, imported from its one definition.
 from svbnn._estimator_tasks import _COLLAPSED_R2 as NETWORK_R2
+from svbnn._linear_mean import fit_linear_mean
 from svbnn_experiments.files import atomic_write_text
 
 ARMS = ("defaults", "linear mean")
-Z_KEEP = 2.5
-"""An input joins the linear mean when ARD's posterior mean coefficient is more than this
-many posterior sds from 0."""
 RULE = 1.0
 """The rule takes the linear mean where ``q`` (ARD's cross-validated RMSE over the
 defaults' ``noise_std_``) is at most this."""
@@ -113,15 +114,13 @@ FIELDS = [
 
 
 def sparse_linear_mean(X: NDArray[Any], y: NDArray[Any]) -> tuple[NDArray[np.intp], Any]:
-    """The linear mean's inputs and its ``ARDRegression`` fitted on them (``None`` where no
-    input passes ``Z_KEEP``). ``X`` ``(n, p)`` standardised, ``y`` ``(n,)``."""
+    """The linear mean's inputs (the library's :func:`svbnn._linear_mean.fit_linear_mean`,
+    the one definition of the screen) and ``ARDRegression`` fitted on them, whose
+    ``predict(return_std=True)`` gives this arm's predictive sd (``None`` where no input
+    passes). ``X`` ``(n, p)`` standardised, ``y`` ``(n,)``."""
     from sklearn.linear_model import ARDRegression
 
-    ard = ARDRegression().fit(X, y)
-    active = np.flatnonzero(ard.lambda_ < ard.threshold_lambda)
-    # sigma_ is the posterior covariance of the active coefficients only.
-    sd = np.sqrt(np.diag(ard.sigma_))
-    cols = active[np.abs(ard.coef_[active]) > Z_KEEP * sd]
+    cols = fit_linear_mean(X, y, None).index
     if cols.size == 0:
         return cols, None
     return cols, ARDRegression().fit(X[:, cols], y)
@@ -157,7 +156,7 @@ def fit_split(d: dict[str, Any], seed: int, max_iter: Any = "auto") -> list[dict
         # Both arms raise what the defaults raise; the tabular-peers report counts those.
         warnings.simplefilter("ignore")
         t = time.perf_counter()
-        est = SVBNNRegressor(random_state=seed, max_iter=max_iter).fit(X, y)
+        est = SVBNNRegressor(random_state=seed, max_iter=max_iter, mean_function="zero").fit(X, y)
         fit_s = time.perf_counter() - t
         mean, sd = est.predict(Xt, return_std=True)
         t = time.perf_counter()
@@ -174,7 +173,9 @@ def fit_split(d: dict[str, Any], seed: int, max_iter: Any = "auto") -> list[dict
         if lin is not None:
             base = lin.predict(X[:, cols])
             base_t, s = lin.predict(Xt[:, cols], return_std=True)
-        net = SVBNNRegressor(random_state=seed, max_iter=max_iter).fit(X, y - base)
+        net = SVBNNRegressor(random_state=seed, max_iter=max_iter, mean_function="zero").fit(
+            X, y - base
+        )
         fit_s = time.perf_counter() - t
         dropped = lin is not None and net.score(X, y - base) <= NETWORK_R2
         if dropped:

@@ -338,6 +338,9 @@ def evaluate(data: dict[str, Any], method: str, pipe: Any, seed: int) -> dict[st
     est = pipe[-1]
     if hasattr(est, "converged_"):
         row["epochs"], row["converged"] = int(est.n_iter_), bool(est.converged_)
+    if hasattr(est, "mean_function_"):
+        row["mean_function"] = est.mean_function_
+        row["linear_mean_ratio"] = est.linear_mean_ratio_
     sel = _selected(pipe)
     if sel is not None:
         n_orig = data["p"] - NOISE_COLUMNS
@@ -370,6 +373,8 @@ FIELDS = [
     "collapse",
     "epochs",
     "converged",
+    "mean_function",
+    "linear_mean_ratio",
     "warnings",
 ]
 
@@ -384,7 +389,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 def _parse(r: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in r.items():
-        if v == "" or k in ("dataset", "kind", "method", "params", "warnings"):
+        if v == "" or k in ("dataset", "kind", "method", "params", "mean_function", "warnings"):
             out[k] = v if v != "" or k in ("params", "warnings") else None
         elif v in ("True", "False"):
             out[k] = v == "True"
@@ -642,6 +647,9 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
             for t, val, ok in res:
                 out.write(f"- {t}: {val} {'pass' if ok else '**miss**'}\n")
                 summary.append(f"| {d} | {v} | {t} | {val} | {'pass' if ok else '**miss**'} |")
+            linear = [r for r in by[v] if r.get("mean_function") == "linear"]
+            if linear:
+                out.write(f"- a linear mean on {len(linear)} of {len(by[v])} splits\n")
             warns = sorted({w for r in by[v] for w in str(r["warnings"] or "").split(";") if w})
             if warns:
                 out.write(f"- warnings raised: {', '.join(warns)}\n")

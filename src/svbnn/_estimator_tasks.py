@@ -166,11 +166,11 @@ mean_function : {"auto", "linear", "zero"}, default "auto"
     coefficients' posterior. On a table of many linear effects the network reaches each
     effect only through ReLU units whose edges the prior prunes; the linear mean keeps
     them. ``"auto"``: the network alone first, then ARD's 5-fold cross-validated RMSE
-    over the fitted noise sd (``linear_mean_ratio_``); at most 1.5, a linear model
-    predicts new rows about as well as the network's noise allows, and the fit is made
-    again with the linear mean (about twice the fit time). Not tried (``"zero"``'s fit)
-    on fewer than 10 rows or more than 2e8 rows x inputs^2. The user guide ("Many linear
-    effects") has the measurements."""
+    over the fitted noise sd (``linear_mean_ratio_``); at most 1, a linear model predicts
+    new rows within the noise the network estimates, and the fit is made again with the
+    linear mean (about twice the fit time; where the rule declines, the fit is
+    ``"zero"``'s). Not tried on fewer than 10 rows or more than 2e8 rows x inputs^2. The
+    user guide ("The regressor's linear mean, measured") has the measurements."""
 
 _MEAN_FUNCTION_ATTRIBUTES = """\
 mean_function_ : {"linear", "zero"}
@@ -183,7 +183,7 @@ linear_coef_ : ndarray of shape (n_features_in_,)
     (0 outside ``linear_features_``).
 linear_mean_ratio_ : float or None
     ``mean_function="auto"``: ARD's cross-validated RMSE over the network's noise sd (the
-    linear mean is fitted where it is at most 1.5); else ``None``."""
+    linear mean is fitted where it is at most 1); else ``None``."""
 
 _POISSON_ATTRIBUTES = """\
 log_offset_ : float

@@ -29,9 +29,10 @@ Z_KEEP = 2.5
 """An input joins the linear mean when ARD's posterior mean coefficient is more than this
 many posterior sds from 0 (among the inputs ARD keeps)."""
 
-AUTO_RATIO = 1.5
+AUTO_RATIO = 1.0
 """``mean_function="auto"`` fits the linear mean when ARD's cross-validated RMSE is at most
-this many times the network's noise sd (``linear_mean_ratio_``)."""
+this many times the network's noise sd (``linear_mean_ratio_``): a linear model predicts
+new rows within the noise the network itself estimates."""
 
 AUTO_MAX_WORK = 2e8
 """``mean_function="auto"`` is skipped (the network alone) above this many rows x inputs^2:
