@@ -31,6 +31,9 @@ side by side on the same rows and seed:
   table they are noise, and the inputs such a fit keeps are chance), the model is the
   linear mean alone: its prediction, its predictive sd (noise included) and its inputs.
 
+* ``library``: the library's own ``SVBNNRegressor(random_state=seed)``
+  (``mean_function="auto"``, the lead in the library), reported in a table of its own.
+
 And a rule that chooses between them per split from what a fit of the defaults already
 knows: ``q``, ``ARDRegression``'s 5-fold cross-validated RMSE on the training rows over
 the defaults' ``noise_std_``; the linear mean where ``q <= RULE`` (a linear model whose
@@ -93,7 +96,7 @@ from svbnn._estimator_tasks import _COLLAPSED_R2 as NETWORK_R2
 from svbnn._linear_mean import fit_linear_mean
 from svbnn_experiments.files import atomic_write_text
 
-ARMS = ("defaults", "linear mean")
+ARMS = ("defaults", "linear mean", "library")
 RULE = 1.0
 """The rule takes the linear mean where ``q`` (ARD's cross-validated RMSE over the
 defaults' ``noise_std_``) is at most this."""
@@ -110,6 +113,7 @@ FIELDS = [
     "q",
     "cv_s",
     "network_dropped",
+    "mean_function",
 ]
 
 
@@ -187,6 +191,21 @@ def fit_split(d: dict[str, Any], seed: int, max_iter: Any = "auto") -> list[dict
             kept = np.union1d(cols, net.selected_features_)
         second = dict(arm=ARMS[1], fit_s=fit_s, q=q, cv_s=cv_s, network_dropped=dropped)
         rows.append({**second, **_metrics(d, mean, sd, kept)})
+
+        # The library's own: mean_function="auto", its q its linear_mean_ratio_.
+        t = time.perf_counter()
+        lib = SVBNNRegressor(random_state=seed, max_iter=max_iter).fit(X, y)
+        fit_s = time.perf_counter() - t
+        mean, sd = lib.predict(Xt, return_std=True)
+        third = dict(
+            arm=ARMS[2],
+            fit_s=fit_s,
+            q=lib.linear_mean_ratio_,
+            cv_s=0.0,
+            network_dropped=False,
+            mean_function=lib.mean_function_,
+        )
+        rows.append({**third, **_metrics(d, mean, sd, np.asarray(lib.selected_features_))})
     return rows
 
 
@@ -311,14 +330,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if peers else ""),
     ]
     for name in dict.fromkeys(r["dataset"] for r in rows):
-        by = {
-            a: sorted(
-                (r for r in rows if r["dataset"] == name and r["arm"] == a),
-                key=lambda r: int(r["split"]),
-            )
-            for a in ARMS
-        }
-        if not all(by.values()) or len(by[ARMS[0]]) != len(by[ARMS[1]]):
+        by = {a: _arm(rows, name, a) for a in ARMS}
+        if not (by[ARMS[0]] and by[ARMS[1]]) or len(by[ARMS[0]]) != len(by[ARMS[1]]):
             continue
 
         def mean(arm: str, key: str, by: dict[str, list[dict[str, Any]]] = by) -> float:
@@ -357,7 +370,58 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
                 f"{mean(ARMS[0], 'nll') - best[1][1]:+.3f} / {rule_nll - best[1][1]:+.3f} "
                 f"({best[1][0]}) |"
             )
+    return "\n".join(lines) + "\n" + _library_table(rows, settings)
+
+
+def _library_table(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+    """The library's ``mean_function="auto"`` (arm ``library``) beside the lead's rule, on
+    the tables that have its rows (runs before the arm existed have none)."""
+    names = [n for n in dict.fromkeys(r["dataset"] for r in rows) if _arm(rows, n, ARMS[2])]
+    if not names:
+        return ""
+    peers = settings.get("peers")
+    lines = [
+        "",
+        'The library\'s `SVBNNRegressor(random_state=seed)` (`mean_function="auto"`; arm '
+        "`library`, its q its `linear_mean_ratio_`), on the same splits:",
+        "",
+        "| table | splits | linear mean on | q (min-max) | RMSE | NLL | 95% coverage | "
+        "noise / real inputs kept | fit s, median |"
+        + (" RMSE x best peer | NLL - best peer |" if peers else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if peers else ""),
+    ]
+    for name in names:
+        lib = _arm(rows, name, ARMS[2])
+        qs = [float(r["q"]) for r in lib if r["q"] not in ("", None)]
+
+        def mean(key: str, lib: list[dict[str, Any]] = lib) -> float:
+            return statistics.mean(float(r[key]) for r in lib)
+
+        line = (
+            f"| {name} | {len(lib)} | "
+            f"{sum(r['mean_function'] == 'linear' for r in lib)} of {len(lib)} | "
+            + (f"{min(qs):.2f}-{max(qs):.2f}" if qs else "-")
+            + f" | {mean('rmse'):.4g} | {mean('nll'):.3f} | {mean('coverage'):.3f} | "
+            f"{mean('noise_kept'):.1f} / {mean('true_kept'):.1f} | "
+            f"{statistics.median(float(r['fit_s']) for r in lib):.1f} |"
+        )
+        best = _best_peers(peers, name, {int(r["split"]) for r in lib}) if peers else None
+        if peers:
+            line += (
+                " | |"
+                if best is None
+                else f" {mean('rmse') / best[0][1]:.3f} ({best[0][0]}) | "
+                f"{mean('nll') - best[1][1]:+.3f} ({best[1][0]}) |"
+            )
+        lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def _arm(rows: list[dict[str, Any]], name: str, arm: str) -> list[dict[str, Any]]:
+    return sorted(
+        (r for r in rows if r["dataset"] == name and r["arm"] == arm),
+        key=lambda r: int(r["split"]),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -412,8 +476,8 @@ def main(argv: list[str] | None = None) -> None:
         got = fit_split(d, 1000 * split + 7, args.max_iter or "auto")
         rows.extend(dict(dataset=name, split=split, **r) for r in got)
         print(
-            f"{name} split {split}: RMSE {got[0]['rmse']:.4g} / {got[1]['rmse']:.4g}, "
-            f"q {got[0]['q']:.3f}",
+            f"{name} split {split}: RMSE {got[0]['rmse']:.4g} / {got[1]['rmse']:.4g} / "
+            f"{got[2]['rmse']:.4g}, q {got[0]['q']:.3f}",
             flush=True,
         )
         save_run(args.out, FIELDS, rows, settings, report)

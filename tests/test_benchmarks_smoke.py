@@ -291,8 +291,12 @@ def test_linear_mean_fits_both_arms_and_rewrites_its_report(tmp_path: Path) -> N
         assert 0 <= int(r["true_kept"]) <= 20 and float(r["q"]) > 0
     assert rows[0]["network_dropped"] == "False" and rows[1]["network_dropped"] in ("True", "False")
     assert rows[0]["q"] == rows[1]["q"]  # one q per split, from the defaults' fit
+    # The library's mean_function="auto": its own ratio, and whether it took the mean.
+    assert rows[2]["mean_function"] in ("linear", "zero") and rows[0]["mean_function"] == ""
+    assert (float(rows[2]["q"]) <= 1.0) == (rows[2]["mean_function"] == "linear")
     report = (out / "report.md").read_text()
     assert "| regression-20 (375) | 1 | " in report
+    assert "| regression-20 | 1 | " in report  # the library's table
     (out / "report.md").unlink()
     linear_mean.main([*argv, "--report-only"])
     assert (out / "report.md").read_text() == report
