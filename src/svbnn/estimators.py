@@ -485,7 +485,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         """``body`` (standardised outputs) plus the fit's linear mean where it has one
         (:class:`svbnn.export.PlusLinearMean`), in ``form``: ``"point"`` (its posterior
         mean), ``"draws"`` (``n_draws`` coefficient draws from ``generator``, as
-        ``predict`` draws them) or ``"moments"``."""
+        ``predict`` draws them) or ``"moments"``; ``body`` itself without one."""
         lin = self._linear_mean()
         if lin is None:
             return body
@@ -546,7 +546,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         self._warn_if_unresolved()
         module, _ = export_compact(self.module_, storage=storage, batch_size=batch_size)
         body = self._plus_linear_mean(module, "point")
-        return nn.Sequential(body, *self._export_head()).eval()
+        return nn.Sequential(*_layers(body), *self._export_head()).eval()
 
     def export_predictive(
         self, n_samples: int | None = None, return_std: bool = False
@@ -577,7 +577,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 with frozen_sample(model):
                     draws.append([_frozen_weights(layer) for layer in model.layers()])
         body = export_draws(draws, self.activation, int(self.n_features_in_))
-        return nn.Sequential(self._plus_linear_mean(body, "draws", gen, H), *head).eval()
+        return nn.Sequential(*_layers(self._plus_linear_mean(body, "draws", gen, H)), *head).eval()
 
     def export_moments(
         self, return_std: bool = False, min_inclusion: float = MOMENT_MIN_INCLUSION
@@ -611,7 +611,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
         model = self._module64()
         assert isinstance(model, SpikeSlabMLP)
         body = export_moments(model, int(self.n_features_in_), min_inclusion)
-        return nn.Sequential(self._plus_linear_mean(body, "moments"), *head).eval()
+        return nn.Sequential(*_layers(self._plus_linear_mean(body, "moments")), *head).eval()
 
     def export_onnx(
         self,
@@ -655,6 +655,11 @@ class _SpikeSlabFamily(_VariationalEstimator):
         else:
             module = self.export()
         export_onnx(module, path, n_features=int(self.n_features_in_), dtype=dtype)
+
+
+def _layers(module: nn.Module) -> list[nn.Module]:
+    """A ``Sequential``'s layers (an export stays one flat ``Sequential``), else ``[module]``."""
+    return list(module) if isinstance(module, nn.Sequential) else [module]
 
 
 def _frozen_weights(layer: nn.Module) -> tuple[Tensor, Tensor | None]:
