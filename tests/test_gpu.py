@@ -444,6 +444,25 @@ def test_regressor_fits_and_predicts_on_the_device(backend: str, noise_std: obje
     assert module(torch.tensor(X[:3], dtype=torch.float32, device=DEVICE)).shape[0] == 3
 
 
+def test_a_linear_mean_predicts_and_exports_on_the_device() -> None:
+    # mean_function="linear": the linear mean's coefficient draws come from the device
+    # generator after the network's; predict and export_predictive draw the same ones.
+    X, y = _data()
+    est = SVBNNRegressor(**SMALL, device=str(DEVICE), mean_function="linear")
+    _fit(est, X, y)
+    assert est.mean_function_ == "linear" and est.linear_features_.size > 0
+    m, sd = est.predict(X[:10], return_std=True)
+    lo, hi = est.predict_prediction_interval(X[:10], n_samples=20)
+    assert np.all(np.isfinite(m)) and np.all(sd > 0) and np.all(lo <= hi)
+    x = torch.as_tensor(X[:10], device=DEVICE)
+    with torch.no_grad():
+        both = est.export_predictive(return_std=True)(x).cpu().numpy()
+        moments = est.export_moments(return_std=True)(x).cpu().numpy()
+    np.testing.assert_allclose(both[:, 0], m, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(both[:, 1], sd, rtol=1e-9)
+    assert np.all(np.isfinite(moments))
+
+
 def test_the_local_sampler_on_the_device_is_its_layers_path() -> None:
     # The regressor's default sampler: the flat path (LocalFlatMLP, after the moments + KL
     # pass LocalMomentsKL) against the layers run one by one from the same device generator
