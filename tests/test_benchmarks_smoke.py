@@ -300,6 +300,10 @@ def test_linear_mean_fits_both_arms_and_rewrites_its_report(tmp_path: Path) -> N
     (out / "report.md").unlink()
     linear_mean.main([*argv, "--report-only"])
     assert (out / "report.md").read_text() == report
+    # Runs saved before the library's arm existed report the lead's table alone.
+    settings = json.loads((out / "settings.json").read_text())
+    lead = linear_mean.report(rows[:2], settings)
+    assert "| regression-20 (375) | 1 | " in lead and "| regression-20 | 1 | " not in lead
 
 
 def test_sparse_linear_mean_keeps_the_linear_inputs() -> None:
