@@ -47,6 +47,7 @@ import numpy as np
 
 from benchmarks.tabular_peers import (
     DATASETS,
+    LEAD_FIELDS,
     NOISE_COLUMNS,
     Z95,
     lead_parser,
@@ -71,18 +72,7 @@ DEFAULT_SETS = (
     "protein-tertiary-structure",
 )
 ARMS = ("network", "network + linear")
-FIELDS = [
-    "dataset",
-    "split",
-    "arm",
-    "rmse",
-    "nll",
-    "coverage",
-    "noise_kept",
-    "true_kept",
-    "fit_s",
-    "final_loss",
-]
+FIELDS = [*LEAD_FIELDS, "final_loss"]
 
 
 def _model(p: int, n: int, linear: bool, gen: Any) -> Any:

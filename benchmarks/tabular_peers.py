@@ -686,6 +686,20 @@ def _cpu() -> str:
 
 
 # -- the lead harnesses' runs (benchmarks.linear_path, benchmarks.linear_mean) ------------
+LEAD_FIELDS = [
+    "dataset",
+    "split",
+    "arm",
+    "rmse",
+    "nll",
+    "coverage",
+    "noise_kept",
+    "true_kept",
+    "fit_s",
+]
+"""The leading columns of a lead harness's ``results.csv`` (each adds its own after them)."""
+
+
 def lead_settings(module: str, argv: list[str]) -> dict[str, Any]:
     """A lead harness's ``settings.json``: its command, the CPU, date, git commit and torch
     version, and ``train_rows`` per table (filled by :func:`regression_splits`' caller)."""
