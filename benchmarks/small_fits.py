@@ -133,6 +133,7 @@ def time_steps(rounds: int, steps: int = 200) -> str:
     interleaved rounds of ``steps`` steps in one process, after one warm-up (the graph
     compiles then). A Markdown table of medians and of the median per-round ratios."""
     from svbnn import kernel_backend
+    from svbnn._engine.native_step import backward_without_graph
     from svbnn.nn import SpikeSlabMLP
     from svbnn.objectives import GaussianLikelihood
     from svbnn.training import make_optimizer, negative_elbo
@@ -141,11 +142,18 @@ def time_steps(rounds: int, steps: int = 200) -> str:
     X, y = torch.randn(128, 8, generator=g), torch.randn(128, generator=g)
 
     def svbnn_step(
-        backend: str, sampler: str = "gumbel", learn: bool = False, graph: bool = False
+        backend: str,
+        sampler: str = "gumbel",
+        learn: bool = False,
+        graph: bool = False,
+        handover: bool = False,
     ) -> Callable[[], None]:
         """``graph``: the loss formed by hand, so that the step runs through autograd (the
         local sampler: the same native moments and layers, LocalMomentsKL and
-        LocalFlatMLP, without negative_elbo's graph-free NativeLocalNegativeElbo)."""
+        LocalFlatMLP, without negative_elbo's graph-free NativeLocalNegativeElbo).
+        ``handover``: a graph-free step's gradients handed to the parameters without
+        autograd's engine, as :func:`svbnn.training.train` does
+        (``backward_without_graph``); the other rows run ``loss.backward()``."""
         model = SpikeSlabMLP(
             8, (50,), 1, sampler=sampler, generator=torch.Generator().manual_seed(1)
         )
@@ -160,7 +168,8 @@ def time_steps(rounds: int, steps: int = 200) -> str:
                     loss = torch.add(nll, model.kl_divergence(), alpha=1.0 / 8192)
                 else:
                     loss, _, _ = negative_elbo(model, lik, X, y, 8192)
-                loss.backward()
+                if not (handover and backward_without_graph(loss)):
+                    loss.backward()
                 opt.step()
 
         return step
@@ -175,11 +184,15 @@ def time_steps(rounds: int, steps: int = 200) -> str:
 
     runs = {
         "native step": svbnn_step("native"),
+        "native step, gradients without the engine": svbnn_step("native", handover=True),
         "auto, one graph": svbnn_step("auto"),
         "eager": svbnn_step("eager"),
         "local sampler": svbnn_step("auto", "local"),
         "local sampler, through autograd": svbnn_step("auto", "local", graph=True),
         "local sampler, learned noise": svbnn_step("auto", "local", learn=True),
+        "local sampler, learned noise, gradients without the engine": svbnn_step(
+            "auto", "local", learn=True, handover=True
+        ),
         "local sampler, learned noise, through autograd": svbnn_step(
             "auto", "local", learn=True, graph=True
         ),

@@ -15,9 +15,10 @@ import svbnn
 import svbnn._engine.fused as fused
 import svbnn._engine.kernels as K
 import svbnn._engine.paths as fused_paths
+from svbnn import training
 from svbnn._engine import native as _native
 from svbnn._engine.graphs import layer_views
-from svbnn._engine.native_step import native_step_ok, step_likelihood
+from svbnn._engine.native_step import backward_without_graph, native_step_ok, step_likelihood
 from svbnn.nn import SpikeSlabMLP
 from svbnn.nn.base import set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
@@ -929,3 +930,102 @@ def test_the_regressor_fits_on_the_local_graph_free_step(
     # The steps differ by float32 roundings, which 78 Adam steps carry into the parameters
     # (4e-7 here in y's units, whose sd is about 2.3): far below the noise's 0.3.
     assert abs(free.predict(X[:50]) - graph.predict(X[:50])).max() < 1e-4
+
+
+def _graph_free_loss(
+    kind: str, learn: bool, R: int | None, accumulate: bool, seed: int
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """A graph-free step's loss (``kind``: the local sampler's, or the native step's under
+    a Gaussian or categorical likelihood) and the parameters its gradient goes to; with
+    ``accumulate``, every parameter already holds a gradient."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "local":
+        model = SpikeSlabMLP(5, (9,), 1, sampler="local", generator=g, log_prior_inclusion=-3.0)
+        x, y = torch.randn(24, 5, generator=g), torch.randn(24, generator=g)
+    else:
+        model = SpikeSlabMLP(
+            6, (7, 7), 3 if kind == "categorical" else 1, n_replicates=R, generator=g
+        )
+        lead = () if R is None else (R,)
+        x = torch.randn(*lead, 40, 6, generator=g)
+        y = (
+            torch.randint(0, 3, (*lead, 40), generator=g)
+            if kind == "categorical"
+            else torch.randn(*lead, 40, generator=g)
+        )
+    lik: torch.nn.Module = (
+        CategoricalLikelihood()
+        if kind == "categorical"
+        else GaussianLikelihood(0.7, learn_noise=learn)
+    )
+    params = [model.mu, model.rho, model.alpha, *lik.parameters()]
+    if accumulate:
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g)
+    with K.backend_scope("auto"):
+        loss = negative_elbo(model, lik, x, y, 300, kl_weight=0.5)[0]
+    return loss, params
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    kind=st.sampled_from(["local", "gaussian", "categorical"]),
+    learn=st.booleans(),
+    R=st.sampled_from([None, 1, 3]),
+    accumulate=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_graph_free_steps_gradients_skip_the_engine_bit_for_bit(
+    kind: str, learn: bool, R: int | None, accumulate: bool, seed: int
+) -> None:
+    """backward_without_graph: the ``.grad`` of ``loss.sum().backward()``, bit for bit,
+    whether the parameters hold a gradient already or not."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        loss, params = _graph_free_loss(kind, learn, R, accumulate, seed)
+        assert backward_without_graph(loss)
+        twin, twin_params = _graph_free_loss(kind, learn, R, accumulate, seed)
+        twin.sum().backward()
+    finally:
+        torch.set_num_threads(n)
+    assert len(params) == 3 + int(learn and kind != "categorical")
+    for p, q in zip(params, twin_params, strict=True):
+        assert p.grad is not None and q.grad is not None and torch.equal(p.grad, q.grad)
+
+
+def test_a_graph_free_steps_gradients_take_the_engine_where_they_must(one_thread: None) -> None:
+    """A hook on a parameter, a loss of another path: backward_without_graph does nothing
+    and says so; the engine then runs the hook."""
+    loss, params = _graph_free_loss("local", True, None, False, 0)
+    seen: list[torch.Tensor] = []
+    params[0].register_hook(lambda grad: seen.append(grad) or None)
+    assert not backward_without_graph(loss)
+    assert all(p.grad is None for p in params)
+    loss.backward()
+    assert len(seen) == 1 and torch.equal(seen[0], params[0].grad)
+    model = SpikeSlabMLP(5, (9,), 1, generator=torch.Generator().manual_seed(0))
+    x, y = torch.randn(8, 5), torch.randn(8)
+    with K.backend_scope("eager"):
+        eager = negative_elbo(model, GaussianLikelihood(0.7), x, y, 100)[0]
+    assert not backward_without_graph(eager)
+    assert model.mu.grad is None
+
+
+def test_training_hands_graph_free_gradients_over_without_the_engine(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train() takes backward_without_graph at every graph-free step: the same parameters
+    and history, bit for bit, as the engine's backward."""
+    runs: list[int] = []
+    real = training.backward_without_graph
+    monkeypatch.setattr(training, "backward_without_graph", _counted(real, runs))
+    g = torch.Generator().manual_seed(6)
+    X, y = torch.randn(3, 300, 20, generator=g), torch.randn(3, 300, generator=g)
+    free, h_free = _native_step_run(True, X, y, 3)
+    assert len(runs) == 15  # 3 epochs of 5 steps
+    monkeypatch.setattr(training, "backward_without_graph", lambda loss: False)
+    engine, h_engine = _native_step_run(True, X, y, 3)
+    for name in ("mu", "rho", "alpha"):
+        assert torch.equal(getattr(free, name), getattr(engine, name)), name
+    assert h_free.loss == h_engine.loss

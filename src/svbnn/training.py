@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from ._device import check_training_devices
 from ._engine import native as _native
 from ._engine.kernels import Backend, backend, backend_scope, parse_backend
+from ._engine.native_step import backward_without_graph
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
 from .selection import gate_statistics, spike_slab_layers
@@ -991,10 +992,12 @@ def _run_epoch(
         # (docs/performance.md, "Memory traffic of the compiled step").
         opt.zero_grad(set_to_none=True)
         loss, nll, kl = objective(model, xb, yb)
-        # R replicates' losses (R,) are summed: each replicate's gradient is its own. One
-        # network's scalar goes straight in: a sum of one value would be one more operation
-        # and autograd node a step (docs/performance.md, "The small networks' step").
-        (loss if loss.dim() == 0 else loss.sum()).backward()
+        # R replicates' losses (R,) are summed: each replicate's gradient is its own. A
+        # graph-free step's gradients are handed over without the engine; one network's
+        # scalar goes straight in: a sum of one value would be one more operation and
+        # autograd node a step (docs/performance.md, "The small networks' step").
+        if not backward_without_graph(loss):
+            (loss if loss.dim() == 0 else loss.sum()).backward()
         opt.step()
         if on_step is not None:
             on_step(step)

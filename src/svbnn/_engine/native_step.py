@@ -166,12 +166,15 @@ class _GraphFreeStep(torch.autograd.Function):
         grads: tuple[Tensor, ...] | list[Tensor],
         one_minus_q: Tensor | None,
         noise_input: int,
+        targets: tuple[Tensor, Tensor, Tensor, Any],
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The forward's end: saves ``grads`` (of ``mu``, ``rho``, ``alpha``) and, for a
         learned noise level (the forward's input number ``noise_input``), its ``1 - q``
         per loss; returns ``(loss, nll, kl / n)``, ``loss = nll + kl / n``, the other two
-        not differentiable."""
+        not differentiable. ``targets``: the forward's ``mu``, ``rho``, ``alpha`` and
+        noise input, which :func:`backward_without_graph` hands the gradients to."""
         ctx.noise_input = None if one_minus_q is None else noise_input
+        ctx.grad_targets = targets[:3] if one_minus_q is None else targets
         ctx.save_for_backward(*grads, *(() if one_minus_q is None else (one_minus_q,)))
         loss = torch.add(nll, kl, alpha=1.0 / n_train)  # the KL added with weight 1 / n
         kl_n = kl / n_train
@@ -195,6 +198,51 @@ class _GraphFreeStep(torch.autograd.Function):
             if ctx.noise_input is not None:  # one level shared by every replicate's loss
                 out[ctx.noise_input] = (saved[3] * g_loss).sum()
         return tuple(out)
+
+
+def backward_without_graph(loss: Tensor) -> bool:
+    """``loss.sum().backward()`` without the autograd engine, where ``loss`` is the loss
+    of a :class:`_GraphFreeStep` (its first output, ``()`` or ``(R,)``) whose gradients go
+    to leaves that need them and have no hooks: the saved gradients (those the backward
+    hands over when the losses are summed, the same values) are accumulated into their
+    ``.grad`` as the engine does (set where it is ``None``, else added in place). Returns
+    whether it did; otherwise nothing is done and the caller runs the engine.
+
+    The engine's pass over the step's one node costs about as much as the node's own
+    backward (``benchmarks.small_fits --steps``); a training loop calls this first.
+    """
+    node = loss.grad_fn
+    forward_cls = getattr(node, "_forward_cls", None)
+    if not (
+        isinstance(forward_cls, type)
+        and issubclass(forward_cls, _GraphFreeStep)
+        and loss.output_nr == 0
+        and loss._backward_hooks is None
+        and not torch.is_anomaly_enabled()
+    ):
+        return False
+    targets: tuple[Tensor, ...] = node.grad_targets  # type: ignore[union-attr]
+    for t in targets:
+        if not (
+            isinstance(t, Tensor)
+            and t.is_leaf
+            and t.requires_grad
+            and not t._backward_hooks
+            and getattr(t, "_post_accumulate_grad_hooks", None) is None
+            and (t.grad is None or t.grad.shape == t.shape)
+        ):
+            return False
+    saved = node.saved_tensors  # type: ignore[union-attr]
+    grads = list(saved[:3])
+    if len(targets) > 3:  # a learned noise level: its 1 - q summed over the losses
+        grads.append(saved[3].sum())
+    with torch.no_grad():
+        for t, g in zip(targets, grads, strict=True):
+            if t.grad is None:
+                t.grad = g  # a fresh tensor of the step's, as the engine takes it
+            else:
+                t.grad += g
+    return True
 
 
 class NativeNegativeElbo(_GraphFreeStep):
@@ -278,7 +326,9 @@ class NativeNegativeElbo(_GraphFreeStep):
         g_kl = kl.new_ones((*kl.shape, 1)) * (1.0 / n_train)
         grads = _native.fused_backward(grad.view(theta.shape), g_kl, theta, *factors)
         one_minus_q = None if learned is None else 1.0 - q.view(kl.shape)
-        return _GraphFreeStep.finish(ctx, nll, kl, n_train, grads, one_minus_q, noise_input=10)
+        return _GraphFreeStep.finish(
+            ctx, nll, kl, n_train, grads, one_minus_q, 10, (mu, rho, alpha, noise)
+        )
 
 
 def _categorical_step(
@@ -457,7 +507,9 @@ class NativeLocalNegativeElbo(_GraphFreeStep):
         g_kl = kl.new_full(kl.shape, 1.0 / n_train)
         grads = _native.local_moments_kl_backward(g_mean, g_var, g_kl, saved)
         one_minus_q = None if learned is None else 1.0 - q
-        return _GraphFreeStep.finish(ctx, nll, kl, n_train, grads, one_minus_q, noise_input=9)
+        return _GraphFreeStep.finish(
+            ctx, nll, kl, n_train, grads, one_minus_q, 9, (mu, rho, alpha, noise)
+        )
 
 
 def native_local_negative_elbo(
