@@ -18,8 +18,9 @@ share the estimator's other defaults, so every regressor fit runs at the regress
 learning rate 0.02 and every classifier fit at 0.01 (the same number of steps:
 ``max_iter`` is fixed).
 ``--steps ROUNDS`` first times UCI's training step: the native step against ``auto``'s
-one-graph step and the local sampler's, under ``auto`` and under ``eager``
-(:func:`time_steps`).
+one-graph step and the local sampler's, under ``auto`` and under ``eager``, and the graph-free
+steps with their gradients handed over without autograd's engine, as the training loop
+does (:func:`time_steps`).
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ def time_steps(rounds: int, steps: int = 200) -> str:
     """The training step of UCI's network (8-50-1, batch 128, known noise): the native step
     (the ``native`` backend) against ``auto``'s one-graph step, beside the eager kernels,
     the local sampler's graph-free step and its step through autograd (with the known
-    noise level and with a learned one, as the regressor has), and a dense step;
+    noise level and with a learned one, as the regressor has), the native and the local
+    learned-noise steps whose gradients skip autograd's engine (the training loop's), and a
+    dense step;
     interleaved rounds of ``steps`` steps in one process, after one warm-up (the graph
     compiles then). A Markdown table of medians and of the median per-round ratios."""
     from svbnn import kernel_backend
