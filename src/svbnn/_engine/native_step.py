@@ -208,8 +208,9 @@ def backward_without_graph(loss: Tensor) -> bool:
     ``.grad`` as the engine does (set where it is ``None``, else added in place). Returns
     whether it did; otherwise nothing is done and the caller runs the engine.
 
-    The engine's pass over the step's one node costs about as much as the node's own
-    backward (``benchmarks.small_fits --steps``); a training loop calls this first.
+    A training loop calls this before ``backward()``: the engine's pass over the step's
+    one node is a cost the step need not pay (docs/performance.md, "A graph-free step's
+    gradients without the engine").
     """
     node = loss.grad_fn
     forward_cls = getattr(node, "_forward_cls", None)
