@@ -357,3 +357,46 @@ def test_linear_mean_generated_tables_fit_with_their_peers(tmp_path: Path) -> No
     assert row.startswith("| mixed-400 (300) | 1 | ")
     # The peer columns: the best peer's name after the RMSE ratios and after the NLLs.
     assert sum(f"({m})" in row for m in peers) >= 1 and row.count(" | ") == 14
+
+
+def test_temperature_lead_fits_both_arms_and_rewrites_its_report(tmp_path: Path) -> None:
+    from benchmarks import temperature
+
+    out = tmp_path / "temp"
+    argv = ["--out", str(out), "--datasets", "wine", "--max-splits", "1"]
+    temperature.main([*argv, "--max-iter", "3"])
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["arm"] for r in rows] == list(temperature.ARMS)
+    # The defaults' arm is the fit's own predict_proba: the same draws at T = 1.
+    assert float(rows[0]["temperature"]) == 1.0
+    assert 0.1 <= float(rows[1]["temperature"]) <= 10.0
+    assert rows[0]["accuracy"] != "" and rows[0]["noise_kept"] == rows[1]["noise_kept"]
+    for r in rows:
+        assert 0 <= float(r["accuracy"]) <= 1 and 0 <= float(r["ece"]) <= 1
+        assert np.isfinite(float(r["log_loss"])) and 0 <= int(r["noise_kept"]) <= 10
+    report = (out / "report.md").read_text()
+    assert "| wine (134) | 1 | " in report
+    (out / "report.md").unlink()
+    temperature.main([*argv, "--report-only"])
+    assert (out / "report.md").read_text() == report
+
+
+def test_temperature_draws_are_predict_probas() -> None:
+    # tempered(logit_draws(est, X), 1) is predict_proba(X) (the same draws, softmax after);
+    # the grid's T minimises the held-out log loss: T < 1 sharpens, T > 1 flattens.
+    from sklearn.datasets import load_iris
+
+    from benchmarks.temperature import fit_temperature, log_loss, logit_draws, tempered
+    from svbnn import SVBNNClassifier
+
+    X, y = load_iris(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    est = SVBNNClassifier(random_state=0, max_iter=20, tol=None).fit(X, y)
+    logits = logit_draws(est, X)
+    np.testing.assert_allclose(tempered(logits, 1.0), est.predict_proba(X), rtol=0, atol=1e-12)
+    T = fit_temperature(logits, y)
+    grid = np.exp(np.linspace(np.log(0.1), np.log(10.0), 201))[::40]  # points of its grid
+    assert all(
+        log_loss(tempered(logits, T), y) <= log_loss(tempered(logits, t), y) + 1e-12 for t in grid
+    )
