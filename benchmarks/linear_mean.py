@@ -62,7 +62,6 @@ kept, and median fit times.
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 import time
 import warnings
@@ -85,6 +84,7 @@ from benchmarks.tabular_peers import (
     lead_settings,
     peer_builders,
     regression_splits,
+    rewrite_report,
     save_run,
 )
 from benchmarks.tabular_peers import (
@@ -436,12 +436,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--generated", action="store_true", help="the GENERATED tables, with peers")
     args = ap.parse_args(argv)
     if args.report_only:
-        with open(args.out / "results.csv") as f:
-            saved = list(csv.DictReader(f))
-        kept = json.loads((args.out / "settings.json").read_text())
-        if args.peers is not None:
-            kept["peers"] = str(args.peers)
-        atomic_write_text(args.out / "report.md", report(saved, kept))
+        rewrite_report(args.out, args.peers, report)
         return
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)

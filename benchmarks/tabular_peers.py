@@ -755,6 +755,24 @@ def save_run(
     atomic_write_text(out / "report.md", report(rows, settings))
 
 
+def rewrite_report(
+    out: Path,
+    peers: Path | None,
+    report: Callable[[list[dict[str, Any]], dict[str, Any]], str],
+) -> None:
+    """A lead harness's ``--report-only``: ``report.md`` rewritten from the saved
+    ``results.csv`` and ``settings.json`` (``peers``, when given, the tabular-peers
+    ``results.csv`` its report compares with, in place of the saved one)."""
+    from svbnn_experiments.files import atomic_write_text
+
+    with open(out / "results.csv") as f:
+        saved = list(csv.DictReader(f))
+    kept = json.loads((out / "settings.json").read_text())
+    if peers is not None:
+        kept["peers"] = str(peers)
+    atomic_write_text(out / "report.md", report(saved, kept))
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("results/tabular-peers"))

@@ -34,7 +34,6 @@ each arm's log loss above the best peer's and its ECE against the benchmark's bo
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 import sys
 import time
@@ -56,6 +55,7 @@ from benchmarks.tabular_peers import (
     lead_settings,
     make_split,
     n_splits,
+    rewrite_report,
     save_run,
 )
 from svbnn import SVBNNClassifier
@@ -238,14 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     if not 0.0 < args.share <= 1.0:
         ap.error(f"--share must be in (0, 1], got {args.share}")
     if args.report_only:
-        with open(args.out / "results.csv") as f:
-            saved = list(csv.DictReader(f))
-        kept = json.loads((args.out / "settings.json").read_text())
-        if args.peers is not None:
-            kept["peers"] = str(args.peers)
-        from svbnn_experiments.files import atomic_write_text
-
-        atomic_write_text(args.out / "report.md", report(saved, kept))
+        rewrite_report(args.out, args.peers, report)
         return
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
