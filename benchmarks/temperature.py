@@ -49,6 +49,7 @@ from sklearn.preprocessing import StandardScaler
 
 from benchmarks.tabular_peers import (
     CLASSIFICATION_TABLES,
+    CLF_PEERS,
     NOISE_COLUMNS,
     ece,
     lead_parser,
@@ -76,7 +77,6 @@ FIELDS = [
     "temperature",
     "fit_s",
 ]
-PEERS = ("LogisticRegression", "MLP", "NGBoost", "L1-LogisticCV")
 
 
 def logit_draws(est: SVBNNClassifier, X: NDArray[Any]) -> torch.Tensor:
@@ -156,9 +156,9 @@ def _best_peers(
 ) -> tuple[tuple[str, float], tuple[str, float]] | None:
     """The best peer's mean log loss and mean ECE over ``splits`` (the benchmark's rows)."""
     with open(path) as f:
-        rows = [r for r in csv.DictReader(f) if r["dataset"] == name and r["method"] in PEERS]
+        rows = [r for r in csv.DictReader(f) if r["dataset"] == name and r["method"] in CLF_PEERS]
     means: dict[str, tuple[float, float]] = {}
-    for m in PEERS:
+    for m in CLF_PEERS:
         # A peer counts where it has both numbers on every one of the splits.
         got = [
             r
