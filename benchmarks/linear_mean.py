@@ -61,7 +61,6 @@ kept, and median fit times.
 
 from __future__ import annotations
 
-import csv
 import statistics
 import time
 import warnings
@@ -78,6 +77,7 @@ from benchmarks.tabular_peers import (
     NOISE_COLUMNS,
     REGRESSION_TABLES,
     Z95,
+    best_peers,
     csv_text,
     evaluate,
     lead_parser,
@@ -276,25 +276,8 @@ def _best_peers(
 ) -> tuple[tuple[str, float], tuple[str, float]] | None:
     """The best peer's mean RMSE and mean NLL on ``name``'s ``splits`` (each ``(method,
     value)``) in a tabular-peers ``results.csv``; ``None`` where it has none."""
-    with open(path) as f:
-        peers = [
-            r
-            for r in csv.DictReader(f)
-            if r["dataset"] == name
-            and int(r["split"]) in splits
-            and not r["method"].startswith("SVBNN")
-        ]
-    best: list[tuple[str, float]] = []
-    for key in ("rmse", "nll"):
-        by: dict[str, list[float]] = {}
-        for r in peers:
-            if r[key]:
-                by.setdefault(r["method"], []).append(float(r[key]))
-        full = {m: statistics.mean(v) for m, v in by.items() if len(v) == len(splits)}
-        if not full:
-            return None
-        best.append(min(full.items(), key=lambda kv: kv[1]))
-    return best[0], best[1]
+    best = best_peers(path, name, splits, ("rmse", "nll"))
+    return None if best is None else (best[0], best[1])
 
 
 def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:

@@ -58,6 +58,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -753,6 +754,33 @@ def save_run(
     atomic_write_text(out / "results.csv", csv_text(fields, rows))
     atomic_write_text(out / "settings.json", json.dumps(settings, indent=1) + "\n")
     atomic_write_text(out / "report.md", report(rows, settings))
+
+
+def best_peers(
+    path: str, name: str, splits: set[int], keys: tuple[str, ...]
+) -> list[tuple[str, float]] | None:
+    """For each metric of ``keys``, the best peer's ``(method, mean)`` on ``name``'s
+    ``splits`` in a tabular-peers ``results.csv`` (lowest mean; a peer counts where it
+    has the metric on every one of the splits); ``None`` where a metric has no peer."""
+    with open(path) as f:
+        peers = [
+            r
+            for r in csv.DictReader(f)
+            if r["dataset"] == name
+            and int(r["split"]) in splits
+            and not r["method"].startswith("SVBNN")
+        ]
+    best: list[tuple[str, float]] = []
+    for key in keys:
+        by: dict[str, list[float]] = {}
+        for r in peers:
+            if r[key]:
+                by.setdefault(r["method"], []).append(float(r[key]))
+        full = {m: statistics.mean(v) for m, v in by.items() if len(v) == len(splits)}
+        if not full:
+            return None
+        best.append(min(full.items(), key=lambda kv: kv[1]))
+    return best
 
 
 def rewrite_report(

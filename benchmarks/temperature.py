@@ -33,7 +33,6 @@ each arm's log loss above the best peer's and its ECE against the benchmark's bo
 
 from __future__ import annotations
 
-import csv
 import statistics
 import sys
 import time
@@ -49,8 +48,8 @@ from sklearn.preprocessing import StandardScaler
 
 from benchmarks.tabular_peers import (
     CLASSIFICATION_TABLES,
-    CLF_PEERS,
     NOISE_COLUMNS,
+    best_peers,
     ece,
     lead_parser,
     lead_settings,
@@ -154,27 +153,10 @@ def fit_split(
 def _best_peers(
     path: str, name: str, splits: set[int]
 ) -> tuple[tuple[str, float], tuple[str, float]] | None:
-    """The best peer's mean log loss and mean ECE over ``splits`` (the benchmark's rows)."""
-    with open(path) as f:
-        rows = [r for r in csv.DictReader(f) if r["dataset"] == name and r["method"] in CLF_PEERS]
-    means: dict[str, tuple[float, float]] = {}
-    for m in CLF_PEERS:
-        # A peer counts where it has both numbers on every one of the splits.
-        got = [
-            r
-            for r in rows
-            if r["method"] == m and int(r["split"]) in splits and r["log_loss"] and r["ece"]
-        ]
-        if len({int(r["split"]) for r in got}) == len(splits) and got:
-            means[m] = (
-                statistics.mean(float(r["log_loss"]) for r in got),
-                statistics.mean(float(r["ece"]) for r in got),
-            )
-    if not means:
-        return None
-    ll = min(means.items(), key=lambda kv: kv[1][0])
-    ec = min(means.items(), key=lambda kv: kv[1][1])
-    return (ll[0], ll[1][0]), (ec[0], ec[1][1])
+    """The best peer's mean log loss and mean ECE over ``splits`` (each ``(method,
+    value)``); ``None`` where it has none."""
+    best = best_peers(path, name, splits, ("log_loss", "ece"))
+    return None if best is None else (best[0], best[1])
 
 
 def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
