@@ -271,15 +271,6 @@ def peer_rows(d: dict[str, Any], seed: int, smoke: bool = False) -> list[dict[st
     ]
 
 
-def _best_peers(
-    path: str, name: str, splits: set[int]
-) -> tuple[tuple[str, float], tuple[str, float]] | None:
-    """The best peer's mean RMSE and mean NLL on ``name``'s ``splits`` (each ``(method,
-    value)``) in a tabular-peers ``results.csv``; ``None`` where it has none."""
-    best = best_peers(path, name, splits, ("rmse", "nll"))
-    return None if best is None else (best[0], best[1])
-
-
 def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     peers = settings.get("peers")
     lines = [
@@ -335,7 +326,11 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
             f"{statistics.mean(int(r['noise_kept']) for r in chosen):.1f} | "
             f"{fit[0]:.1f} / {fit[1]:.1f} / {statistics.median(rule_s):.1f} |"
         )
-        best = _best_peers(peers, name, {int(a["split"]) for a, _ in pairs}) if peers else None
+        best = (
+            best_peers(peers, name, {int(a["split"]) for a, _ in pairs}, ("rmse", "nll"))
+            if peers
+            else None
+        )
         if peers:
             lines[-1] += (
                 " | |"
@@ -379,7 +374,11 @@ def _library_table(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
             f"{mean('noise_kept'):.1f} / {mean('true_kept'):.1f} | "
             f"{statistics.median(float(r['fit_s']) for r in lib):.1f} |"
         )
-        best = _best_peers(peers, name, {int(r["split"]) for r in lib}) if peers else None
+        best = (
+            best_peers(peers, name, {int(r["split"]) for r in lib}, ("rmse", "nll"))
+            if peers
+            else None
+        )
         if peers:
             line += (
                 " | |"

@@ -150,15 +150,6 @@ def fit_split(
     return rows
 
 
-def _best_peers(
-    path: str, name: str, splits: set[int]
-) -> tuple[tuple[str, float], tuple[str, float]] | None:
-    """The best peer's mean log loss and mean ECE over ``splits`` (each ``(method,
-    value)``); ``None`` where it has none."""
-    best = best_peers(path, name, splits, ("log_loss", "ece"))
-    return None if best is None else (best[0], best[1])
-
-
 def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     peers = settings.get("peers")
     lines = [
@@ -190,7 +181,9 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
             + " |"
         )
         if peers:
-            best = _best_peers(peers, name, {int(r["split"]) for r in by["defaults"]})
+            best = best_peers(
+                peers, name, {int(r["split"]) for r in by["defaults"]}, ("log_loss", "ece")
+            )
             if best is None:
                 line += " | |"
             else:
