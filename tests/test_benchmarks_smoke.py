@@ -371,6 +371,8 @@ def test_temperature_lead_fits_both_arms_and_rewrites_its_report(tmp_path: Path)
     # The defaults' arm is the fit's own predict_proba: the same draws at T = 1.
     assert float(rows[0]["temperature"]) == 1.0
     assert 0.1 <= float(rows[1]["temperature"]) <= 10.0
+    # The oracle's T is the best of the grid on the test rows: no arm's log loss is lower.
+    assert float(rows[2]["log_loss"]) <= min(float(r["log_loss"]) for r in rows) + 1e-12
     assert rows[0]["accuracy"] != "" and rows[0]["noise_kept"] == rows[1]["noise_kept"]
     for r in rows:
         assert 0 <= float(r["accuracy"]) <= 1 and 0 <= float(r["ece"]) <= 1
@@ -380,6 +382,24 @@ def test_temperature_lead_fits_both_arms_and_rewrites_its_report(tmp_path: Path)
     (out / "report.md").unlink()
     temperature.main([*argv, "--report-only"])
     assert (out / "report.md").read_text() == report
+
+
+def test_temperature_lead_runs_a_generated_problem(tmp_path: Path) -> None:
+    from benchmarks import temperature
+
+    out = tmp_path / "gen"
+    temperature.main(["--out", str(out), "--generated", "--problems", "4", "--max-iter", "3"])
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["arm"] for r in rows] == list(temperature.ARMS)
+    assert {r["dataset"] for r in rows} == {temperature.generated_name(4)}
+    n, classes, _ = temperature.GENERATED[4]
+    assert f"| {temperature.generated_name(4)} ({n}) | 1 | " in (out / "report.md").read_text()
+    d = temperature.generated_split(4)
+    assert d["Xtr"].shape == (n, 20) and d["Xte"].shape == (1000, 20)
+    assert set(np.unique(d["ytr"])) == set(range(classes))
+    with pytest.raises(SystemExit):
+        temperature.main(["--out", str(out), "--generated", "--datasets", "wine"])
 
 
 def test_temperature_draws_are_predict_probas() -> None:
