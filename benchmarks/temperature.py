@@ -287,6 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.generated and (args.datasets or args.peers):
         ap.error("--generated: no --datasets or --peers (the problems are not the tables)")
+    if args.problems is not None and not args.generated:
+        ap.error("--problems: only with --generated")
     if not 0.0 < args.share <= 1.0:
         ap.error(f"--share must be in (0, 1], got {args.share}")
     if args.report_only:

@@ -398,8 +398,9 @@ def test_temperature_lead_runs_a_generated_problem(tmp_path: Path) -> None:
     d = temperature.generated_split(4)
     assert d["Xtr"].shape == (n, 20) and d["Xte"].shape == (1000, 20)
     assert set(np.unique(d["ytr"])) == set(range(classes))
-    with pytest.raises(SystemExit):
-        temperature.main(["--out", str(out), "--generated", "--datasets", "wine"])
+    for bad in (["--generated", "--datasets", "wine"], ["--problems", "1"]):
+        with pytest.raises(SystemExit):
+            temperature.main(["--out", str(out), *bad])
 
 
 def test_temperature_draws_are_predict_probas() -> None:
