@@ -46,7 +46,8 @@ fits only the rows it lacks (``--refit NAME`` refits a method), so a rerun of sv
 does not refit the peers. It is rewritten atomically after every split, with
 ``report.md`` (first, one line per data set for the first ``--svbnn`` variant: its
 targets met and the gaps of those missed; then each data set's rows and every
-variant's targets, and the missing data sets).
+variant's targets, and the missing data sets). Where ``notes.md`` sits beside it (how
+rows that several runs merged were made, in words), its text follows the command line.
 """
 
 from __future__ import annotations
@@ -589,7 +590,8 @@ def _at_a_glance(
     return "\n".join(lines)
 
 
-def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
+def report(rows: list[dict[str, Any]], settings: dict[str, Any], notes: str = "") -> str:
+    """``report.md``'s text; ``notes`` (``notes.md``'s, may be empty) after the command."""
     out = io.StringIO()
     out.write("# The estimators against the usual tools (issue 31)\n\n")
     out.write(
@@ -603,6 +605,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         "one-time native build, excluded from the fit times: "
         f"{settings.get('native_build_s', 'not measured')}.\n\n"
     )
+    if notes.strip():
+        out.write(notes.strip() + "\n\n")
     done = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]
     missing = [d for d in settings["datasets"] if d not in done]
     variants = list(settings["variants"])
@@ -740,6 +744,12 @@ def regression_splits(
             yield name, split, d
 
 
+def _notes(out: Path) -> str:
+    """The text of ``out/notes.md`` (empty where there is none)."""
+    path = out / "notes.md"
+    return path.read_text() if path.is_file() else ""
+
+
 def save_run(
     out: Path,
     fields: list[str],
@@ -855,7 +865,7 @@ def main(argv: list[str] | None = None) -> None:
         from svbnn.checkpoint import atomic_write_bytes
 
         saved = json.loads((args.out / "settings.json").read_text())
-        text = report(read_rows(args.out / "results.csv"), saved)
+        text = report(read_rows(args.out / "results.csv"), saved, _notes(args.out))
         atomic_write_bytes(args.out / "report.md", text.encode())
         return
     import sklearn
@@ -911,9 +921,8 @@ def main(argv: list[str] | None = None) -> None:
             # A fresh process per data set: fit times include no warm state of earlier sets.
             cmd = [sys.executable, "-m", "benchmarks.tabular_peers", *worker_args]
             subprocess.run([*cmd, "--worker", name], env=env, check=True)
-        atomic_write_bytes(
-            args.out / "report.md", report(read_rows(args.out / "results.csv"), settings).encode()
-        )
+        text = report(read_rows(args.out / "results.csv"), settings, _notes(args.out))
+        atomic_write_bytes(args.out / "report.md", text.encode())
 
 
 if __name__ == "__main__":

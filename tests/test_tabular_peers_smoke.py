@@ -54,10 +54,14 @@ def test_tiny_run_caches_the_peers_and_reports(tmp_path: Path) -> None:
     } == (peers)
     assert {r["method"] for r in again if r["dataset"] == "wine"} >= {"SVBNN", "SVBNN-eb"}
     assert "SVBNN-eb:" in (out / "report.md").read_text()
-    # The report is rebuilt from the saved files alone.
+    # The report is rebuilt from the saved files alone, notes.md's words after the command.
     (out / "report.md").unlink()
+    (out / "notes.md").write_text("How the rows were made: by this test.\n")
     tp.main(["--out", str(out), "--report-only"])
-    assert "SVBNN-eb:" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "SVBNN-eb:" in md
+    assert md.index("Command: ") < md.index("How the rows were made: by this test.\n\n")
+    assert md.index("by this test.") < md.index("## At a glance")
 
 
 def test_splits_follow_the_table_size() -> None:
