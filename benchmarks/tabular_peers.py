@@ -258,6 +258,11 @@ def svbnn_builder(kind: str, seed: int, params: dict[str, Any]) -> Callable[[int
     return lambda p: _pipe(cls(random_state=seed, **params))
 
 
+def log_loss(proba: Array, y: NDArray[np.int64]) -> float:
+    """Mean negative log probability of the true classes (probabilities clipped at 1e-15)."""
+    return float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-15, 1))))
+
+
 def ece(proba: Array, y: NDArray[np.int64], bins: int = 15) -> float:
     """Expected calibration error of the top-class probability, equal-width bins."""
     conf, pred = proba.max(1), proba.argmax(1)
@@ -334,8 +339,7 @@ def evaluate(data: dict[str, Any], method: str, pipe: Any, seed: int) -> dict[st
         classes = np.asarray(getattr(est, "classes_", np.unique(data["ytr"])))
         y = np.searchsorted(classes, yte)
         row["accuracy"] = float(np.mean(proba.argmax(1) == y))
-        p_true = np.clip(proba[np.arange(len(y)), y], 1e-15, 1)
-        row["log_loss"] = float(-np.mean(np.log(p_true)))
+        row["log_loss"] = log_loss(proba, y)
         row["ece"] = ece(proba, y)
     est = pipe[-1]
     if hasattr(est, "converged_"):
@@ -744,10 +748,16 @@ def regression_splits(
             yield name, split, d
 
 
-def _notes(out: Path) -> str:
-    """The text of ``out/notes.md`` (empty where there is none)."""
-    path = out / "notes.md"
-    return path.read_text() if path.is_file() else ""
+def _write_report(out: Path, settings: dict[str, Any]) -> None:
+    """``out/report.md`` from ``out/results.csv``, ``settings`` and ``out/notes.md`` (where
+    there is one), written atomically."""
+    from svbnn.checkpoint import atomic_write_bytes
+
+    notes = out / "notes.md"
+    text = report(
+        read_rows(out / "results.csv"), settings, notes.read_text() if notes.is_file() else ""
+    )
+    atomic_write_bytes(out / "report.md", text.encode())
 
 
 def save_run(
@@ -862,11 +872,7 @@ def main(argv: list[str] | None = None) -> None:
         run_dataset(args.worker, args, variants)
         return
     if args.report_only:
-        from svbnn.checkpoint import atomic_write_bytes
-
-        saved = json.loads((args.out / "settings.json").read_text())
-        text = report(read_rows(args.out / "results.csv"), saved, _notes(args.out))
-        atomic_write_bytes(args.out / "report.md", text.encode())
+        _write_report(args.out, json.loads((args.out / "settings.json").read_text()))
         return
     import sklearn
     import torch
@@ -921,8 +927,7 @@ def main(argv: list[str] | None = None) -> None:
             # A fresh process per data set: fit times include no warm state of earlier sets.
             cmd = [sys.executable, "-m", "benchmarks.tabular_peers", *worker_args]
             subprocess.run([*cmd, "--worker", name], env=env, check=True)
-        text = report(read_rows(args.out / "results.csv"), settings, _notes(args.out))
-        atomic_write_bytes(args.out / "report.md", text.encode())
+        _write_report(args.out, settings)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ from benchmarks.tabular_peers import (
     ece,
     lead_parser,
     lead_settings,
+    log_loss,
     make_split,
     n_splits,
     rewrite_report,
@@ -110,10 +111,6 @@ def tempered(logits: torch.Tensor, T: float) -> NDArray[np.float64]:
     return out
 
 
-def log_loss(proba: NDArray[Any], y: NDArray[np.intp]) -> float:
-    return float(-np.mean(np.log(np.clip(proba[np.arange(len(y)), y], 1e-15, 1.0))))
-
-
 def fit_temperature(logits: torch.Tensor, y: NDArray[np.intp]) -> float:
     """The ``T`` of the grid (log-spaced, 0.1 to 10) of least held-out log loss."""
     grid = np.exp(np.linspace(np.log(0.1), np.log(10.0), GRID))
@@ -149,7 +146,7 @@ def generated_name(k: int) -> str:
 def fit_split(
     d: dict[str, Any], seed: int, share: float, max_iter: Any = "auto"
 ) -> list[dict[str, Any]]:
-    """Both arms on one split: their rows of metrics."""
+    """The arms on one split: their rows of metrics."""
     scaler = StandardScaler().fit(d["Xtr"])
     Xtr, Xte = scaler.transform(d["Xtr"]), scaler.transform(d["Xte"])
     with warnings.catch_warnings():

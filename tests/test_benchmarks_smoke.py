@@ -26,6 +26,12 @@ from svbnn._engine import native as _native
 from svbnn.objectives import spike_slab_kl_reference
 
 
+def _saved_rows(out: Path) -> list[dict[str, str]]:
+    """A harness's saved ``results.csv`` as text rows."""
+    with open(out / "results.csv") as f:
+        return list(csv.DictReader(f))
+
+
 @pytest.fixture(autouse=True)
 def _one_thread() -> None:
     torch.set_num_threads(1)
@@ -264,8 +270,7 @@ def test_linear_path_fits_both_arms_side_by_side(tmp_path: Path) -> None:
     linear_path.main(
         ["--out", str(out), "--datasets", "regression-20", "--max-splits", "1", "--max-epochs", "2"]
     )
-    with open(out / "results.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = _saved_rows(out)
     assert [r["arm"] for r in rows] == list(linear_path.ARMS)
     for r in rows:
         assert np.isfinite(float(r["rmse"])) and 0 <= int(r["noise_kept"]) <= 10
@@ -282,8 +287,7 @@ def test_linear_mean_fits_both_arms_and_rewrites_its_report(tmp_path: Path) -> N
     out = tmp_path / "lm"
     argv = ["--out", str(out), "--datasets", "regression-20", "--max-splits", "1"]
     linear_mean.main([*argv, "--max-iter", "2"])
-    with open(out / "results.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = _saved_rows(out)
     assert [r["arm"] for r in rows] == list(linear_mean.ARMS)
     for r in rows:
         assert np.isfinite(float(r["rmse"])) and 0 <= int(r["noise_kept"]) <= 10
@@ -365,8 +369,7 @@ def test_temperature_lead_fits_both_arms_and_rewrites_its_report(tmp_path: Path)
     out = tmp_path / "temp"
     argv = ["--out", str(out), "--datasets", "wine", "--max-splits", "1"]
     temperature.main([*argv, "--max-iter", "3"])
-    with open(out / "results.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = _saved_rows(out)
     assert [r["arm"] for r in rows] == list(temperature.ARMS)
     # The defaults' arm is the fit's own predict_proba: the same draws at T = 1.
     assert float(rows[0]["temperature"]) == 1.0
@@ -389,8 +392,7 @@ def test_temperature_lead_runs_a_generated_problem(tmp_path: Path) -> None:
 
     out = tmp_path / "gen"
     temperature.main(["--out", str(out), "--generated", "--problems", "4", "--max-iter", "3"])
-    with open(out / "results.csv") as f:
-        rows = list(csv.DictReader(f))
+    rows = _saved_rows(out)
     assert [r["arm"] for r in rows] == list(temperature.ARMS)
     assert {r["dataset"] for r in rows} == {temperature.generated_name(4)}
     n, classes, _ = temperature.GENERATED[4]
