@@ -224,6 +224,15 @@ def test_small_fits_times_both_backends_and_the_dense_loop_side_by_side() -> Non
         assert set(r["scores"]) == {"eager", "native", "local"}
 
 
+def test_epoch_loop_fits_both_ways_side_by_side_with_the_same_predictions() -> None:
+    from benchmarks import epoch_loop
+
+    rows = epoch_loop.main(["--repeats", "1", "--tables", "diabetes", "--max-iter", "3"])
+    assert [r["table"] for r in rows] == ["diabetes"]
+    assert all(len(t) == 1 and t[0] > 0 for t in rows[0]["times"].values())
+    assert rows[0]["same"] is True
+
+
 @pytest.mark.skipif(not _native.available(), reason="no C++ compiler for the native loops")
 def test_local_layers_times_native_and_eager_side_by_side(
     capsys: pytest.CaptureFixture[str],

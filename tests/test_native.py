@@ -920,6 +920,9 @@ def test_the_regressor_fits_on_the_local_graph_free_step(
         "native_local_negative_elbo",
         _counted(real, runs),
     )
+    # Step by step: the whole epochs in the native loops (which run these steps after each
+    # fit's first epoch) are tests/test_native_epoch.py's.
+    monkeypatch.setattr(training, "_native_epoch", lambda *args: None)
     free = svbnn.SVBNNRegressor(**kw).fit(X, y)
     # Every step: 30 epochs of 2 minibatches (200 rows, 128 a batch), then the held-out
     # noise run on 160 rows over 0.3 of the budget (9 epochs of 2).

@@ -13,7 +13,6 @@ exactly the gradient it would follow alone (Adam and RMSprop act elementwise).
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import math
 import numbers
@@ -32,9 +31,11 @@ from tqdm.auto import tqdm
 from ._device import check_training_devices
 from ._engine import native as _native
 from ._engine.kernels import Backend, backend, backend_scope, parse_backend
+from ._engine.native_epoch import native_local_epoch, native_local_epoch_ok
 from ._engine.native_step import backward_without_graph
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
+from .nn.spike_slab import SpikeSlabMLP
 from .selection import gate_statistics, spike_slab_layers
 
 __all__ = [
@@ -250,6 +251,43 @@ R replicates; ``loss`` is differentiated (its sum over replicates), the other tw
 recorded in :class:`History`."""
 
 
+class ElboObjective:
+    """The per-datum negative ELBO (:func:`negative_elbo`) as an :data:`Objective`; made by
+    :func:`elbo_objective`.
+
+    It counts its calls, one an optimiser step, from ``first_step``: call ``t`` weighs the
+    KL by :meth:`kl_weight_at` ``(t)``. :func:`train` reads its settings where it runs a
+    whole epoch at once (:func:`svbnn._engine.native_epoch.native_local_epoch`) and then
+    moves :attr:`step` on by the epoch's steps."""
+
+    def __init__(
+        self,
+        likelihood: LikelihoodLike,
+        n_train: int,
+        n_mc: int = 1,
+        kl_weight: float = 1.0,
+        kl_warmup: int = 0,
+        first_step: int = 0,
+    ) -> None:
+        self.likelihood = likelihood
+        self.n_train = n_train
+        self.n_mc = n_mc
+        self.kl_weight = kl_weight
+        self.kl_warmup = kl_warmup
+        self.step = first_step
+        """The step of the next call."""
+
+    def kl_weight_at(self, step: int) -> float:
+        """The KL weight of optimiser step ``step``: ``kl_weight * kl_warmup_factor(step,
+        kl_warmup)`` (:func:`kl_warmup_factor`; ``kl_weight`` itself without a warm-up)."""
+        return self.kl_weight * kl_warmup_factor(step, self.kl_warmup)
+
+    def __call__(self, model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        w = self.kl_weight_at(self.step)
+        self.step += 1
+        return negative_elbo(model, self.likelihood, x, y, self.n_train, self.n_mc, w)
+
+
 def elbo_objective(
     likelihood: LikelihoodLike,
     n_train: int,
@@ -257,19 +295,13 @@ def elbo_objective(
     kl_weight: float = 1.0,
     kl_warmup: int = 0,
     first_step: int = 0,
-) -> Objective:
+) -> ElboObjective:
     """The per-datum negative ELBO (:func:`negative_elbo`) as an :data:`Objective`.
 
     The objective counts its calls, one an optimiser step, from ``first_step``: call ``t``
     weighs the KL by ``kl_weight * kl_warmup_factor(t, kl_warmup)``
     (:func:`kl_warmup_factor`; ``kl_weight`` itself without a warm-up)."""
-    steps = itertools.count(first_step)
-
-    def objective(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        w = kl_weight * kl_warmup_factor(next(steps), kl_warmup)
-        return negative_elbo(model, likelihood, x, y, n_train, n_mc, w)
-
-    return objective
+    return ElboObjective(likelihood, n_train, n_mc, kl_weight, kl_warmup, first_step)
 
 
 def loss_objective(loss_fn: Callable[[Tensor, Tensor], Tensor]) -> Objective:
@@ -369,15 +401,20 @@ class Minibatches:
             None if X.requires_grad else self._X.new_empty((R * self.batch_size, *self._x_shape))
         )
 
+    def order(self) -> Tensor:
+        """A new order of the rows from :attr:`generator`: ``(n,)``, or ``(R, n)`` for
+        replicates, as rows of the ``(R n, ...)`` data (replicate ``r``'s offset by ``r n``)."""
+        device = self._X.device
+        if self.replicates is None:
+            return torch.randperm(self.n, generator=self.generator, device=device)
+        order = replicate_orders(self.replicates, self.n, self.generator, device)
+        order += self.n * torch.arange(self.replicates, device=device).unsqueeze(1)
+        return order
+
     def epoch(self) -> Iterator[tuple[Tensor, Tensor]]:
         """The minibatches ``(x, y)`` of one pass over the data: ``(m, ...)``, or
         ``(R, m, ...)`` for replicates."""
-        device = self._X.device
-        if self.replicates is None:
-            order = torch.randperm(self.n, generator=self.generator, device=device)
-        else:
-            order = replicate_orders(self.replicates, self.n, self.generator, device)
-            order += self.n * torch.arange(self.replicates, device=device).unsqueeze(1)
+        order = self.order()
         m = self.batch_size
         for b in range(self.n_batches):
             rows = order[..., b * m : (b + 1) * m]
@@ -589,7 +626,10 @@ def train(
     last = start
     for epoch in bar:
         with backend_scope(kernels):
-            loss, nll, kl = _run_epoch(model, objective, opt, batches, on_step, epoch)
+            # Every epoch but a call's first may run whole in the native loops: the first
+            # sets up the optimiser's state and the scheduler's record of its step.
+            whole = epoch > start
+            loss, nll, kl = _run_epoch(model, objective, opt, batches, on_step, epoch, whole)
         _check_finite(loss, epoch + 1)
         _record_epoch(history, model, epoch + 1, (loss, nll, kl), track_sparsity)
         if verbose:
@@ -982,9 +1022,13 @@ def _run_epoch(
     batches: Minibatches,
     on_step: Callable[[int], None] | None,
     epoch: int,
+    whole: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One pass over the minibatches: the epoch's mean ``(loss, nll, kl)``."""
+    """One pass over the minibatches: the epoch's mean ``(loss, nll, kl)``; with ``whole``,
+    in one native call where :func:`_native_epoch` can (the same steps)."""
     step = epoch * batches.n_batches  # the global step count, also across a resume
+    if whole and (means := _native_epoch(model, objective, opt, batches, on_step, step)):
+        return means
     tot_loss = tot_nll = tot_kl = torch.zeros((), device=batches.device)
     for xb, yb in batches.epoch():
         # Gradients dropped before the forward, not after: the memory they free goes to
@@ -1007,6 +1051,69 @@ def _run_epoch(
         tot_kl = tot_kl + kl
     k = batches.n_batches
     return tot_loss / k, tot_nll / k, tot_kl / k
+
+
+def _native_epoch(
+    model: nn.Module,
+    objective: Objective,
+    opt: torch.optim.Optimizer,
+    batches: Minibatches,
+    on_step: Callable[[int], None] | None,
+    step: int,
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """:func:`_run_epoch`'s epoch in one native call, the same steps bit for bit, where
+    :func:`~svbnn._engine.native_epoch.native_local_epoch_ok` says so, for the one-draw
+    negative ELBO of one network whose ``on_step`` is at most the learning-rate schedule;
+    ``None`` (nothing done, nothing drawn) otherwise. A small network's step is mostly
+    Python (docs/performance.md, "A whole epoch in the native loops")."""
+    if not (
+        isinstance(objective, ElboObjective)
+        and objective.n_mc == 1
+        and objective.step == step
+        and batches.replicates is None
+        and isinstance(model, SpikeSlabMLP)
+    ):
+        return None
+    scheduler = None
+    if on_step is not None:
+        # _scheduled_step with no caller's on_step: LambdaLR's rate is computable ahead.
+        if not (
+            isinstance(on_step, functools.partial)
+            and on_step.func is _scheduled_step
+            and on_step.args[1:] == (None,)
+            and not on_step.keywords
+            and type(on_step.args[0]) is torch.optim.lr_scheduler.LambdaLR
+        ):
+            return None
+        scheduler = on_step.args[0]
+    X, y, k = batches._X, batches._y, batches.n_batches
+    if not native_local_epoch_ok(model, objective.likelihood, opt, X, y, batches.batch_size):
+        return None
+    weights = [check_kl_weight(objective.kl_weight_at(step + i)) for i in range(k)]
+    group = opt.param_groups[0]
+    if scheduler is None:
+        lrs = [group["lr"]] * k
+    else:
+        # LambdaLR's rate of step t: base_lr * lr_lambda(t); the current one already set.
+        base, factor = scheduler.base_lrs[0], scheduler.lr_lambdas[0]
+        lrs = [group["lr"]] + [base * factor(scheduler.last_epoch + i) for i in range(1, k)]
+    sums = native_local_epoch(
+        model,
+        objective.likelihood,
+        opt,
+        X,
+        y,
+        batches.order(),
+        batches.batch_size,
+        [objective.n_train / w for w in weights],
+        weights,
+        lrs,
+    )
+    objective.step += k
+    if scheduler is not None:
+        for _ in range(k):
+            scheduler.step()
+    return sums[0] / k, sums[1] / k, sums[2] / k
 
 
 def _check_finite(loss: Tensor, epoch: int) -> None:

@@ -90,10 +90,11 @@ _SOURCES = [
         "local_moments.cpp",
         "local_layers.cpp",
         "replicated_layers.cpp",
+        "local_epoch.cpp",
         "bindings.cpp",
     )
 ]
-_HEADERS = [_HERE / "elementwise.h", _HERE / "loops.h"]
+_HEADERS = [_HERE / "elementwise.h", _HERE / "local_epoch.h", _HERE / "loops.h"]
 # The compiler's flags beside torch's own (its include folders, -fPIC, -std=c++20, the
 # extension's name and ABI).
 _FLAGS = [

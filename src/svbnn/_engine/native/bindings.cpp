@@ -1,6 +1,7 @@
 // The Python module of svbnn's native loops: pybind11 functions on at::Tensor that check
 // what they are handed, allocate the outputs and call the loops of fused_forward.cpp,
-// local_moments.cpp, local_layers.cpp and replicated_layers.cpp (loops.h).
+// local_moments.cpp, local_layers.cpp and replicated_layers.cpp (loops.h), and the training
+// epoch of local_epoch.cpp (local_epoch.h).
 // torch.utils.cpp_extension builds the files into one extension module
 // (svbnn._engine.native); the Python functions there say when each one serves a call. Every
 // function releases the GIL while its loops run, as a ctypes call did.
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "local_epoch.h"
 #include "loops.h"
 
 namespace {
@@ -398,6 +400,63 @@ Tensor narrow_mlp_gaussian_step(const Tensor& theta, const Tensor& x, const Tens
     return out;
 }
 
+// svbnn._engine.native_epoch's epoch of the local sampler's network (local_epoch.cpp): params
+// mu, rho, alpha (T,) and log_noise_std (), Adam's state of each, X (n, p) and y (n,) float32,
+// order a permutation of the n rows (int64), one generator per layer (None: torch's default),
+// and per step the KL's divisor n / w, its weight w and the learning rate. Returns the sums of
+// the steps' loss, nll and KL / n, then the last step's gradients.
+std::vector<Tensor> local_gaussian_epoch(
+    const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+    const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
+    const Tensor& log_lam, const Tensor& log_1mlam, double log_sigma0, double prec0,
+    const Tensor& X, const Tensor& y, const Tensor& order, int64_t batch_size,
+    const std::vector<int64_t>& outs, const std::vector<std::optional<at::Generator>>& gens,
+    const std::vector<double>& n_train, const std::vector<double>& kl_weight,
+    const std::vector<double>& lr, double beta1, double beta2, double eps, double weight_decay) {
+    TORCH_CHECK(params.size() == 4 && exp_avgs.size() == 4 && exp_avg_sqs.size() == 4 &&
+                    steps.size() == 4,
+                "params, exp_avgs, exp_avg_sqs, steps: four each expected");
+    const Tensor& mu = params[0];
+    check_floats(mu, "mu");
+    TORCH_CHECK(mu.dim() == 1, "mu: (T,) expected, got ", mu.sizes());
+    for (int i = 0; i < 4; ++i) {
+        check_like(params[i], i < 3 ? mu : params[3], "params");  // mu, rho, alpha alike
+        check_like(exp_avgs[i], params[i], "exp_avgs");
+        check_like(exp_avg_sqs[i], params[i], "exp_avg_sqs");
+        TORCH_CHECK(steps[i].device().is_cpu() && steps[i].numel() == 1,
+                    "steps: one CPU scalar per parameter expected");
+    }
+    TORCH_CHECK(params[3].numel() == 1, "log_noise_std: one value expected");
+    check_floats(X, "X");
+    TORCH_CHECK(X.dim() == 2 && X.size(0) > 0, "X: (n, p) expected, got ", X.sizes());
+    check_floats(y, "y");
+    TORCH_CHECK(y.dim() == 1 && y.size(0) == X.size(0), "y: (n,) expected, got ", y.sizes());
+    TORCH_CHECK(order.device().is_cpu() && order.scalar_type() == at::kLong && order.dim() == 1 &&
+                    order.size(0) == X.size(0) && order.is_contiguous(),
+                "order: the n rows' indices (int64) expected");
+    TORCH_CHECK(batch_size > 0, "batch_size: positive expected");
+    TORCH_CHECK(!outs.empty() && outs.back() == 1 && gens.size() == outs.size(),
+                "outs, gens: one per layer, the last of one output, expected");
+    int64_t in = X.size(1), total = 0;
+    for (const int64_t o : outs) {
+        TORCH_CHECK(o > 0, "outs: positive widths expected");
+        total += o * (in + 1);
+        in = o;
+    }
+    TORCH_CHECK(total == mu.numel(), "mu: ", total, " numbers for these widths expected");
+    const int64_t n_batches = (X.size(0) + batch_size - 1) / batch_size;
+    TORCH_CHECK(static_cast<int64_t>(n_train.size()) == n_batches &&
+                    static_cast<int64_t>(kl_weight.size()) == n_batches &&
+                    static_cast<int64_t>(lr.size()) == n_batches,
+                "n_train, kl_weight, lr: one per step expected");
+    const float lam = as_float(log_lam), lam1 = as_float(log_1mlam);
+    py::gil_scoped_release unlocked;
+    return svbnn::local_gaussian_epoch(params, exp_avgs, exp_avg_sqs, steps, lam, lam1,
+                                       log_sigma0, prec0, X, y, order, batch_size, outs, gens,
+                                       n_train, kl_weight, lr,
+                                       {beta1, beta2, eps, weight_decay});
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -412,4 +471,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("narrow_mlp_forward", &narrow_mlp_forward);
     m.def("narrow_mlp_backward", &narrow_mlp_backward);
     m.def("narrow_mlp_gaussian_step", &narrow_mlp_gaussian_step);
+    m.def("local_gaussian_epoch", &local_gaussian_epoch);
 }

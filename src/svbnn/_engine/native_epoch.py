@@ -1,0 +1,167 @@
+"""A whole training epoch of the local sampler's network in svbnn's native loops. Private.
+
+A small network's training step costs about a millisecond on a CPU, of which the loops'
+arithmetic is about a quarter: the rest is the Python of the step (the objective, the
+graph-free node, the optimiser's wrappers and the learning-rate scheduler). Where
+:func:`native_local_epoch_ok` says so, :func:`native_local_epoch` runs every step of an
+epoch in one call (``local_epoch.cpp``): the steps
+:class:`~svbnn._engine.native_step.NativeLocalNegativeElbo` and ``torch.optim.Adam``
+(``fused=True``) would run, the same ATen operations and loops in the same order, and
+torch's own fused Adam kernel, on the same random numbers (the minibatch order from the
+loop's generator, each layer's draws from its generator). So an epoch leaves the
+parameters, Adam's state and the generators as the step-by-step loop leaves them, bit for
+bit (tests/test_native_epoch.py); the caller (:func:`svbnn.training.train`) gives the
+order, the KL weights and the learning rates of the epoch's steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from . import native as _native
+from .fused import _kl_key
+from .native_step import native_local_step_ok, step_likelihood
+
+if TYPE_CHECKING:
+    from ..nn.spike_slab import SpikeSlabMLP
+
+__all__ = ["native_local_epoch", "native_local_epoch_ok"]
+
+
+def _adam_group(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> dict[str, Any] | None:
+    """``opt``'s one parameter group if ``opt`` is a plain ``torch.optim.Adam`` with the
+    fused kernel over exactly ``params``, its state set up (after its first step), no hooks,
+    and options the native epoch passes on (``weight_decay``, betas, ``eps``, a float rate);
+    else ``None``."""
+    if type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1:
+        return None
+    group = opt.param_groups[0]
+    if not (
+        group.get("fused")
+        and not group.get("amsgrad")
+        and not group.get("maximize")
+        and not group.get("capturable")
+        and not group.get("differentiable")
+        and not group.get("decoupled_weight_decay", False)
+        and isinstance(group.get("lr"), float)
+        and all(isinstance(b, float) for b in group["betas"])
+        and len(group["params"]) == len(params)
+        and all(a is b for a, b in zip(group["params"], params, strict=True))
+    ):
+        return None
+    if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
+        return None
+    from torch.optim import optimizer as _optimizer  # torch's hooks on every optimiser
+
+    if _optimizer._global_optimizer_pre_hooks or _optimizer._global_optimizer_post_hooks:
+        return None
+    for p in params:
+        state = opt.state.get(p)
+        if not (state and {"step", "exp_avg", "exp_avg_sq"} <= state.keys()):
+            return None
+        if p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None) is not None:
+            return None
+    return group
+
+
+def native_local_epoch_ok(
+    model: SpikeSlabMLP,
+    likelihood: Any,
+    opt: torch.optim.Optimizer,
+    X: Tensor,
+    y: Tensor,
+    batch_size: int,
+) -> bool:
+    """Whether :func:`native_local_epoch` runs an epoch of ``model`` on ``X`` ``(n, p)``
+    and ``y`` ``(n,)`` in minibatches of ``batch_size`` rows: where every step would be
+    :class:`~svbnn._engine.native_step.NativeLocalNegativeElbo` (the local sampler's
+    training forward on flat storage under the ``auto`` or ``native`` backend,
+    :func:`~svbnn._engine.native_step.native_local_step_ok`) under a Gaussian likelihood of
+    one output with a learned noise level (``GaussianLikelihood(learn_noise=True)``), taken
+    by ``torch.optim.Adam(fused=True)`` over the network's ``mu``, ``rho``, ``alpha`` and
+    that noise level (its state set up by a first step), with no hooks, no anomaly
+    detection and no profiler (whose records of each step the loop would miss)."""
+    mu = model._parameters.get("mu")
+    if mu is None or not _native.available():
+        return False
+    layers = model.layers()
+    if not (layers and layers[0]._local_step()):
+        return False
+    spec = step_likelihood(likelihood, model.out_features)
+    if spec is None or not isinstance(spec[1], Tensor):  # a learned noise level only
+        return False
+    if torch.is_anomaly_enabled() or torch.autograd.profiler._is_profiler_enabled:
+        return False
+    if not (X.dim() == 2 and y.dim() == 1 and X.is_contiguous() and y.is_contiguous()):
+        return False
+    m = min(batch_size, X.shape[0])
+    if not native_local_step_ok(model, layers, spec, X[:m], y[:m]):
+        return False
+    return _adam_group(opt, [mu, model.rho, model.alpha, spec[1]]) is not None
+
+
+def native_local_epoch(
+    model: SpikeSlabMLP,
+    likelihood: Any,
+    opt: torch.optim.Optimizer,
+    X: Tensor,
+    y: Tensor,
+    order: Tensor,
+    batch_size: int,
+    n_train: Sequence[float],
+    kl_weight: Sequence[float],
+    lr: Sequence[float],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One epoch of ``model`` (where :func:`native_local_epoch_ok` says so): the minibatches
+    of ``batch_size`` rows of ``X`` ``(n, p)`` and ``y`` ``(n,)`` taken in ``order`` (a
+    permutation of the rows, int64), step ``i`` weighing the KL by ``kl_weight[i]`` (divided
+    by ``n_train[i] = n / kl_weight[i]``) at learning rate ``lr[i]``. The parameters, the
+    noise level and Adam's state are updated in place, their ``.grad`` left at the last
+    step's gradients; returns the sums over the steps of ``(loss, nll, kl / n)``, the last
+    weighted as :func:`svbnn.training.negative_elbo` returns it."""
+    lib = _native.library()
+    assert lib is not None
+    spec = step_likelihood(likelihood, model.out_features)
+    assert spec is not None and isinstance(spec[1], Tensor)
+    params = [model.mu, model.rho, model.alpha, spec[1]]
+    group = _adam_group(opt, params)
+    assert group is not None
+    layers = model.layers()
+    engine = model._fused
+    engine.kl_cache = None  # the parameters change under it, as a step's would
+    log_lam, log_1mlam = engine._log_lams(model, _kl_key(model))
+    log_sigma0 = 0.5 * math.log(layers[0].prior_variance)
+    states = [opt.state[p] for p in params]
+    beta1, beta2 = group["betas"]
+    with torch.no_grad():  # as Adam's step: the parameters are leaves that need gradients
+        loss, nll, kl, *grads = lib.local_gaussian_epoch(
+            params,
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [s["step"] for s in states],
+            log_lam,
+            log_1mlam,
+            log_sigma0,
+            math.exp(-2.0 * log_sigma0),
+            X,
+            y,
+            order,
+            batch_size,
+            [layer.out_features for layer in layers],
+            [layer.generator for layer in layers],
+            list(n_train),
+            list(kl_weight),
+            list(lr),
+            beta1,
+            beta2,
+            group["eps"],
+            group["weight_decay"],
+        )
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g
+    return loss, nll, kl

@@ -1,0 +1,279 @@
+"""svbnn._engine.native_epoch: a whole epoch of the local sampler's network in one native call
+trains bit for bit as the step-by-step loop (parameters, Adam's state, the generator, the
+history), and steps aside wherever one of its conditions fails."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from svbnn import SVBNNRegressor, training
+from svbnn._engine import native as _native
+from svbnn.nn import SpikeSlabMLP
+from svbnn.objectives import GaussianLikelihood
+from svbnn.training import History, train
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    # Under auto the local sampler's loops serve one torch thread only.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _count_epochs(mp: pytest.MonkeyPatch) -> list[int]:
+    """Counts the native epochs run from now on (one entry each)."""
+    runs: list[int] = []
+    real = training.native_local_epoch
+
+    def counted(*args: Any) -> Any:
+        runs.append(1)
+        return real(*args)
+
+    mp.setattr(training, "native_local_epoch", counted)
+    return runs
+
+
+def _run(
+    native: bool,
+    *,
+    hidden: tuple[int, ...] = (9,),
+    p: int = 5,
+    n: int = 40,
+    batch: int = 16,
+    epochs: int = 3,
+    seed: int = 0,
+    learn_noise: bool = True,
+    kernel_backend: str = "auto",
+    **kwargs: Any,
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], History, torch.Tensor, int]:
+    """``train`` of a local network (under ``kernel_backend``) with the native epoch
+    (``native``) or the step loop:
+    its parameters and noise level, Adam's state (through a checkpoint's optimiser), the
+    history, the generator's state afterwards, and how many native epochs ran."""
+    g = torch.Generator().manual_seed(seed)
+    model = SpikeSlabMLP(p, hidden, 1, sampler="local", generator=g, log_prior_inclusion=-3.0)
+    X = torch.randn(n, p, generator=g)
+    y = X[:, 0] - 0.5 * X[:, -1] + 0.3 * torch.randn(n, generator=g)
+    lik = GaussianLikelihood(0.7, learn_noise=learn_noise)
+    gen = torch.Generator().manual_seed(seed + 1)
+    states: list[torch.Tensor] = []
+    real_make = training.make_optimizer
+
+    def make(*args: Any) -> torch.optim.Optimizer:
+        opt = real_make(*args)
+        made.append(opt)
+        return opt
+
+    made: list[torch.optim.Optimizer] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training, "make_optimizer", make)
+        runs = _count_epochs(mp)
+        if not native:
+            mp.setattr(training, "_native_epoch", lambda *args: None)
+        history = train(
+            model,
+            X,
+            y,
+            lik,
+            epochs=epochs,
+            batch_size=batch,
+            lr=0.01,
+            generator=gen,
+            warn_divergence=False,
+            kernel_backend=kernel_backend,
+            **kwargs,
+        )
+    for state in made[0].state.values():
+        states.extend(state[k] for k in sorted(state))
+    params = {**model.state_dict(), **{f"lik.{k}": v for k, v in lik.state_dict().items()}}
+    return params, states, history, gen.get_state(), len(runs)
+
+
+def _assert_same(a: tuple[Any, ...], b: tuple[Any, ...]) -> None:
+    pa, sa, ha, ga, _ = a
+    pb, sb, hb, gb, _ = b
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        assert torch.equal(pa[k], pb[k]), k
+    assert len(sa) == len(sb) > 0
+    assert all(torch.equal(u, v) for u, v in zip(sa, sb, strict=True))
+    assert ha.as_dict() == hb.as_dict()
+    assert torch.equal(ga, gb)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    hidden=st.sampled_from([(1,), (9,), (50,), (6, 4)]),
+    p=st.integers(1, 12),
+    n=st.integers(2, 70),
+    batch=st.integers(1, 32),
+    lr_schedule=st.sampled_from(["constant", "cosine"]),
+    kl_warmup=st.sampled_from([0, 1, 7, 40]),
+    kl_weight=st.sampled_from([1.0, 0.3]),
+    mode=st.sampled_from(["auto", "native"]),
+    seed=st.integers(0, 2**16),
+)
+def test_a_native_epoch_trains_bit_for_bit_as_the_step_loop(
+    hidden: tuple[int, ...],
+    p: int,
+    n: int,
+    batch: int,
+    lr_schedule: str,
+    kl_warmup: int,
+    kl_weight: float,
+    mode: str,
+    seed: int,
+) -> None:
+    """Every epoch after the first (whose first step sets up Adam's state) runs natively;
+    the run is the step loop's in every bit: parameters, noise level, Adam's moments and
+    step counts, the recorded history and the generator's state (so the minibatch orders
+    and the draws were the same numbers). Covers a last minibatch smaller than the rest,
+    the KL warm-up ending inside an epoch, both schedules and one or two hidden layers."""
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        kw: dict[str, Any] = dict(
+            hidden=hidden,
+            p=p,
+            n=n,
+            batch=batch,
+            seed=seed,
+            epochs=4,
+            lr_schedule=lr_schedule,
+            kl_warmup=kl_warmup,
+            kl_weight=kl_weight,
+            kernel_backend=mode,
+        )
+        fast, slow = _run(True, **kw), _run(False, **kw)
+    finally:
+        torch.set_num_threads(n_threads)
+    assert fast[4] == 3 and slow[4] == 0
+    _assert_same(fast, slow)
+
+
+def test_a_resumed_run_takes_native_epochs_and_is_the_uninterrupted_run(
+    one_thread: None, tmp_path: Any
+) -> None:
+    """After a resume, the epochs after the call's first run natively; the run ends where
+    the uninterrupted one does."""
+    ckpt = tmp_path / "run.pt"
+    kw: dict[str, Any] = dict(epochs=5, lr_schedule="cosine", kl_warmup=20)
+    whole = _run(True, **kw)
+    # interrupted after epoch 2 (a callback stops it there, its checkpoint written)
+    _run(True, **kw, checkpoint_path=ckpt, callbacks=[lambda epoch, *_: epoch == 2])
+    resumed = _run(True, **kw, checkpoint_path=ckpt, resume=True)
+    assert resumed[4] == 2
+    pa, pb = whole[0], resumed[0]
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def test_the_native_epoch_steps_aside_where_its_conditions_fail(one_thread: None) -> None:
+    """The step loop, and nothing drawn or changed by the native path, wherever one condition
+    fails: a caller's on_step, a known noise level, another optimiser, the eager backend,
+    several torch threads under auto, a profiler, a replicated network (its own test)."""
+    base = _run(True)
+    assert base[4] == 2
+    for kwargs in (
+        dict(on_step=lambda t: None),
+        dict(learn_noise=False),
+        dict(optimizer="rmsprop"),
+        dict(kernel_backend="eager"),
+        dict(n_mc=2),
+    ):
+        assert _run(True, **kwargs)[4] == 0, kwargs  # type: ignore[arg-type]
+    with torch.profiler.profile():
+        assert _run(True)[4] == 0
+    _assert_same(_run(False), base)  # the same run step by step
+    torch.set_num_threads(2)
+    assert _run(True, kernel_backend="auto")[4] == 0
+
+
+def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
+    """The extension checks what it is handed before it changes anything."""
+    assert _native.available()
+    lib = _native.library()
+    assert lib is not None
+    T = 5 * (3 + 1) + 1 * (5 + 1)
+    params = [torch.zeros(T), torch.zeros(T), torch.zeros(T), torch.zeros(())]
+    avgs = [torch.zeros_like(t) for t in params]
+    steps = [torch.ones(()) for _ in params]
+    X, y = torch.zeros(6, 3), torch.zeros(6)
+    lam = torch.tensor(-2.0)
+
+    def call(**over: Any) -> None:
+        a = dict(
+            params=params,
+            order=torch.arange(6),
+            outs=[5, 1],
+            gens=[None, None],
+            n_train=[6.0, 6.0],
+            X=X,
+        )
+        a.update(over)
+        lib.local_gaussian_epoch(
+            a["params"],
+            avgs,
+            avgs,
+            steps,
+            lam,
+            lam,
+            0.0,
+            1.0,
+            a["X"],
+            y,
+            a["order"],
+            3,
+            a["outs"],
+            a["gens"],
+            a["n_train"],
+            [1.0, 1.0],
+            [0.01, 0.01],
+            0.9,
+            0.999,
+            1e-8,
+            0.0,
+        )
+
+    call()  # the well-formed call runs
+    bad: list[dict[str, Any]] = [
+        dict(order=torch.arange(5)),  # not one index per row
+        dict(order=torch.arange(6, dtype=torch.int32)),
+        dict(outs=[4, 1]),  # widths that do not match T
+        dict(outs=[5, 2]),  # two outputs
+        dict(gens=[None]),
+        dict(n_train=[6.0]),  # not one per step
+        dict(X=X.double()),
+        dict(params=[*params[:3], torch.zeros(2)]),
+    ]
+    for over in bad:
+        with pytest.raises(RuntimeError):
+            call(**over)
+
+
+def test_the_regressor_s_default_fit_runs_native_epochs(
+    one_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The defaults take the native epoch (the speed of a whole fit rests on it), and the
+    fit is the step loop's bit for bit."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 6)).astype(np.float32)
+    y = X[:, 0] - X[:, 1] + 0.3 * rng.standard_normal(120)
+    with pytest.MonkeyPatch.context() as mp:
+        runs = _count_epochs(mp)
+        fast = SVBNNRegressor(random_state=0).fit(X, y)
+    assert len(runs) > 0
+    monkeypatch.setattr(training, "_native_epoch", lambda *args: None)
+    slow = SVBNNRegressor(random_state=0).fit(X, y)
+    a, b = fast.module_.state_dict(), slow.module_.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert fast.noise_std_ == slow.noise_std_
+    np.testing.assert_array_equal(fast.predict(X), slow.predict(X))
