@@ -465,7 +465,10 @@ def train(
     """Fit a model by minimising the per-datum negative ELBO (or another objective).
 
     The one training loop of svbnn: every method (SVBNN, the Bayesian baselines, pruned
-    networks) and every artifact trains through it.
+    networks) and every artifact trains through it. Where an epoch's steps are ones that
+    svbnn's native loops run whole (the local sampler's step with a learned noise level
+    under fused Adam, as the regressor fits), every epoch after the call's first runs in
+    one native call: the same steps, bit for bit.
 
     Parameters
     ----------

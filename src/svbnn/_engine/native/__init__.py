@@ -24,6 +24,9 @@
   minibatch costs more than the first layer's products and the small layers are a dozen
   torch operations each; :func:`narrow_mlp_gaussian_step` runs both, replicate by
   replicate, for the training step under a Gaussian likelihood.
+* The extension's ``local_gaussian_epoch`` runs ``local_epoch.cpp``: an epoch of the local
+  sampler's training steps (the moments and layers loops above, torch's draws and its fused
+  Adam kernel) for :mod:`svbnn._engine.native_epoch`, which says when it serves.
 
 ``bindings.cpp`` makes the loops a Python extension module of functions on tensors
 (pybind11, torch's headers), which :func:`torch.utils.cpp_extension.load` builds with ninja
