@@ -197,6 +197,45 @@ def test_the_native_epoch_steps_aside_where_its_conditions_fail(one_thread: None
     assert _run(True, kernel_backend="auto")[4] == 0
 
 
+def test_what_a_callback_changes_between_epochs_is_seen(one_thread: None) -> None:
+    """The run's path is checked once, then again when the backend, the thread count or a
+    layer's mode changes; a hook or another rate added by a callback is seen at the next
+    epoch: a hook sends the steps back to the loop (which calls it), a new rate is used."""
+    calls: list[int] = []
+
+    def add_hook(epoch: int, model: SpikeSlabMLP, history: History) -> None:
+        if epoch == 2:
+            model.mu.register_hook(lambda g: calls.append(1))
+
+    hooked = _run(True, epochs=5, callbacks=[add_hook])
+    assert hooked[4] == 1  # epoch 2 only: epochs 3-5 step by step, each step the hook
+    assert len(calls) == 3 * 3  # 40 rows in minibatches of 16: 3 steps an epoch
+
+    def threads(epoch: int, *_: object) -> None:
+        torch.set_num_threads(2 if epoch == 2 else 1)
+
+    try:
+        assert _run(True, epochs=5, callbacks=[threads])[4] == 3  # not epoch 3
+    finally:
+        torch.set_num_threads(1)
+
+    def slower(epoch: int, *_: object) -> None:
+        if epoch == 2:
+            opt_box[-1].param_groups[0]["lr"] = 0.002
+
+    opt_box: list[torch.optim.Optimizer] = []
+    real = training.make_optimizer
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training, "make_optimizer", lambda *a: opt_box.append(real(*a)) or opt_box[-1])
+        fast = _run(True, epochs=4, callbacks=[slower])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(training, "make_optimizer", lambda *a: opt_box.append(real(*a)) or opt_box[-1])
+        slow = _run(False, epochs=4, callbacks=[slower])
+    assert fast[4] == 3
+    _assert_same(fast, slow)
+    assert not torch.equal(fast[0]["mu"], _run(True, epochs=4)[0]["mu"])  # the rate mattered
+
+
 def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
     """The extension checks what it is handed before it changes anything."""
     assert _native.available()

@@ -31,7 +31,11 @@ from tqdm.auto import tqdm
 from ._device import check_training_devices
 from ._engine import native as _native
 from ._engine.kernels import Backend, backend, backend_scope, parse_backend
-from ._engine.native_epoch import native_local_epoch, native_local_epoch_ok
+from ._engine.native_epoch import (
+    native_local_epoch,
+    native_local_epoch_ok,
+    native_local_epoch_runnable,
+)
 from ._engine.native_step import backward_without_graph
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
@@ -625,13 +629,14 @@ def train(
             _save_state(ckpt, saved, opt, generator, history, epoch, extra, run_identity)
 
     model.train()
+    native_epochs = _NativeEpochs()
     bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
     last = start
     for epoch in bar:
         with backend_scope(kernels):
             # Every epoch but a call's first may run whole in the native loops: the first
             # sets up the optimiser's state and the scheduler's record of its step.
-            whole = epoch > start
+            whole = native_epochs if epoch > start else None
             loss, nll, kl = _run_epoch(model, objective, opt, batches, on_step, epoch, whole)
         _check_finite(loss, epoch + 1)
         _record_epoch(history, model, epoch + 1, (loss, nll, kl), track_sparsity)
@@ -1025,12 +1030,15 @@ def _run_epoch(
     batches: Minibatches,
     on_step: Callable[[int], None] | None,
     epoch: int,
-    whole: bool = False,
+    whole: _NativeEpochs | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One pass over the minibatches: the epoch's mean ``(loss, nll, kl)``; with ``whole``,
-    in one native call where :func:`_native_epoch` can (the same steps)."""
+    """One pass over the minibatches: the epoch's mean ``(loss, nll, kl)``; given ``whole``
+    (the run's record of its native epochs), in one native call where
+    :func:`_native_epoch` can (the same steps)."""
     step = epoch * batches.n_batches  # the global step count, also across a resume
-    if whole and (means := _native_epoch(model, objective, opt, batches, on_step, step)):
+    if whole is not None and (
+        means := _native_epoch(model, objective, opt, batches, on_step, step, whole)
+    ):
         return means
     tot_loss = tot_nll = tot_kl = torch.zeros((), device=batches.device)
     for xb, yb in batches.epoch():
@@ -1056,6 +1064,27 @@ def _run_epoch(
     return tot_loss / k, tot_nll / k, tot_kl / k
 
 
+class _NativeEpochs:
+    """A :func:`train` call's record of whether the network's path lets its epochs run
+    whole (:func:`~svbnn._engine.native_epoch.native_local_epoch_ok`, about as long as a
+    small epoch's native call): checked again only when what it depends on besides the
+    network's parameters and the data may have changed (:meth:`key`); what a callback may
+    change between epochs without changing the path (hooks, a profiler, the optimiser) is
+    checked every epoch (:func:`~svbnn._engine.native_epoch.native_local_epoch_runnable`)."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.ok = False
+
+    @staticmethod
+    def key_of(model: SpikeSlabMLP, opt: torch.optim.Optimizer) -> tuple[Any, ...]:
+        """The kernel backend, the thread count, grad mode, the network's training flag,
+        each layer's sampler, forward mode and frozen draw, and the optimiser."""
+        layers = tuple((m.sampler, m.mode, m._frozen is None) for m in model.layers())
+        mode = (backend(), torch.get_num_threads(), torch.is_grad_enabled(), model.training)
+        return (*mode, layers, id(opt))
+
+
 def _native_epoch(
     model: nn.Module,
     objective: Objective,
@@ -1063,12 +1092,14 @@ def _native_epoch(
     batches: Minibatches,
     on_step: Callable[[int], None] | None,
     step: int,
+    record: _NativeEpochs,
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """:func:`_run_epoch`'s epoch in one native call, the same steps bit for bit, where
-    :func:`~svbnn._engine.native_epoch.native_local_epoch_ok` says so, for the one-draw
-    negative ELBO of one network whose ``on_step`` is at most the learning-rate schedule;
-    ``None`` (nothing done, nothing drawn) otherwise. A small network's step is mostly
-    Python (docs/performance.md, "A whole epoch in the native loops")."""
+    :func:`~svbnn._engine.native_epoch.native_local_epoch_ok` says so (``record``: the
+    run's last answer), for the one-draw negative ELBO of one network whose ``on_step`` is
+    at most the learning-rate schedule; ``None`` (nothing done, nothing drawn) otherwise.
+    A small network's step is mostly Python (docs/performance.md, "A whole epoch in the
+    native loops")."""
     if not (
         isinstance(objective, ElboObjective)
         and objective.n_mc == 1
@@ -1090,7 +1121,18 @@ def _native_epoch(
             return None
         scheduler = on_step.args[0]
     X, y, k = batches._X, batches._y, batches.n_batches
-    if not native_local_epoch_ok(model, objective.likelihood, opt, X, y, batches.batch_size):
+    lik = objective.likelihood
+    key = record.key_of(model, opt)
+    if key != record.key:
+        record.key = key
+        record.ok = native_local_epoch_ok(model, lik, opt, X, y, batches.batch_size)
+        if not record.ok:
+            return None
+    elif not (
+        record.ok
+        and isinstance(noise := getattr(lik, "log_noise_std", None), Tensor)
+        and native_local_epoch_runnable(model, noise, opt)
+    ):
         return None
     weights = [check_kl_weight(objective.kl_weight_at(step + i)) for i in range(k)]
     group = opt.param_groups[0]
@@ -1102,7 +1144,7 @@ def _native_epoch(
         lrs = [group["lr"]] + [base * factor(scheduler.last_epoch + i) for i in range(1, k)]
     sums = native_local_epoch(
         model,
-        objective.likelihood,
+        lik,
         opt,
         X,
         y,

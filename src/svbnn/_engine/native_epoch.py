@@ -30,7 +30,7 @@ from .native_step import native_local_step_ok, step_likelihood
 if TYPE_CHECKING:
     from ..nn.spike_slab import SpikeSlabMLP
 
-__all__ = ["native_local_epoch", "native_local_epoch_ok"]
+__all__ = ["native_local_epoch", "native_local_epoch_ok", "native_local_epoch_runnable"]
 
 
 def _adam_group(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> dict[str, Any] | None:
@@ -95,14 +95,24 @@ def native_local_epoch_ok(
     spec = step_likelihood(likelihood, model.out_features)
     if spec is None or not isinstance(spec[1], Tensor):  # a learned noise level only
         return False
-    if torch.is_anomaly_enabled() or torch.autograd.profiler._is_profiler_enabled:
-        return False
     if not (X.dim() == 2 and y.dim() == 1 and X.is_contiguous() and y.is_contiguous()):
         return False
     m = min(batch_size, X.shape[0])
     if not native_local_step_ok(model, layers, spec, X[:m], y[:m]):
         return False
-    return _adam_group(opt, [mu, model.rho, model.alpha, spec[1]]) is not None
+    return native_local_epoch_runnable(model, spec[1], opt)
+
+
+def native_local_epoch_runnable(
+    model: SpikeSlabMLP, noise: Tensor, opt: torch.optim.Optimizer
+) -> bool:
+    """The part of :func:`native_local_epoch_ok` that a training loop's callbacks may change
+    between epochs while the network's path stays: no anomaly detection, no profiler, and
+    ``opt`` a fused Adam over ``mu``, ``rho``, ``alpha`` and ``noise`` (the learned
+    ``log_noise_std``) without hooks, its state set up."""
+    if torch.is_anomaly_enabled() or torch.autograd.profiler._is_profiler_enabled:
+        return False
+    return _adam_group(opt, [model.mu, model.rho, model.alpha, noise]) is not None
 
 
 def native_local_epoch(
