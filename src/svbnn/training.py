@@ -31,11 +31,7 @@ from tqdm.auto import tqdm
 from ._device import check_training_devices
 from ._engine import native as _native
 from ._engine.kernels import Backend, backend, backend_scope, parse_backend
-from ._engine.native_epoch import (
-    native_local_epoch,
-    native_local_epoch_ok,
-    native_local_epoch_runnable,
-)
+from ._engine.native_epoch import native_epoch, native_epoch_kind, native_epoch_runnable
 from ._engine.native_step import backward_without_graph
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
@@ -261,7 +257,7 @@ class ElboObjective:
 
     It counts its calls, one an optimiser step, from ``first_step``: call ``t`` weighs the
     KL by :meth:`kl_weight_at` ``(t)``. :func:`train` reads its settings where it runs a
-    whole epoch at once (:func:`svbnn._engine.native_epoch.native_local_epoch`) and then
+    whole epoch at once (:func:`svbnn._engine.native_epoch.native_epoch`) and then
     moves :attr:`step` on by the epoch's steps."""
 
     def __init__(
@@ -472,7 +468,8 @@ def train(
     networks) and every artifact trains through it. Where an epoch's steps are ones that
     svbnn's native loops run whole (the local sampler's step with a learned noise level
     under fused Adam, as the regressor fits), every epoch after the call's first runs in
-    one native call: the same steps, bit for bit.
+    one native call: the same steps, bit for bit. So does the Gumbel sampler's step of a
+    small network under a categorical likelihood (the classifier's).
 
     Parameters
     ----------
@@ -1066,15 +1063,16 @@ def _run_epoch(
 
 class _NativeEpochs:
     """A :func:`train` call's record of whether the network's path lets its epochs run
-    whole (:func:`~svbnn._engine.native_epoch.native_local_epoch_ok`, about as long as a
-    small epoch's native call): checked again only when what it depends on besides the
-    network's parameters and the data may have changed (:meth:`key`); what a callback may
-    change between epochs without changing the path (hooks, a profiler, the optimiser) is
-    checked every epoch (:func:`~svbnn._engine.native_epoch.native_local_epoch_runnable`)."""
+    whole, and as which kind (:func:`~svbnn._engine.native_epoch.native_epoch_kind`, about
+    as long as a small epoch's native call): checked again only when what it depends on
+    besides the network's parameters and the data may have changed (:meth:`key_of`); what
+    a callback may change between epochs without changing the path (hooks, a profiler,
+    the optimiser) is checked every epoch
+    (:func:`~svbnn._engine.native_epoch.native_epoch_runnable`)."""
 
     def __init__(self) -> None:
         self.key: tuple[Any, ...] | None = None
-        self.ok = False
+        self.kind: str | None = None
 
     @staticmethod
     def key_of(model: SpikeSlabMLP, opt: torch.optim.Optimizer) -> tuple[Any, ...]:
@@ -1095,7 +1093,7 @@ def _native_epoch(
     record: _NativeEpochs,
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """:func:`_run_epoch`'s epoch in one native call, the same steps bit for bit, where
-    :func:`~svbnn._engine.native_epoch.native_local_epoch_ok` says so (``record``: the
+    :func:`~svbnn._engine.native_epoch.native_epoch_kind` names a kind (``record``: the
     run's last answer), for the one-draw negative ELBO of one network whose ``on_step`` is
     at most the learning-rate schedule; ``None`` (nothing done, nothing drawn) otherwise.
     A small network's step is mostly Python (docs/performance.md, "A whole epoch in the
@@ -1125,14 +1123,10 @@ def _native_epoch(
     key = record.key_of(model, opt)
     if key != record.key:
         record.key = key
-        record.ok = native_local_epoch_ok(model, lik, opt, X, y, batches.batch_size)
-        if not record.ok:
+        record.kind = native_epoch_kind(model, lik, opt, X, y, batches.batch_size)
+        if record.kind is None:
             return None
-    elif not (
-        record.ok
-        and isinstance(noise := getattr(lik, "log_noise_std", None), Tensor)
-        and native_local_epoch_runnable(model, noise, opt)
-    ):
+    elif record.kind is None or not native_epoch_runnable(model, lik, opt):
         return None
     weights = [check_kl_weight(objective.kl_weight_at(step + i)) for i in range(k)]
     group = opt.param_groups[0]
@@ -1142,7 +1136,8 @@ def _native_epoch(
         # LambdaLR's rate of step t: base_lr * lr_lambda(t); the current one already set.
         base, factor = scheduler.base_lrs[0], scheduler.lr_lambdas[0]
         lrs = [group["lr"]] + [base * factor(scheduler.last_epoch + i) for i in range(1, k)]
-    sums = native_local_epoch(
+    sums = native_epoch(
+        record.kind,
         model,
         lik,
         opt,

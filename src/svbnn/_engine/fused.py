@@ -54,6 +54,7 @@ from .kernels import (
     use_compiled,
 )
 from .native_step import (
+    StepLoss,
     may_step,
     native_local_negative_elbo,
     native_local_step_ok,
@@ -536,6 +537,30 @@ def _counter_seed(model: SpikeSlabMLP, first: SpikeSlabLinear) -> Tensor:
     )
 
 
+def native_gumbel_step(
+    model: SpikeSlabMLP,
+    layers: list[SpikeSlabLinear],
+    likelihood: object,
+    x: Tensor,
+    y: Tensor,
+) -> StepLoss | None:
+    """The likelihood as :class:`~svbnn._engine.native_step.NativeNegativeElbo` takes it
+    (:data:`~svbnn._engine.native_step.StepLoss`) where :meth:`FusedEngine.negative_elbo`
+    runs this Gumbel sampler's training step on ``x``, ``y`` as that native step: under the
+    ``auto`` or ``native`` backend (or a network ``auto`` would run as one graph), a network
+    the native loops run whole (:func:`~svbnn._engine.native_step.may_step`,
+    :func:`~svbnn._engine.native_step.native_step_ok`), its weights drawn whole; else
+    ``None``."""
+    mu = model.mu
+    whole = _fused_paths.use_whole_network(mu.numel(), mu.device)
+    if not (whole or backend() in (Backend.AUTO, Backend.NATIVE)) or not may_step(model):
+        return None
+    step = step_likelihood(likelihood, model.out_features)
+    if step is None or not (y.shape == x.shape[:-1] and draw_ok(model, layers)):
+        return None  # a likelihood the native step lacks
+    return step if native_step_ok(model, layers, step, x, y) else None
+
+
 class FusedEngine:
     """The fused training path of one :class:`~svbnn.nn.SpikeSlabMLP`, and its caches.
 
@@ -653,17 +678,10 @@ class FusedEngine:
             return native_local_negative_elbo(
                 model, layers, likelihood, local, x, y, n_train, log_lams
             )
-        # The one-graph step (auto, a small network) or the native one (auto or native, a
-        # Gaussian likelihood): every step off those backends decides here.
-        whole = _fused_paths.use_whole_network(mu.numel(), mu.device)
-        if not (whole or backend() in (Backend.AUTO, Backend.NATIVE)):
-            return None
-        step = step_likelihood(likelihood, model.out_features) if may_step(model) else None
-        if not (whole or step is not None):
-            return None  # a large network's step, or a likelihood the native step lacks
-        if not (y.shape == x.shape[:-1] and draw_ok(model, layers)):
-            return None
-        if step is not None and native_step_ok(model, layers, step, x, y):
+        # The native step (auto or native, a likelihood it knows), else the one-graph step
+        # (auto, a small network).
+        step = native_gumbel_step(model, layers, likelihood, x, y)
+        if step is not None:
             # A network the native loops run whole: the step without its autograd graph.
             self.kl_cache = None
             log_lams = self._log_lams(model, _kl_key(model))
@@ -671,6 +689,9 @@ class FusedEngine:
             return native_negative_elbo(
                 model, layers, likelihood, step, x, y, n_train, seed, log_lams
             )
+        whole = _fused_paths.use_whole_network(mu.numel(), mu.device)
+        if not (whole and y.shape == x.shape[:-1] and draw_ok(model, layers)):
+            return None  # a large network's step, or one off the one-graph step
         spec = fast_path_spec(likelihood, model.out_features)  # a FastPath kind, or None
         if spec is None or not whole_network_ok(model, x, layers):
             return None

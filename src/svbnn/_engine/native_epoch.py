@@ -1,17 +1,20 @@
-"""A whole training epoch of the local sampler's network in svbnn's native loops. Private.
+"""A whole training epoch of one small network in svbnn's native loops. Private.
 
 A small network's training step costs about a millisecond on a CPU, of which the loops'
 arithmetic is about a quarter: the rest is the Python of the step (the objective, the
 graph-free node, the optimiser's wrappers and the learning-rate scheduler). Where
-:func:`native_local_epoch_ok` says so, :func:`native_local_epoch` runs every step of an
-epoch in one call (``local_epoch.cpp``): the steps
-:class:`~svbnn._engine.native_step.NativeLocalNegativeElbo` and ``torch.optim.Adam``
-(``fused=True``) would run, the same ATen operations and loops in the same order, and
-torch's own fused Adam kernel, on the same random numbers (the minibatch order from the
-loop's generator, each layer's draws from its generator). So an epoch leaves the
-parameters, Adam's state and the generators as the step-by-step loop leaves them, bit for
-bit (tests/test_native_epoch.py); the caller (:func:`svbnn.training.train`) gives the
-order, the KL weights and the learning rates of the epoch's steps.
+:func:`native_epoch_kind` names a kind, :func:`native_epoch` runs every step of an epoch
+in one call (``epochs.cpp``): the steps that the graph-free step of that kind
+(:class:`~svbnn._engine.native_step.NativeLocalNegativeElbo`, the local sampler under a
+Gaussian likelihood with a learned noise level, the regressor's; or
+:class:`~svbnn._engine.native_step.NativeNegativeElbo`, the Gumbel sampler under a
+categorical likelihood, the classifier's) and ``torch.optim.Adam`` (``fused=True``) would
+run, the same ATen operations and loops in the same order, and torch's own fused Adam
+kernel, on the same random numbers (the minibatch order from the loop's generator, the
+draws from the layers' generators). So an epoch leaves the parameters, Adam's state and
+the generators as the step-by-step loop leaves them, bit for bit
+(tests/test_native_epoch.py); the caller (:func:`svbnn.training.train`) gives the order,
+the KL weights and the learning rates of the epoch's steps.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ import torch
 from torch import Tensor
 
 from . import native as _native
-from .fused import _kl_key
+from .fused import _kl_key, native_gumbel_step
 from .native_step import native_local_step_ok, step_likelihood
 
 if TYPE_CHECKING:
     from ..nn.spike_slab import SpikeSlabMLP
 
-__all__ = ["native_local_epoch", "native_local_epoch_ok", "native_local_epoch_runnable"]
+__all__ = ["native_epoch", "native_epoch_kind", "native_epoch_runnable"]
 
 
 def _adam_group(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> dict[str, Any] | None:
@@ -69,53 +72,72 @@ def _adam_group(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> dict[st
     return group
 
 
-def native_local_epoch_ok(
+def native_epoch_kind(
     model: SpikeSlabMLP,
     likelihood: Any,
     opt: torch.optim.Optimizer,
     X: Tensor,
     y: Tensor,
     batch_size: int,
-) -> bool:
-    """Whether :func:`native_local_epoch` runs an epoch of ``model`` on ``X`` ``(n, p)``
-    and ``y`` ``(n,)`` in minibatches of ``batch_size`` rows: where every step would be
-    :class:`~svbnn._engine.native_step.NativeLocalNegativeElbo` (the local sampler's
-    training forward on flat storage under the ``auto`` or ``native`` backend,
-    :func:`~svbnn._engine.native_step.native_local_step_ok`) under a Gaussian likelihood of
-    one output with a learned noise level (``GaussianLikelihood(learn_noise=True)``), taken
-    by ``torch.optim.Adam(fused=True)`` over the network's ``mu``, ``rho``, ``alpha`` and
-    that noise level (its state set up by a first step), with no hooks, no anomaly
-    detection and no profiler (whose records of each step the loop would miss)."""
+) -> str | None:
+    """The kind of epoch :func:`native_epoch` runs for ``model`` on ``X`` ``(n, p)`` and
+    ``y`` ``(n,)`` in minibatches of ``batch_size`` rows, or ``None``: ``"local"`` where
+    every step would be :class:`~svbnn._engine.native_step.NativeLocalNegativeElbo` (the
+    local sampler's training forward on flat storage under the ``auto`` or ``native``
+    backend, :func:`~svbnn._engine.native_step.native_local_step_ok`) under a Gaussian
+    likelihood of one output with a learned noise level (``GaussianLikelihood(
+    learn_noise=True)``); ``"categorical"`` where every step would be
+    :class:`~svbnn._engine.native_step.NativeNegativeElbo` of one network
+    (:func:`~svbnn._engine.fused.native_gumbel_step`) under a categorical likelihood; in
+    both, trained by ``torch.optim.Adam(fused=True)`` as :func:`native_epoch_runnable`
+    says."""
     mu = model._parameters.get("mu")
-    if mu is None or not _native.available():
-        return False
-    layers = model.layers()
-    if not (layers and layers[0]._local_step()):
-        return False
-    spec = step_likelihood(likelihood, model.out_features)
-    if spec is None or not isinstance(spec[1], Tensor):  # a learned noise level only
-        return False
+    if mu is None or mu.dim() != 1 or not _native.available():
+        return None
     if not (X.dim() == 2 and y.dim() == 1 and X.is_contiguous() and y.is_contiguous()):
-        return False
+        return None
+    layers = model.layers()
+    if not layers:
+        return None
     m = min(batch_size, X.shape[0])
-    if not native_local_step_ok(model, layers, spec, X[:m], y[:m]):
-        return False
-    return native_local_epoch_runnable(model, spec[1], opt)
+    spec = step_likelihood(likelihood, model.out_features)
+    if layers[0]._local_step():
+        if spec is None or not isinstance(spec[1], Tensor):  # a learned noise level only
+            return None
+        if not native_local_step_ok(model, layers, spec, X[:m], y[:m]):
+            return None
+        kind = "local"
+    else:
+        step = native_gumbel_step(model, layers, likelihood, X[:m], y[:m])
+        if step is None or step[0] != "categorical":
+            return None
+        kind = "categorical"
+    return kind if native_epoch_runnable(model, likelihood, opt) else None
 
 
-def native_local_epoch_runnable(
-    model: SpikeSlabMLP, noise: Tensor, opt: torch.optim.Optimizer
-) -> bool:
-    """The part of :func:`native_local_epoch_ok` that a training loop's callbacks may change
-    between epochs while the network's path stays: no anomaly detection, no profiler, and
-    ``opt`` a fused Adam over ``mu``, ``rho``, ``alpha`` and ``noise`` (the learned
-    ``log_noise_std``) without hooks, its state set up."""
+def _trained(model: SpikeSlabMLP, likelihood: Any) -> list[Tensor]:
+    """The parameters a step trains, in the optimiser's order: the network's ``mu``,
+    ``rho``, ``alpha``, and a learned noise level."""
+    params = [model.mu, model.rho, model.alpha]
+    spec = step_likelihood(likelihood, model.out_features)
+    if spec is not None and isinstance(spec[1], Tensor):
+        params.append(spec[1])
+    return params
+
+
+def native_epoch_runnable(model: SpikeSlabMLP, likelihood: Any, opt: torch.optim.Optimizer) -> bool:
+    """The part of :func:`native_epoch_kind` that a training loop's callbacks may change
+    between epochs while the network's path stays: no anomaly detection, no profiler
+    (whose records of each step the epoch would miss), and ``opt`` a fused Adam over the
+    parameters the step trains (the network's, and a learned noise level) without hooks,
+    its state set up by a first step."""
     if torch.is_anomaly_enabled() or torch.autograd.profiler._is_profiler_enabled:
         return False
-    return _adam_group(opt, [model.mu, model.rho, model.alpha, noise]) is not None
+    return _adam_group(opt, _trained(model, likelihood)) is not None
 
 
-def native_local_epoch(
+def native_epoch(
+    kind: str,
     model: SpikeSlabMLP,
     likelihood: Any,
     opt: torch.optim.Optimizer,
@@ -127,51 +149,62 @@ def native_local_epoch(
     kl_weight: Sequence[float],
     lr: Sequence[float],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One epoch of ``model`` (where :func:`native_local_epoch_ok` says so): the minibatches
-    of ``batch_size`` rows of ``X`` ``(n, p)`` and ``y`` ``(n,)`` taken in ``order`` (a
-    permutation of the rows, int64), step ``i`` weighing the KL by ``kl_weight[i]`` (divided
-    by ``n_train[i] = n / kl_weight[i]``) at learning rate ``lr[i]``. The parameters, the
-    noise level and Adam's state are updated in place, their ``.grad`` left at the last
-    step's gradients; returns the sums over the steps of ``(loss, nll, kl / n)``, the last
-    weighted as :func:`svbnn.training.negative_elbo` returns it."""
+    """One epoch of ``model`` of the ``kind`` :func:`native_epoch_kind` named: the
+    minibatches of ``batch_size`` rows of ``X`` ``(n, p)`` and ``y`` ``(n,)`` taken in
+    ``order`` (a permutation of the rows, int64), step ``i`` weighing the KL by
+    ``kl_weight[i]`` (divided by ``n_train[i] = n / kl_weight[i]``) at learning rate
+    ``lr[i]``. The parameters (and a learned noise level) and Adam's state are updated in
+    place, their ``.grad`` left at the last step's gradients; returns the sums over the
+    steps of ``(loss, nll, kl / n)``, the last weighted as
+    :func:`svbnn.training.negative_elbo` returns it."""
     lib = _native.library()
     assert lib is not None
-    spec = step_likelihood(likelihood, model.out_features)
-    assert spec is not None and isinstance(spec[1], Tensor)
-    params = [model.mu, model.rho, model.alpha, spec[1]]
+    params = _trained(model, likelihood)
     group = _adam_group(opt, params)
     assert group is not None
     layers = model.layers()
+    first = layers[0]
     engine = model._fused
     engine.kl_cache = None  # the parameters change under it, as a step's would
     log_lam, log_1mlam = engine._log_lams(model, _kl_key(model))
-    log_sigma0 = 0.5 * math.log(layers[0].prior_variance)
+    log_sigma0 = 0.5 * math.log(first.prior_variance)
+    prior = (log_lam, log_1mlam, log_sigma0, math.exp(-2.0 * log_sigma0))
     states = [opt.state[p] for p in params]
+    adam = (
+        [s["exp_avg"] for s in states],
+        [s["exp_avg_sq"] for s in states],
+        [s["step"] for s in states],
+    )
+    steps = (list(n_train), list(kl_weight), list(lr))
     beta1, beta2 = group["betas"]
+    options = (beta1, beta2, group["eps"], group["weight_decay"])
+    outs = [layer.out_features for layer in layers]
     with torch.no_grad():  # as Adam's step: the parameters are leaves that need gradients
-        loss, nll, kl, *grads = lib.local_gaussian_epoch(
-            params,
-            [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states],
-            [s["step"] for s in states],
-            log_lam,
-            log_1mlam,
-            log_sigma0,
-            math.exp(-2.0 * log_sigma0),
-            X,
-            y,
-            order,
-            batch_size,
-            [layer.out_features for layer in layers],
-            [layer.generator for layer in layers],
-            list(n_train),
-            list(kl_weight),
-            list(lr),
-            beta1,
-            beta2,
-            group["eps"],
-            group["weight_decay"],
-        )
+        if kind == "local":
+            gens = [layer.generator for layer in layers]
+            loss, nll, kl, *grads = lib.local_gaussian_epoch(
+                params, *adam, *prior, X, y, order, batch_size, outs, gens, *steps, *options
+            )
+        elif kind == "categorical":
+            relu = model.activation == "relu"
+            inv_tau = 1.0 / float(first.temperature)
+            loss, nll, kl, *grads = lib.gumbel_categorical_epoch(
+                params,
+                *adam,
+                *prior,
+                inv_tau,
+                X,
+                y,
+                order,
+                batch_size,
+                outs,
+                relu,
+                first.generator,
+                *steps,
+                *options,
+            )
+        else:
+            raise ValueError(f"no native epoch of kind {kind!r}")
     for p, g in zip(params, grads, strict=True):
         p.grad = g
     return loss, nll, kl

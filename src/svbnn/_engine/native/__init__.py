@@ -24,9 +24,11 @@
   minibatch costs more than the first layer's products and the small layers are a dozen
   torch operations each; :func:`narrow_mlp_gaussian_step` runs both, replicate by
   replicate, for the training step under a Gaussian likelihood.
-* The extension's ``local_gaussian_epoch`` runs ``local_epoch.cpp``: an epoch of the local
-  sampler's training steps (the moments and layers loops above, torch's draws and its fused
-  Adam kernel) for :mod:`svbnn._engine.native_epoch`, which says when it serves.
+* The extension's ``local_gaussian_epoch`` and ``gumbel_categorical_epoch`` run
+  ``epochs.cpp``: an epoch of the local sampler's training steps under a Gaussian
+  likelihood, or of the Gumbel sampler's under a categorical one (the loops above, torch's
+  draws and its fused Adam kernel), for :mod:`svbnn._engine.native_epoch`, which says when
+  they serve.
 
 ``bindings.cpp`` makes the loops a Python extension module of functions on tensors
 (pybind11, torch's headers), which :func:`torch.utils.cpp_extension.load` builds with ninja
@@ -93,11 +95,11 @@ _SOURCES = [
         "local_moments.cpp",
         "local_layers.cpp",
         "replicated_layers.cpp",
-        "local_epoch.cpp",
+        "epochs.cpp",
         "bindings.cpp",
     )
 ]
-_HEADERS = [_HERE / "elementwise.h", _HERE / "local_epoch.h", _HERE / "loops.h"]
+_HEADERS = [_HERE / "elementwise.h", _HERE / "epochs.h", _HERE / "loops.h"]
 # The compiler's flags beside torch's own (its include folders, -fPIC, -std=c++20, the
 # extension's name and ABI).
 _FLAGS = [

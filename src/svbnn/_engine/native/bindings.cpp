@@ -1,7 +1,7 @@
 // The Python module of svbnn's native loops: pybind11 functions on at::Tensor that check
 // what they are handed, allocate the outputs and call the loops of fused_forward.cpp,
 // local_moments.cpp, local_layers.cpp and replicated_layers.cpp (loops.h), and the training
-// epoch of local_epoch.cpp (local_epoch.h).
+// epochs of epochs.cpp (epochs.h).
 // torch.utils.cpp_extension builds the files into one extension module
 // (svbnn._engine.native); the Python functions there say when each one serves a call. Every
 // function releases the GIL while its loops run, as a ctypes call did.
@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "local_epoch.h"
+#include "epochs.h"
 #include "loops.h"
 
 namespace {
@@ -400,8 +400,51 @@ Tensor narrow_mlp_gaussian_step(const Tensor& theta, const Tensor& x, const Tens
     return out;
 }
 
-// svbnn._engine.native_epoch's epoch of the local sampler's network (local_epoch.cpp): params
-// mu, rho, alpha (T,) and log_noise_std (), Adam's state of each, X (n, p) and y (n,) float32,
+// The checks both epochs share: params (T,) alike and Adam's state of each, X (n, p) float32,
+// order a permutation's n indices (int64), layers of outs[i] outputs chained from p whose
+// parameters are T, and one value per step in each schedule. Returns the number of steps.
+int64_t check_epoch(const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+                    const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
+                    const Tensor& X, const Tensor& order, int64_t batch_size,
+                    const std::vector<int64_t>& outs, const std::vector<double>& n_train,
+                    const std::vector<double>& kl_weight, const std::vector<double>& lr) {
+    const size_t k = params.size();
+    TORCH_CHECK(k >= 3 && exp_avgs.size() == k && exp_avg_sqs.size() == k && steps.size() == k,
+                "params, exp_avgs, exp_avg_sqs, steps: one each per parameter expected");
+    const Tensor& mu = params[0];
+    check_floats(mu, "mu");
+    TORCH_CHECK(mu.dim() == 1, "mu: (T,) expected, got ", mu.sizes());
+    for (size_t i = 0; i < k; ++i) {
+        check_like(params[i], i < 3 ? mu : params[i], "params");  // mu, rho, alpha alike
+        check_like(exp_avgs[i], params[i], "exp_avgs");
+        check_like(exp_avg_sqs[i], params[i], "exp_avg_sqs");
+        TORCH_CHECK(steps[i].device().is_cpu() && steps[i].numel() == 1,
+                    "steps: one CPU scalar per parameter expected");
+    }
+    check_floats(X, "X");
+    TORCH_CHECK(X.dim() == 2 && X.size(0) > 0, "X: (n, p) expected, got ", X.sizes());
+    TORCH_CHECK(order.device().is_cpu() && order.scalar_type() == at::kLong && order.dim() == 1 &&
+                    order.size(0) == X.size(0) && order.is_contiguous(),
+                "order: the n rows' indices (int64) expected");
+    TORCH_CHECK(batch_size > 0, "batch_size: positive expected");
+    TORCH_CHECK(!outs.empty(), "outs: at least one layer expected");
+    int64_t in = X.size(1), total = 0;
+    for (const int64_t o : outs) {
+        TORCH_CHECK(o > 0, "outs: positive widths expected");
+        total += o * (in + 1);
+        in = o;
+    }
+    TORCH_CHECK(total == mu.numel(), "mu: ", total, " numbers for these widths expected");
+    const int64_t n_steps = (X.size(0) + batch_size - 1) / batch_size;
+    TORCH_CHECK(static_cast<int64_t>(n_train.size()) == n_steps &&
+                    static_cast<int64_t>(kl_weight.size()) == n_steps &&
+                    static_cast<int64_t>(lr.size()) == n_steps,
+                "n_train, kl_weight, lr: one per step expected");
+    return n_steps;
+}
+
+// svbnn._engine.native_epoch's epoch of the local sampler's network (epochs.cpp): params mu,
+// rho, alpha (T,) and log_noise_std (), Adam's state of each, X (n, p) and y (n,) float32,
 // order a permutation of the n rows (int64), one generator per layer (None: torch's default),
 // and per step the KL's divisor n / w, its weight w and the learning rate. Returns the sums of
 // the steps' loss, nll and KL / n, then the last step's gradients.
@@ -413,48 +456,50 @@ std::vector<Tensor> local_gaussian_epoch(
     const std::vector<int64_t>& outs, const std::vector<std::optional<at::Generator>>& gens,
     const std::vector<double>& n_train, const std::vector<double>& kl_weight,
     const std::vector<double>& lr, double beta1, double beta2, double eps, double weight_decay) {
-    TORCH_CHECK(params.size() == 4 && exp_avgs.size() == 4 && exp_avg_sqs.size() == 4 &&
-                    steps.size() == 4,
-                "params, exp_avgs, exp_avg_sqs, steps: four each expected");
-    const Tensor& mu = params[0];
-    check_floats(mu, "mu");
-    TORCH_CHECK(mu.dim() == 1, "mu: (T,) expected, got ", mu.sizes());
-    for (int i = 0; i < 4; ++i) {
-        check_like(params[i], i < 3 ? mu : params[3], "params");  // mu, rho, alpha alike
-        check_like(exp_avgs[i], params[i], "exp_avgs");
-        check_like(exp_avg_sqs[i], params[i], "exp_avg_sqs");
-        TORCH_CHECK(steps[i].device().is_cpu() && steps[i].numel() == 1,
-                    "steps: one CPU scalar per parameter expected");
-    }
-    TORCH_CHECK(params[3].numel() == 1, "log_noise_std: one value expected");
-    check_floats(X, "X");
-    TORCH_CHECK(X.dim() == 2 && X.size(0) > 0, "X: (n, p) expected, got ", X.sizes());
+    check_epoch(params, exp_avgs, exp_avg_sqs, steps, X, order, batch_size, outs, n_train,
+                kl_weight, lr);
+    TORCH_CHECK(params.size() == 4 && params[3].numel() == 1,
+                "params: mu, rho, alpha and one log_noise_std expected");
     check_floats(y, "y");
     TORCH_CHECK(y.dim() == 1 && y.size(0) == X.size(0), "y: (n,) expected, got ", y.sizes());
-    TORCH_CHECK(order.device().is_cpu() && order.scalar_type() == at::kLong && order.dim() == 1 &&
-                    order.size(0) == X.size(0) && order.is_contiguous(),
-                "order: the n rows' indices (int64) expected");
-    TORCH_CHECK(batch_size > 0, "batch_size: positive expected");
-    TORCH_CHECK(!outs.empty() && outs.back() == 1 && gens.size() == outs.size(),
+    TORCH_CHECK(outs.back() == 1 && gens.size() == outs.size(),
                 "outs, gens: one per layer, the last of one output, expected");
-    int64_t in = X.size(1), total = 0;
-    for (const int64_t o : outs) {
-        TORCH_CHECK(o > 0, "outs: positive widths expected");
-        total += o * (in + 1);
-        in = o;
-    }
-    TORCH_CHECK(total == mu.numel(), "mu: ", total, " numbers for these widths expected");
-    const int64_t n_batches = (X.size(0) + batch_size - 1) / batch_size;
-    TORCH_CHECK(static_cast<int64_t>(n_train.size()) == n_batches &&
-                    static_cast<int64_t>(kl_weight.size()) == n_batches &&
-                    static_cast<int64_t>(lr.size()) == n_batches,
-                "n_train, kl_weight, lr: one per step expected");
-    const float lam = as_float(log_lam), lam1 = as_float(log_1mlam);
+    const svbnn::Prior prior{as_float(log_lam), as_float(log_1mlam), log_sigma0, prec0};
     py::gil_scoped_release unlocked;
-    return svbnn::local_gaussian_epoch(params, exp_avgs, exp_avg_sqs, steps, lam, lam1,
-                                       log_sigma0, prec0, X, y, order, batch_size, outs, gens,
-                                       n_train, kl_weight, lr,
-                                       {beta1, beta2, eps, weight_decay});
+    return svbnn::local_gaussian_epoch(
+        params, {exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps, weight_decay}, prior,
+        {X, y, order, batch_size}, outs, gens, {n_train, kl_weight, lr});
+}
+
+// svbnn._engine.native_epoch's epoch of the Gumbel sampler's network under a categorical
+// likelihood (epochs.cpp): params mu, rho, alpha (T,), Adam's state of each, X (n, p) float32,
+// y (n,) the class indices (int64, each below outs[-1]), the draw's 1 / tau (2 or 1), ReLU or
+// no hidden activation, the generator of the draws' seeds (None: torch's default), and per
+// step as above. Returns the sums of the steps' loss, nll and KL / n, then the last gradients.
+std::vector<Tensor> gumbel_categorical_epoch(
+    const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+    const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
+    const Tensor& log_lam, const Tensor& log_1mlam, double log_sigma0, double prec0,
+    double inv_tau, const Tensor& X, const Tensor& y, const Tensor& order, int64_t batch_size,
+    const std::vector<int64_t>& outs, bool relu, const std::optional<at::Generator>& gen,
+    const std::vector<double>& n_train, const std::vector<double>& kl_weight,
+    const std::vector<double>& lr, double beta1, double beta2, double eps, double weight_decay) {
+    check_epoch(params, exp_avgs, exp_avg_sqs, steps, X, order, batch_size, outs, n_train,
+                kl_weight, lr);
+    TORCH_CHECK(params.size() == 3, "params: mu, rho, alpha expected");
+    TORCH_CHECK(inv_tau == 2.0 || inv_tau == 1.0, "inv_tau: 1 or 2 expected, got ", inv_tau);
+    TORCH_CHECK(y.device().is_cpu() && y.scalar_type() == at::kLong && y.dim() == 1 &&
+                    y.size(0) == X.size(0) && y.is_contiguous(),
+                "y: the n rows' classes (int64) expected");
+    const int64_t* classes = y.const_data_ptr<int64_t>();
+    for (int64_t i = 0; i < y.size(0); ++i)
+        TORCH_CHECK(0 <= classes[i] && classes[i] < outs.back(), "y: class ", classes[i],
+                    " out of range for ", outs.back(), " outputs");
+    const svbnn::Prior prior{as_float(log_lam), as_float(log_1mlam), log_sigma0, prec0};
+    py::gil_scoped_release unlocked;
+    return svbnn::gumbel_categorical_epoch(
+        params, {exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps, weight_decay}, prior, inv_tau,
+        {X, y, order, batch_size}, outs, relu, gen, {n_train, kl_weight, lr});
 }
 
 }  // namespace
@@ -472,4 +517,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("narrow_mlp_backward", &narrow_mlp_backward);
     m.def("narrow_mlp_gaussian_step", &narrow_mlp_gaussian_step);
     m.def("local_gaussian_epoch", &local_gaussian_epoch);
+    m.def("gumbel_categorical_epoch", &gumbel_categorical_epoch);
 }
