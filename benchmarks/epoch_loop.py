@@ -1,19 +1,23 @@
-"""The regressor's default fit with its epochs run whole in the native loops against the same
-fit run step by step (``svbnn._engine.native_epoch``; the training loop's per-step Python).
+"""The estimators' default fits with their epochs run whole in the native loops against the
+same fits run step by step (``svbnn._engine.native_epoch``; the training loop's per-step
+Python).
 
 Run ``python -m benchmarks.epoch_loop [--repeats 5] [--threads 1] [--tables NAME ...]
 [--max-iter N]`` (``--max-iter``: a shorter budget than the defaults', for a smoke run).
-Tables: scikit-learn's diabetes (442 rows, 10 inputs), Friedman #1 (1,000 rows, 10 inputs)
-and a ``make_regression`` problem of about the issue's largest small table (4,000 rows,
-3,000 of them for training, 40 inputs, 10 informative), each with 10 added N(0, 1) noise
-columns and split 75/25, after a ``StandardScaler``. Each round fits
-``SVBNNRegressor(random_state=r)`` with its defaults both ways, alternating which goes
-first, after one warm-up round (the native library's build or load and torch's first
-optimiser). The step-by-step fit is the library's own loop with the whole-epoch path
-declined (the benchmark replaces ``svbnn.training._native_epoch`` in its process; the
-library has no switch for it, as both give the same fit). Printed: a Markdown table of the
-median fit times, the median [min, max] of the per-round ratios, and whether the two fits
-predicted the same numbers bit for bit in every round.
+Tables: for the regressor, scikit-learn's diabetes (442 rows, 10 inputs), Friedman #1
+(1,000 rows, 10 inputs) and a ``make_regression`` problem of about the issue's largest
+small table (4,000 rows, 3,000 of them for training, 40 inputs, 10 informative); for the
+classifier, breast cancer (569 rows, 30 inputs) and digits (1,797 rows, 64 inputs, 10
+classes); each with 10 added N(0, 1) noise columns and split 75/25, after a
+``StandardScaler``. Each round fits ``SVBNNRegressor(random_state=r)`` (or
+``SVBNNClassifier``) with its defaults both ways, alternating which goes first, after one
+warm-up round (the native library's build or load and torch's first optimiser). The
+step-by-step fit is the library's own loop with the whole-epoch path declined (the
+benchmark replaces ``svbnn.training._native_epoch`` in its process; the library has no
+switch for it, as both give the same fit). Printed: a Markdown table of the median fit
+times, the median [min, max] of the per-round ratios, and whether the two fits predicted
+the same numbers (regression) or probabilities (classification) bit for bit in every
+round.
 """
 
 from __future__ import annotations
@@ -27,18 +31,25 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.datasets import load_diabetes, make_friedman1, make_regression
+from sklearn.datasets import (
+    load_breast_cancer,
+    load_diabetes,
+    load_digits,
+    make_friedman1,
+    make_regression,
+)
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from svbnn import SVBNNRegressor, training
+from svbnn import SVBNNClassifier, SVBNNRegressor, training
 
-Data = tuple[np.ndarray, np.ndarray, np.ndarray]
+Data = tuple[np.ndarray, np.ndarray, np.ndarray, bool]
 
 
 def tables(names: list[str] | None = None) -> dict[str, Data]:
-    """``name -> (X_train, y_train, X_test)``: standardised inputs with 10 noise columns;
-    ``names``: a subset of ``diabetes``, ``friedman1``, ``regression`` (all by default)."""
+    """``name -> (X_train, y_train, X_test, is_classification)``: standardised inputs with
+    10 noise columns; ``names``: a subset of ``diabetes``, ``friedman1``, ``regression``,
+    ``breast-cancer``, ``digits`` (all by default)."""
     rng = np.random.default_rng(0)
     makers: dict[str, tuple[str, Callable[[], Any]]] = {
         "diabetes": ("diabetes", lambda: load_diabetes(return_X_y=True)),
@@ -47,6 +58,8 @@ def tables(names: list[str] | None = None) -> dict[str, Data]:
             "make_regression",
             lambda: make_regression(4000, 40, n_informative=10, noise=10.0, random_state=0),
         ),
+        "breast-cancer": ("breast cancer", lambda: load_breast_cancer(return_X_y=True)),
+        "digits": ("digits", lambda: load_digits(return_X_y=True)),
     }
     out = {}
     for key, (name, make) in makers.items():
@@ -56,7 +69,8 @@ def tables(names: list[str] | None = None) -> dict[str, Data]:
         X = np.hstack([X, rng.standard_normal((X.shape[0], 10))])
         X_tr, X_te, y_tr, _ = train_test_split(X, y, test_size=0.25, random_state=0)
         scaler = StandardScaler().fit(X_tr)
-        out[name] = (scaler.transform(X_tr), y_tr, scaler.transform(X_te))
+        clf = key in ("breast-cancer", "digits")
+        out[name] = (scaler.transform(X_tr), y_tr, scaler.transform(X_te), clf)
     return out
 
 
@@ -64,8 +78,8 @@ def fit(
     data: Data, seed: int, whole_epochs: bool, max_iter: int | None = None
 ) -> tuple[float, np.ndarray]:
     """One default fit (``max_iter``: the default budget unless given): its time in seconds
-    and its test predictions."""
-    X, y, X_test = data
+    and its test predictions (class probabilities for a classifier)."""
+    X, y, X_test, clf = data
     real: Callable[..., Any] = training._native_epoch
     if not whole_epochs:
         training._native_epoch = lambda *args: None  # type: ignore[assignment]
@@ -74,28 +88,33 @@ def fit(
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()
             kw = {} if max_iter is None else {"max_iter": max_iter}
-            est = SVBNNRegressor(random_state=seed, **kw).fit(X, y)
+            cls: Any = SVBNNClassifier if clf else SVBNNRegressor
+            est = cls(random_state=seed, **kw).fit(X, y)
             seconds = time.perf_counter() - t0
     finally:
         training._native_epoch = real  # type: ignore[assignment]
-    return seconds, est.predict(X_test)
+    return seconds, est.predict_proba(X_test) if clf else est.predict(X_test)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--tables", nargs="+", choices=["diabetes", "friedman1", "regression"])
+    ap.add_argument(
+        "--tables",
+        nargs="+",
+        choices=["diabetes", "friedman1", "regression", "breast-cancer", "digits"],
+    )
     ap.add_argument("--max-iter", type=int, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     lines = [
-        f"SVBNNRegressor's defaults, {args.threads} torch thread(s), {args.repeats} rounds "
+        f"The estimators' defaults, {args.threads} torch thread(s), {args.repeats} rounds "
         "after a warm-up; medians, [min, max] of the per-round ratios",
         "",
-        "| table | n x p | whole epochs, s | step by step, s | step by step / whole | "
-        "same predictions |",
-        "|---|---|---|---|---|---|",
+        "| table | estimator | n x p | whole epochs, s | step by step, s | "
+        "step by step / whole | same predictions |",
+        "|---|---|---|---|---|---|---|",
     ]
     rows = []
     chosen = tables(args.tables)
@@ -111,7 +130,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             same = same and np.array_equal(preds[True], preds[False])
         ratios = [b / a for a, b in zip(times[True], times[False], strict=True)]
         lines.append(
-            f"| {name} | {data[0].shape[0]} x {data[0].shape[1]} | "
+            f"| {name} | {'classifier' if data[3] else 'regressor'} | "
+            f"{data[0].shape[0]} x {data[0].shape[1]} | "
             f"{statistics.median(times[True]):.2f} | {statistics.median(times[False]):.2f} | "
             f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}] | "
             f"{'yes' if same else 'NO'} |"

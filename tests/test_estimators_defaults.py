@@ -12,7 +12,7 @@ import pytest
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from svbnn import SVBNNClassifier, SVBNNRegressor
+from svbnn import SVBNNClassifier, SVBNNRegressor, training
 from svbnn._engine import native as _native
 from svbnn.estimators import CollapseWarning
 
@@ -387,8 +387,16 @@ def test_small_networks_fit_on_the_native_loops_without_compiling(
         SVBNNRegressor(max_iter=3, tol=None, random_state=0).fit(X, y)
         assert len(native_steps) == 11  # the local sampler: no native step
         draws.clear()
+        epochs: list[str] = []
+        real_epoch = training.native_epoch
+        monkeypatch.setattr(
+            training, "native_epoch", lambda kind, *a: epochs.append(kind) or real_epoch(kind, *a)
+        )
         SVBNNClassifier(max_iter=3, tol=None, random_state=0).fit(X, y > np.median(y))
-        assert len(native_steps) == 20 and len(draws) == 9  # the step draws natively
+        # The first epoch's 3 steps draw natively; the other two epochs run whole in the
+        # native loops (tests/test_native_epoch.py).
+        assert len(native_steps) == 14 and len(draws) == 3
+        assert epochs == ["categorical", "categorical"]
     finally:
         torch.set_num_threads(threads)
     assert reg.history_.loss[-1] < reg.history_.loss[0]
