@@ -118,6 +118,19 @@ def _assert_same(a: tuple[Any, ...], b: tuple[Any, ...]) -> None:
     assert torch.equal(ga, gb)
 
 
+def _both_ways_alike(**kw: Any) -> None:
+    """Four epochs of :func:`_run` (one torch thread) with the native epochs and step by
+    step: epochs 2-4 ran natively, and the two runs are the same in every bit."""
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fast, slow = _run(True, epochs=4, **kw), _run(False, epochs=4, **kw)
+    finally:
+        torch.set_num_threads(n_threads)
+    assert fast[4] == 3 and slow[4] == 0
+    _assert_same(fast, slow)
+
+
 @settings(max_examples=20, deadline=None)
 @given(
     hidden=st.sampled_from([(1,), (9,), (50,), (6, 4)]),
@@ -146,26 +159,17 @@ def test_a_native_epoch_trains_bit_for_bit_as_the_step_loop(
     step counts, the recorded history and the generator's state (so the minibatch orders
     and the draws were the same numbers). Covers a last minibatch smaller than the rest,
     the KL warm-up ending inside an epoch, both schedules and one or two hidden layers."""
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        kw: dict[str, Any] = dict(
-            hidden=hidden,
-            p=p,
-            n=n,
-            batch=batch,
-            seed=seed,
-            epochs=4,
-            lr_schedule=lr_schedule,
-            kl_warmup=kl_warmup,
-            kl_weight=kl_weight,
-            kernel_backend=mode,
-        )
-        fast, slow = _run(True, **kw), _run(False, **kw)
-    finally:
-        torch.set_num_threads(n_threads)
-    assert fast[4] == 3 and slow[4] == 0
-    _assert_same(fast, slow)
+    _both_ways_alike(
+        hidden=hidden,
+        p=p,
+        n=n,
+        batch=batch,
+        seed=seed,
+        lr_schedule=lr_schedule,
+        kl_warmup=kl_warmup,
+        kl_weight=kl_weight,
+        kernel_backend=mode,
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -198,27 +202,18 @@ def test_a_classifier_s_native_epoch_trains_bit_for_bit_as_the_step_loop(
     50 hidden units would compile its one-graph step there, so it runs under ``native``.)"""
     if max(hidden) > 16:
         mode = "native"
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        kw: dict[str, Any] = dict(
-            hidden=hidden,
-            classes=classes,
-            p=p,
-            n=n,
-            batch=batch,
-            seed=seed,
-            epochs=4,
-            lr_schedule=lr_schedule,
-            kl_warmup=kl_warmup,
-            kl_weight=kl_weight,
-            kernel_backend=mode,
-        )
-        fast, slow = _run(True, **kw), _run(False, **kw)
-    finally:
-        torch.set_num_threads(n_threads)
-    assert fast[4] == 3 and slow[4] == 0
-    _assert_same(fast, slow)
+    _both_ways_alike(
+        hidden=hidden,
+        classes=classes,
+        p=p,
+        n=n,
+        batch=batch,
+        seed=seed,
+        lr_schedule=lr_schedule,
+        kl_warmup=kl_warmup,
+        kl_weight=kl_weight,
+        kernel_backend=mode,
+    )
 
 
 def test_a_resumed_run_takes_native_epochs_and_is_the_uninterrupted_run(

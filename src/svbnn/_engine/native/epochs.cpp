@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <utility>
 
 #include "loops.h"
 
@@ -79,9 +80,11 @@ int64_t n_batches(const Batches& data) {
     return (data.X.size(0) + data.batch_size - 1) / data.batch_size;
 }
 
-Tensor rows_of_step(const Batches& data, int64_t b) {
-    return data.order.slice(0, b * data.batch_size,
-                            std::min((b + 1) * data.batch_size, data.X.size(0)));
+// Step b's minibatch (x, y): its rows of the order, gathered from X and y.
+std::pair<Tensor, Tensor> minibatch(const Batches& data, int64_t b) {
+    const Tensor rows = data.order.slice(0, b * data.batch_size,
+                                         std::min((b + 1) * data.batch_size, data.X.size(0)));
+    return {at::index_select(data.X, 0, rows), at::index_select(data.y, 0, rows)};
 }
 
 }  // namespace
@@ -106,10 +109,8 @@ std::vector<Tensor> local_gaussian_epoch(const std::vector<Tensor>& params, cons
     Sums sums(opts);
     std::vector<Tensor> grads;
     for (int64_t b = 0; b < n_batches(data); ++b) {
-        const Tensor rows = rows_of_step(data, b);
-        const int64_t m = rows.numel();
-        const Tensor xb = at::index_select(data.X, 0, rows);
-        const Tensor yb = at::index_select(data.y, 0, rows);
+        const auto [xb, yb] = minibatch(data, b);
+        const int64_t m = xb.size(0);
         // NativeLocalNegativeElbo.forward: the moments and KL, the draws, the layers
         Tensor kl = at::empty({}, opts);
         *kl.mutable_data_ptr<float>() = svbnn_local_moments_kl(
@@ -182,10 +183,8 @@ std::vector<Tensor> gumbel_categorical_epoch(const std::vector<Tensor>& params, 
     Sums sums(opts);
     std::vector<Tensor> grads;
     for (int64_t b = 0; b < n_batches(data); ++b) {
-        const Tensor rows = rows_of_step(data, b);
-        const int64_t m = rows.numel();
-        const Tensor xb = at::index_select(data.X, 0, rows);
-        const Tensor yb = at::index_select(data.y, 0, rows);
+        const auto [xb, yb] = minibatch(data, b);
+        const int64_t m = xb.size(0);
         // FusedEngine's counter seed, then NativeNegativeElbo.forward: the draw and KL
         const Tensor seed = at::randint(-(int64_t{1} << 31), (int64_t{1} << 31) - 1, {2}, gen,
                                         opts.dtype(at::kInt));
