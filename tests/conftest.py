@@ -3,12 +3,24 @@ process per core, and the suite's timing budget assumes both), a cache directory
 process's own for the native kernels, and the guard that fails a GPU run
 (``-m gpu``) on a machine without CUDA instead of skipping."""
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from tests.gpu_guard import current_reason, gpu_guard_message
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One torch thread for the test (the native loops' paths under ``auto``), whatever an
+    earlier test set; the count restored after."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture

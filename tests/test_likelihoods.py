@@ -1,8 +1,6 @@
 """Likelihoods as extension points: the fast paths take only the closed set of kinds they
 compute (``FastPath``); any other likelihood is trained by the general autograd path."""
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -57,14 +55,6 @@ class _UnknownKind(PoissonLikelihood):
 
 
 _UNKNOWN = [_Doubled, _ClaimsGaussian, _ClaimsCategoricalCopy, _UnknownKind, PoissonLikelihood]
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_fast_path_spec_takes_only_the_closed_set() -> None:

@@ -4,7 +4,7 @@ kernel's outputs bit for bit, so training is the same with it or without it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -24,15 +24,6 @@ from svbnn.nn.base import set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.prediction import sample_outputs
 from svbnn.training import History, negative_elbo, train
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    # The native kernel serves one-thread runs only (inductor's loop splits among threads).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _spy_on(monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]) -> list[str]:
