@@ -1075,12 +1075,13 @@ class _NativeEpochs:
         self.kind: str | None = None
 
     @staticmethod
-    def key_of(model: SpikeSlabMLP, opt: torch.optim.Optimizer) -> tuple[Any, ...]:
+    def key_of(model: SpikeSlabMLP) -> tuple[Any, ...]:
         """The kernel backend, the thread count, grad mode, the network's training flag,
-        each layer's sampler, forward mode and frozen draw, and the optimiser."""
+        and each layer's sampler, forward mode and frozen draw (the optimiser and the data
+        are the call's own)."""
         layers = tuple((m.sampler, m.mode, m._frozen is None) for m in model.layers())
         mode = (backend(), torch.get_num_threads(), torch.is_grad_enabled(), model.training)
-        return (*mode, layers, id(opt))
+        return (*mode, layers)
 
 
 def _native_epoch(
@@ -1120,7 +1121,7 @@ def _native_epoch(
         scheduler = on_step.args[0]
     X, y, k = batches._X, batches._y, batches.n_batches
     lik = objective.likelihood
-    key = record.key_of(model, opt)
+    key = record.key_of(model)
     if key != record.key:
         record.key = key
         record.kind = native_epoch_kind(model, lik, opt, X, y, batches.batch_size)

@@ -149,7 +149,8 @@ def native_epoch(
     kl_weight: Sequence[float],
     lr: Sequence[float],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One epoch of ``model`` of the ``kind`` :func:`native_epoch_kind` named: the
+    """One epoch of ``model`` of the ``kind`` :func:`native_epoch_kind` named, where
+    :func:`native_epoch_runnable` has just said so (not checked again here): the
     minibatches of ``batch_size`` rows of ``X`` ``(n, p)`` and ``y`` ``(n,)`` taken in
     ``order`` (a permutation of the rows, int64), step ``i`` weighing the KL by
     ``kl_weight[i]`` (divided by ``n_train[i] = n / kl_weight[i]``) at learning rate
@@ -160,8 +161,7 @@ def native_epoch(
     lib = _native.library()
     assert lib is not None
     params = _trained(model, likelihood)
-    group = _adam_group(opt, params)
-    assert group is not None
+    group = opt.param_groups[0]  # the one group native_epoch_runnable checked
     layers = model.layers()
     first = layers[0]
     engine = model._fused
