@@ -122,7 +122,9 @@ _PARAMS: dict[str, st.SearchStrategy[Any]] = {
     "learning_rate_init": st.sampled_from([1e-3, 0.1, 1e6, 0.0, -1.0, np.nan, np.inf, "1"]),
     "kl_warmup": st.sampled_from([0.0, 0.5, 0.99, 1.0, -0.1, np.nan, "0.2", True]),
     "init_mu_range": st.sampled_from([None, 0.5, 1e3, 0.0, -1.0, np.inf, "x"]),
-    "refit_kl_weight": st.sampled_from([None, 0.2, 1.0, 0.0, -1.0, np.nan, 1e31, "0.2", True]),
+    "refit_kl_weight": st.sampled_from(
+        [None, "auto", 0.2, 1.0, 0.0, -1.0, np.nan, 1e31, "0.2", True]
+    ),
     "refit_budget": st.sampled_from([1.0, 0.3, 0.01, 0.0, 1.5, -0.5, np.nan, "0.5", True]),
     "batch_size": st.sampled_from([1, 4, 0, -1, 2.5, True, np.int64(3)]),
     "max_iter": st.sampled_from([0, 1, 2, -1, 1.5, "2"]),

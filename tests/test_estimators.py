@@ -602,3 +602,39 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
     assert epochs == [budget[0], round(budget[1] * 0.5), round(budget[2] * 0.5)]
     assert half.n_iter_ <= round(budget[1] * 0.5)
     np.testing.assert_array_equal(half.screened_features_, est.screened_features_)
+
+
+@pytest.mark.parametrize("n, refit", [(2999, False), (3000, True)])
+def test_regressor_refits_by_default_from_3000_rows(
+    monkeypatch: pytest.MonkeyPatch, n: int, refit: bool
+) -> None:
+    """refit_kl_weight="auto" (the regressor's default): the refit at 0.2, and its
+    held-out noise run, on tables of REFIT_AUTO_MIN_ROWS rows or more; the first fit
+    alone below. The classifier's default is no refit at any size."""
+    from svbnn import estimators as E
+    from svbnn._estimator_base import _VariationalEstimator
+
+    assert E.REFIT_AUTO_MIN_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
+    assert SVBNNRegressor().refit_kl_weight == "auto"
+    assert SVBNNClassifier().refit_kl_weight is None
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, 4))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
+    weights: list[object] = []
+    train = _VariationalEstimator._train
+
+    def spy(self: object, *args: object, **kwargs: object) -> object:
+        weights.append(kwargs.get("kl_weight"))
+        return train(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_VariationalEstimator, "_train", spy)
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 2, "tol": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est = SVBNNRegressor(**kw, mean_function="zero", random_state=0).fit(X, y)
+    if refit:
+        assert weights == [None, 0.2, 0.2]
+        assert est.screened_features_ is not None and est.noise_std_held_out_ is not None
+    else:
+        assert weights == [None]
+        assert est.screened_features_ is None and est.noise_std_held_out_ is None
