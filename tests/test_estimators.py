@@ -125,6 +125,9 @@ def test_families_share_the_common_parameters() -> None:
         assert params[reg].pop("noise_std") == "auto"
         if reg is SVBNNRegressor:
             assert params[reg].pop("mean_function") == "auto"
+            # The refit on the selected inputs from 3,000 rows (the regressor's only).
+            assert params[reg].pop("refit_kl_weight") == "auto"
+            assert params[clf].pop("refit_kl_weight") is None
         assert params[clf].pop("class_weight") is None
         assert params[reg] == params[clf], (reg, clf)
 
