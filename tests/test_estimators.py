@@ -612,12 +612,12 @@ def test_regressor_refits_by_default_from_3000_rows(
     monkeypatch: pytest.MonkeyPatch, n: int, refit: bool
 ) -> None:
     """refit_kl_weight="auto" (the regressor's default): the refit at 0.2, and its
-    held-out noise run, on tables of REFIT_AUTO_MIN_ROWS rows or more; the first fit
+    held-out noise run, on tables of LARGE_TABLE_ROWS rows or more; the first fit
     alone below. The classifier's default is no refit at any size."""
     from svbnn import estimators as E
     from svbnn._estimator_base import _VariationalEstimator
 
-    assert E.REFIT_AUTO_MIN_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
+    assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
     assert SVBNNRegressor().refit_kl_weight == "auto"
     assert SVBNNClassifier().refit_kl_weight is None
     rng = np.random.default_rng(0)

@@ -394,18 +394,21 @@ class _VariationalEstimator(BaseEstimator, ABC):
             self.__dict__.update(saved)
             raise
 
-    def _epoch_budget(self, n: int) -> int:
-        """``max_iter`` in epochs; ``"auto"``: :func:`svbnn.convergence.default_max_steps`."""
+    def _epoch_budget(self, n: int, table_rows: int | None = None) -> int:
+        """``max_iter`` in epochs for a run on ``n`` rows of a table of ``table_rows``
+        (``None``: ``n``; a run on part of the rows is budgeted as the table's fit is);
+        ``"auto"``: :func:`svbnn.convergence.default_max_steps`."""
         if isinstance(self.max_iter, str):
             batch = min(int(self.batch_size), n)
             n_batches = math.ceil(n / batch)
-            steps = default_max_steps(n, batch) * self._step_budget_factor()
+            factor = self._step_budget_factor(n if table_rows is None else table_rows)
+            steps = default_max_steps(n, batch) * factor
             return max(round(steps / n_batches), 20)
         return int(self.max_iter)
 
-    def _step_budget_factor(self) -> float:
+    def _step_budget_factor(self, table_rows: int) -> float:
         """The family's share of :func:`~svbnn.convergence.default_max_steps` that
-        ``max_iter="auto"`` gives."""
+        ``max_iter="auto"`` gives a fit of a table of ``table_rows`` rows."""
         return 1.0
 
     def _advise_tempering(self) -> bool:
@@ -483,7 +486,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             ``share`` of its epoch budget, at ``kl_weight`` (``None``: the estimator's)."""
             Xr, yr = (Xt, target) if rows is None else (Xt[rows], target[rows])
             wr = weights if rows is None else _subset_weights(weights, rows)
-            budget = max(round(self._epoch_budget(yr.shape[0]) * share), 1)
+            budget = max(round(self._epoch_budget(yr.shape[0], n) * share), 1)
             return _run_falling_back(
                 lambda k: self._train(
                     lambda gen: self._build_module(p, n_out, gen),
