@@ -79,7 +79,8 @@ max_iter : "auto" or int, default "auto"
     that is more, up to 20,000 steps, and at least 20 epochs
     (:func:`svbnn.convergence.default_max_steps`); half as many steps (at least 20
     epochs) under ``sampler="local"``, whose gates move with less noise (the
-    regressor's default, at twice the learning rate).
+    regressor's default, at twice the learning rate), on a table under
+    ``svbnn.estimators.LARGE_TABLE_ROWS`` (3,000) rows.
 tol : float or None, default 1e-4
     Stopping rule (:class:`svbnn.convergence.ConvergenceMonitor`): stop when the
     per-datum loss, averaged over periods of at least 100 steps, has not improved by
