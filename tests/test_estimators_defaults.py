@@ -412,17 +412,21 @@ def test_default_step_budget() -> None:
     assert default_max_steps(6144, 128) == 160 * 48
     assert default_max_steps(45_000, 128) == 57 * 352
     assert default_max_steps(1_000_000, 128) == 20 * 7813
-    # max_iter="auto" in epochs: that budget, or half of it under the local sampler (the
-    # regressor's default) on a table under LARGE_TABLE_ROWS rows, at least 20 epochs.
+    # min_steps: the floor of steps; the 160 epochs and the 20,000-step cap stay.
+    assert default_max_steps(100, 128, 2000) == 2000
+    assert default_max_steps(1500, 128, 2000) == 167 * 12  # 2,000 steps of 12 batches
+    assert default_max_steps(2000, 128, 2000) == 160 * 16  # 160 epochs from 1,600 rows
+    assert default_max_steps(45_000, 128, 2000) == default_max_steps(45_000, 128)
+    with pytest.raises(ValueError, match="min_steps"):
+        default_max_steps(100, 128, 0)
+    # max_iter="auto" in epochs: that budget; under the local sampler (the regressor's
+    # default) with half the floor of steps, so half the budget on a table under 1,600
+    # rows and the same 160 epochs from 3,200 rows; at least 20 epochs.
     for n, full in ((100, 4000), (750, 667), (6144, 160), (45_000, 57), (1_000_000, 20)):
         assert SVBNNClassifier()._epoch_budget(n) == full
         assert SVBNNRegressor(sampler="gumbel")._epoch_budget(n) == full
-        half = max(round(default_max_steps(n, 128) / 2 / -(-n // 128)), 20)
-        assert SVBNNRegressor()._epoch_budget(n) == (half if n < 3000 else full)
+        assert SVBNNRegressor()._epoch_budget(n) == (round(full / 2) if n < 1600 else full)
     assert SVBNNRegressor()._epoch_budget(100) == 2000
-    assert SVBNNRegressor()._epoch_budget(2999) == 84  # 2,004 steps of 24 batches
-    assert SVBNNRegressor()._epoch_budget(3000) == 167  # 4,008 steps
-    # A run on part of a table's rows (a held-out run) is budgeted as the table's fit.
-    assert SVBNNRegressor()._epoch_budget(2400, 3000) == 211  # 4,009 steps of 19 batches
-    assert SVBNNRegressor()._epoch_budget(2400) == 106  # half of them
+    assert SVBNNRegressor()._epoch_budget(1500) == 167
+    assert SVBNNRegressor()._epoch_budget(2800) == 160  # not 2,000 steps (91 epochs)
     assert SVBNNRegressor(max_iter=7)._epoch_budget(100) == 7

@@ -52,7 +52,7 @@ from ._estimator_checks import (
     _to_numpy,
 )
 from ._linear_mean import LinearMean
-from .convergence import ConvergenceMonitor, default_max_steps
+from .convergence import MIN_STEPS, ConvergenceMonitor, default_max_steps
 from .nn.base import ACTIVATIONS, set_generator
 from .training import History, LikelihoodLike, LRSchedule, Optimizer, check_kl_weight, train
 
@@ -77,10 +77,10 @@ learning_rate : {"cosine", "constant"}, default "cosine"
 max_iter : "auto" or int, default "auto"
     Upper bound on the epochs. ``"auto"``: 4,000 optimiser steps, or 160 epochs where
     that is more, up to 20,000 steps, and at least 20 epochs
-    (:func:`svbnn.convergence.default_max_steps`); half as many steps (at least 20
-    epochs) under ``sampler="local"``, whose gates move with less noise (the
-    regressor's default, at twice the learning rate), on a table under
-    ``svbnn.estimators.LARGE_TABLE_ROWS`` (3,000) rows.
+    (:func:`svbnn.convergence.default_max_steps`); under ``sampler="local"``, whose
+    gates move with less noise (the regressor's default, at 2.5 times the learning
+    rate), 2,000 steps or 160 epochs where that is more: half the budget on a table
+    under 1,600 rows, the same from 3,200.
 tol : float or None, default 1e-4
     Stopping rule (:class:`svbnn.convergence.ConvergenceMonitor`): stop when the
     per-datum loss, averaged over periods of at least 100 steps, has not improved by
@@ -395,22 +395,18 @@ class _VariationalEstimator(BaseEstimator, ABC):
             self.__dict__.update(saved)
             raise
 
-    def _epoch_budget(self, n: int, table_rows: int | None = None) -> int:
-        """``max_iter`` in epochs for a run on ``n`` rows of a table of ``table_rows``
-        (``None``: ``n``; a run on part of the rows is budgeted as the table's fit is);
-        ``"auto"``: :func:`svbnn.convergence.default_max_steps`."""
+    def _epoch_budget(self, n: int) -> int:
+        """``max_iter`` in epochs for a run on ``n`` rows; ``"auto"``:
+        :func:`svbnn.convergence.default_max_steps` with the family's floor of steps."""
         if isinstance(self.max_iter, str):
             batch = min(int(self.batch_size), n)
-            n_batches = math.ceil(n / batch)
-            factor = self._step_budget_factor(n if table_rows is None else table_rows)
-            steps = default_max_steps(n, batch) * factor
-            return max(round(steps / n_batches), 20)
+            return default_max_steps(n, batch, self._min_steps()) // math.ceil(n / batch)
         return int(self.max_iter)
 
-    def _step_budget_factor(self, table_rows: int) -> float:
-        """The family's share of :func:`~svbnn.convergence.default_max_steps` that
-        ``max_iter="auto"`` gives a fit of a table of ``table_rows`` rows."""
-        return 1.0
+    def _min_steps(self) -> int:
+        """The floor of steps of ``max_iter="auto"``'s budget (``min_steps`` of
+        :func:`~svbnn.convergence.default_max_steps`)."""
+        return MIN_STEPS
 
     def _advise_tempering(self) -> bool:
         """Whether a collapsed fit's warning names ``kl_weight=0.2``: not for a fit
@@ -487,7 +483,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             ``share`` of its epoch budget, at ``kl_weight`` (``None``: the estimator's)."""
             Xr, yr = (Xt, target) if rows is None else (Xt[rows], target[rows])
             wr = weights if rows is None else _subset_weights(weights, rows)
-            budget = max(round(self._epoch_budget(yr.shape[0], n) * share), 1)
+            budget = max(round(self._epoch_budget(yr.shape[0]) * share), 1)
             return _run_falling_back(
                 lambda k: self._train(
                     lambda gen: self._build_module(p, n_out, gen),

@@ -25,18 +25,18 @@ from torch import Tensor, nn
 
 from .selection import spike_slab_layers
 
-__all__ = ["ConvergenceMonitor", "default_max_steps"]
+__all__ = ["MIN_STEPS", "ConvergenceMonitor", "default_max_steps"]
 
 
 # The step budget's bounds and its number of epochs in between (default_max_steps).
-_MIN_STEPS, _EPOCHS, _MAX_STEPS = 4_000, 160, 20_000
+MIN_STEPS, _EPOCHS, _MAX_STEPS = 4_000, 160, 20_000
 
 
-def default_max_steps(n: int, batch_size: int) -> int:
-    """Upper bound on optimiser steps for a fit on ``n`` rows: 4,000 steps, or 160 epochs
-    where that is more (from 3,200 rows at 128 a batch), up to 20,000 steps; and at
-    least 20 epochs. The estimators' cosine learning-rate schedule spans it; the stopping
-    rule can end a fit before.
+def default_max_steps(n: int, batch_size: int, min_steps: int = MIN_STEPS) -> int:
+    """Upper bound on optimiser steps for a fit on ``n`` rows: ``min_steps`` (4,000) steps,
+    or 160 epochs where that is more (from 3,200 rows at 128 a batch with 4,000), up to
+    20,000 steps; and at least 20 epochs. The estimators' cosine learning-rate schedule
+    spans it; the stopping rule can end a fit before.
 
     Steps, not epochs, are what moves the gates (Adam moves a logit ``alpha`` by about the
     learning rate a step, from ``logit(0.99) = 4.6`` to below zero). On a larger table the
@@ -51,14 +51,20 @@ def default_max_steps(n: int, batch_size: int) -> int:
         Training rows.
     batch_size : int
         Minibatch size (``min(batch_size, n)`` rows a step).
+    min_steps : int
+        The floor of a small table's budget, in ``[1, 20000]``: the local sampler's
+        lower-variance gradients need half the default (:class:`svbnn.SVBNNRegressor`);
+        the 160 epochs of a larger table's budget stay, as its gates' drift needs them.
 
     Returns
     -------
     int
         The budget in steps, a whole number of epochs.
     """
+    if not 1 <= min_steps <= _MAX_STEPS:
+        raise ValueError(f"min_steps must be in [1, {_MAX_STEPS}], got {min_steps!r}")
     n_batches = math.ceil(n / min(batch_size, n))
-    steps = min(max(_MIN_STEPS, _EPOCHS * n_batches), _MAX_STEPS)
+    steps = min(max(min_steps, _EPOCHS * n_batches), _MAX_STEPS)
     return max(math.ceil(steps / n_batches), 20) * n_batches
 
 
