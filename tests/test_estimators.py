@@ -125,7 +125,7 @@ def test_families_share_the_common_parameters() -> None:
         assert params[reg].pop("noise_std") == "auto"
         if reg is SVBNNRegressor:
             assert params[reg].pop("mean_function") == "auto"
-            # The refit on the selected inputs from 3,000 rows (the regressor's only).
+            # The refit on the selected inputs above 3,000 rows (the regressor's only).
             assert params[reg].pop("refit_kl_weight") == "auto"
             assert params[clf].pop("refit_kl_weight") is None
         assert params[clf].pop("class_weight") is None
@@ -607,12 +607,12 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
     np.testing.assert_array_equal(half.screened_features_, est.screened_features_)
 
 
-@pytest.mark.parametrize("n, refit", [(2999, False), (3000, True)])
-def test_regressor_refits_by_default_from_3000_rows(
+@pytest.mark.parametrize("n, refit", [(3000, False), (3001, True)])
+def test_regressor_refits_by_default_above_3000_rows(
     monkeypatch: pytest.MonkeyPatch, n: int, refit: bool
 ) -> None:
     """refit_kl_weight="auto" (the regressor's default): the refit at 0.2, and its
-    held-out noise run, on tables of LARGE_TABLE_ROWS rows or more; the first fit
+    held-out noise run, on tables of more than LARGE_TABLE_ROWS rows; the first fit
     alone below. The classifier's default is no refit at any size."""
     from svbnn import estimators as E
     from svbnn._estimator_base import _VariationalEstimator
