@@ -427,6 +427,7 @@ def test_default_step_budget() -> None:
         assert SVBNNRegressor(sampler="gumbel")._epoch_budget(n) == full
         assert SVBNNRegressor()._epoch_budget(n) == (round(full / 2) if n < 1600 else full)
     assert SVBNNRegressor()._epoch_budget(100) == 2000
+    assert SVBNNRegressor()._epoch_budget(1_000_000) == 20
     assert SVBNNRegressor()._epoch_budget(1500) == 167
     assert SVBNNRegressor()._epoch_budget(2800) == 160  # not 2,000 steps (91 epochs)
     assert SVBNNRegressor(max_iter=7)._epoch_budget(100) == 7
