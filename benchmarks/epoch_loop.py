@@ -3,13 +3,15 @@ same fits run step by step (``svbnn._engine.native_epoch``; the training loop's 
 Python).
 
 Run ``python -m benchmarks.epoch_loop [--repeats 5] [--threads 1] [--tables NAME ...]
-[--max-iter N]`` (``--max-iter``: a shorter budget than the defaults', for a smoke run).
-Tables: for the regressor, scikit-learn's diabetes (442 rows, 10 inputs), Friedman #1
-(1,000 rows, 10 inputs) and a ``make_regression`` problem of about the issue's largest
-small table (4,000 rows, 3,000 of them for training, 40 inputs, 10 informative); for the
-classifier, breast cancer (569 rows, 30 inputs) and digits (1,797 rows, 64 inputs, 10
-classes); each with 10 added N(0, 1) noise columns and split 75/25, after a
-``StandardScaler``. Each round fits ``SVBNNRegressor(random_state=r)`` (or
+[--max-iter N] [--compare gates]`` (``--max-iter``: a shorter budget than the defaults',
+for a smoke run). Tables: for the regressor, scikit-learn's diabetes (442 rows, 10
+inputs), ``diabetes-83`` (110 of its rows drawn at random, 83 of them for training: the
+issue's smallest table; chosen by ``--tables`` only), Friedman #1 (1,000 rows, 10 inputs)
+and a ``make_regression`` problem of about the issue's largest small table (4,000 rows,
+3,000 of them for training, 40 inputs, 10 informative); for the classifier, breast cancer
+(569 rows, 30 inputs), ``breast-cancer-83`` (110 of its rows, as above) and digits (1,797
+rows, 64 inputs, 10 classes); each with 10 added N(0, 1) noise columns and split 75/25,
+after a ``StandardScaler``. Each round fits ``SVBNNRegressor(random_state=r)`` (or
 ``SVBNNClassifier``) with its defaults both ways, alternating which goes first, after one
 warm-up round (the native library's build or load and torch's first optimiser). The
 step-by-step fit is the library's own loop with the whole-epoch path declined (the
@@ -18,6 +20,14 @@ switch for it, as both give the same fit). Printed: a Markdown table of the medi
 times, the median [min, max] of the per-round ratios, and whether the two fits predicted
 the same numbers (regression) or probabilities (classification) bit for bit in every
 round.
+
+``--compare gates`` compares instead, both with whole native epochs, the training loop's
+record of the gates each epoch (:func:`svbnn.selection.gate_statistics`, the sparsity and
+unresolved fraction of ``history_``) on the network's one flat gate parameter, its route
+for a :class:`~svbnn.nn.SpikeSlabMLP`, against the same statistics layer by layer, its
+route for any other model (the benchmark hands the record the network inside an
+``nn.ModuleList``). On a small table an epoch is one short step, and this record is a
+part of each.
 """
 
 from __future__ import annotations
@@ -40,48 +50,71 @@ from sklearn.datasets import (
 )
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
+from torch import nn
 
-from svbnn import SVBNNClassifier, SVBNNRegressor, training
+from svbnn import SVBNNClassifier, SVBNNRegressor, selection, training
 
 Data = tuple[np.ndarray, np.ndarray, np.ndarray, bool]
+# The default tables, then the small ones (chosen by --tables).
+DEFAULT_TABLES = ["diabetes", "friedman1", "regression", "breast-cancer", "digits"]
+TABLES = [*DEFAULT_TABLES, "diabetes-83", "breast-cancer-83"]
+
+
+def _rows(Xy: tuple[Any, Any], n: int = 110) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows of a table, drawn at random (seed 0)."""
+    X, y = Xy
+    keep = np.random.default_rng(0).choice(len(y), n, replace=False)
+    return np.asarray(X)[keep], np.asarray(y)[keep]
 
 
 def tables(names: list[str] | None = None) -> dict[str, Data]:
     """``name -> (X_train, y_train, X_test, is_classification)``: standardised inputs with
-    10 noise columns; ``names``: a subset of ``diabetes``, ``friedman1``, ``regression``,
-    ``breast-cancer``, ``digits`` (all by default)."""
+    10 noise columns; ``names``: a subset of :data:`TABLES` (:data:`DEFAULT_TABLES` by
+    default)."""
     rng = np.random.default_rng(0)
     makers: dict[str, tuple[str, Callable[[], Any]]] = {
         "diabetes": ("diabetes", lambda: load_diabetes(return_X_y=True)),
+        "diabetes-83": ("diabetes, 110 rows", lambda: _rows(load_diabetes(return_X_y=True))),
         "friedman1": ("Friedman #1", lambda: make_friedman1(1000, 10, noise=1.0, random_state=0)),
         "regression": (
             "make_regression",
             lambda: make_regression(4000, 40, n_informative=10, noise=10.0, random_state=0),
         ),
         "breast-cancer": ("breast cancer", lambda: load_breast_cancer(return_X_y=True)),
+        "breast-cancer-83": (
+            "breast cancer, 110 rows",
+            lambda: _rows(load_breast_cancer(return_X_y=True)),
+        ),
         "digits": ("digits", lambda: load_digits(return_X_y=True)),
     }
     out = {}
     for key, (name, make) in makers.items():
-        if names is not None and key not in names:
+        if key not in (DEFAULT_TABLES if names is None else names):
             continue
         X, y = make()
         X = np.hstack([X, rng.standard_normal((X.shape[0], 10))])
         X_tr, X_te, y_tr, _ = train_test_split(X, y, test_size=0.25, random_state=0)
         scaler = StandardScaler().fit(X_tr)
-        clf = key in ("breast-cancer", "digits")
+        clf = key in ("breast-cancer", "breast-cancer-83", "digits")
         out[name] = (scaler.transform(X_tr), y_tr, scaler.transform(X_te), clf)
     return out
 
 
 def fit(
-    data: Data, seed: int, whole_epochs: bool, max_iter: int | None = None
+    data: Data, seed: int, whole_epochs: bool, max_iter: int | None = None, gates: bool = False
 ) -> tuple[float, np.ndarray]:
     """One default fit (``max_iter``: the default budget unless given): its time in seconds
-    and its test predictions (class probabilities for a classifier)."""
+    and its test predictions (class probabilities for a classifier). ``gates``: the arms
+    are the gates' record (``whole_epochs`` True: the library's; False: layer by layer),
+    every epoch whole."""
     X, y, X_test, clf = data
     real: Callable[..., Any] = training._native_epoch
-    if not whole_epochs:
+    real_gates: Callable[..., Any] = training.gate_statistics
+    if gates and not whole_epochs:
+        training.gate_statistics = lambda model, *a: selection.gate_statistics(  # type: ignore[assignment]
+            nn.ModuleList([model]), *a
+        )
+    elif not whole_epochs:
         training._native_epoch = lambda *args: None  # type: ignore[assignment]
     try:
         with warnings.catch_warnings():
@@ -93,6 +126,7 @@ def fit(
             seconds = time.perf_counter() - t0
     finally:
         training._native_epoch = real  # type: ignore[assignment]
+        training.gate_statistics = real_gates  # type: ignore[assignment]
     return seconds, est.predict_proba(X_test) if clf else est.predict(X_test)
 
 
@@ -100,20 +134,28 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument(
-        "--tables",
-        nargs="+",
-        choices=["diabetes", "friedman1", "regression", "breast-cancer", "digits"],
-    )
+    ap.add_argument("--tables", nargs="+", choices=TABLES)
     ap.add_argument("--max-iter", type=int, default=None)
+    ap.add_argument(
+        "--compare",
+        choices=["epochs", "gates"],
+        default="epochs",
+        help="the arms: whole epochs against step by step, or the gates' record (see above)",
+    )
     args = ap.parse_args(argv)
+    gates = args.compare == "gates"
     torch.set_num_threads(args.threads)
     lines = [
         f"The estimators' defaults, {args.threads} torch thread(s), {args.repeats} rounds "
         "after a warm-up; medians, [min, max] of the per-round ratios",
         "",
-        "| table | estimator | n x p | whole epochs, s | step by step, s | "
-        "step by step / whole | same predictions |",
+        (
+            "| table | estimator | n x p | gates' record flat, s | layer by layer, s | "
+            "layer by layer / flat | same predictions |"
+            if gates
+            else "| table | estimator | n x p | whole epochs, s | step by step, s | "
+            "step by step / whole | same predictions |"
+        ),
         "|---|---|---|---|---|---|---|",
     ]
     rows = []
@@ -124,7 +166,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for r in range(args.repeats + 1):
             preds = {}
             for whole in (True, False) if r % 2 else (False, True):
-                seconds, preds[whole] = fit(data, r, whole, args.max_iter)
+                seconds, preds[whole] = fit(data, r, whole, args.max_iter, gates)
                 if r:
                     times[whole].append(seconds)
             same = same and np.array_equal(preds[True], preds[False])

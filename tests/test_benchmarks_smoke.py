@@ -233,6 +233,16 @@ def test_epoch_loop_fits_both_ways_side_by_side_with_the_same_predictions() -> N
     assert rows[0]["same"] is True
 
 
+def test_epoch_loop_compares_the_gates_record_on_a_small_table() -> None:
+    from benchmarks import epoch_loop
+
+    argv = ["--repeats", "1", "--tables", "breast-cancer-83", "--max-iter", "3"]
+    rows = epoch_loop.main([*argv, "--compare", "gates"])
+    assert [r["table"] for r in rows] == ["breast cancer, 110 rows"]
+    assert all(len(t) == 1 and t[0] > 0 for t in rows[0]["times"].values())
+    assert rows[0]["same"] is True
+
+
 @pytest.mark.skipif(not _native.available(), reason="no C++ compiler for the native loops")
 def test_local_layers_times_native_and_eager_side_by_side(
     capsys: pytest.CaptureFixture[str],

@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from svbnn.nn import SpikeSlabConv2d, SpikeSlabLinear, SpikeSlabMLP, forward_mode
 from svbnn.prediction import (
@@ -18,6 +20,7 @@ from svbnn.selection import (
     density,
     export_sparse,
     fpr_fnr,
+    gate_statistics,
     module_size_bytes,
     selected_features,
     sparsity,
@@ -149,3 +152,44 @@ def test_prediction_leaves_the_layers_generators_as_it_found_them() -> None:
     sample_outputs(model, torch.randn(5, 3), 3, generator=torch.Generator().manual_seed(1))
     assert [layer.generator for layer in model.layers()] == before
     assert all(g is train_gen for g in before)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    hidden=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+    inputs=st.integers(1, 5),
+    outputs=st.integers(1, 3),
+    replicates=st.sampled_from([None, 1, 3]),
+    scale=st.sampled_from([0.5, 3.0, 30.0]),
+    threshold=st.sampled_from([None, 0.5, 0.9]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_gate_statistics_of_the_flat_gates_are_the_layers(
+    hidden: list[int],
+    inputs: int,
+    outputs: int,
+    replicates: int | None,
+    scale: float,
+    threshold: float | None,
+    dtype: torch.dtype,
+    seed: int,
+) -> None:
+    """A fused SpikeSlabMLP's statistics come from its one flat gate parameter; they are
+    those of its layers one by one (the route of any other model, here the network inside
+    a ModuleList): the unresolved fraction (a count) exactly, the mean to rounding. Gates
+    at the bounds 0.1 and 0.9 and at the threshold are drawn too."""
+    g = torch.Generator().manual_seed(seed)
+    model = SpikeSlabMLP(inputs, tuple(hidden), outputs, n_replicates=replicates, dtype=dtype)
+    edges = torch.logit(torch.tensor([0.1, 0.9, 0.5], dtype=dtype))
+    with torch.no_grad():
+        alpha = scale * torch.randn(model.alpha.shape, generator=g, dtype=dtype)
+        pick = torch.rand(model.alpha.shape, generator=g) < 0.3
+        at_edges = edges[torch.randint(3, alpha.shape, generator=g)]
+        model.alpha.copy_(torch.where(pick, at_edges, alpha))
+    flat = gate_statistics(model, threshold)
+    by_layer = gate_statistics(torch.nn.ModuleList([model]), threshold)
+    assert flat[0].shape == by_layer[0].shape == (() if replicates is None else (replicates,))
+    assert flat[0].dtype == by_layer[0].dtype == flat[1].dtype == dtype
+    torch.testing.assert_close(flat[0], by_layer[0], rtol=4 * torch.finfo(dtype).eps, atol=0.0)
+    torch.testing.assert_close(flat[1], by_layer[1], rtol=0.0, atol=0.0)

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from .export import ExportReport, SparseLinear, export_sparse, module_size_bytes
 from .nn.base import GatedLayer, is_gated_layer
-from .nn.spike_slab import SpikeSlabLinear
+from .nn.spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
 __all__ = [
     "ExportReport",
@@ -49,23 +49,39 @@ def gate_statistics(
     :func:`density` and :func:`unresolved_fraction` are its parts; training records both
     of the first every epoch.
     """
+    if isinstance(model, SpikeSlabMLP) and model.fused:
+        # Every layer's gates are views of one flat (T,) or (R, T) parameter: one pass over
+        # it, a few operations whatever the depth (training records this every epoch, and
+        # on a small table an epoch is one short step). The fraction is the same; the mean
+        # can differ from the layers' sums in the last bits.
+        with torch.no_grad():
+            total, open_ = _gate_sums(model.alpha, (-1,), threshold, low, high)
+        return total / model.alpha.shape[-1], open_ / model.alpha.shape[-1]
     layers = spike_slab_layers(model)
     if not layers:
         raise ValueError("model has no spike-and-slab layers")
-    total: Tensor | None = None
-    open_: Tensor | None = None
+    total_: Tensor | None = None
+    opened: Tensor | None = None
     count = 0
     with torch.no_grad():
         for layer in layers:
-            phi = torch.sigmoid(layer.alpha)
-            vals = phi if threshold is None else (phi > threshold).to(phi.dtype)
-            s = vals.sum(dim=(-2, -1))
-            u = ((phi > low) & (phi < high)).to(phi.dtype).sum(dim=(-2, -1))
-            total = s if total is None else total + s
-            open_ = u if open_ is None else open_ + u
+            s, u = _gate_sums(layer.alpha, (-2, -1), threshold, low, high)
+            total_ = s if total_ is None else total_ + s
+            opened = u if opened is None else opened + u
             count += layer.n_params()
-    assert total is not None and open_ is not None
-    return total / count, open_ / count
+    assert total_ is not None and opened is not None
+    return total_ / count, opened / count
+
+
+def _gate_sums(
+    alpha: Tensor, dims: tuple[int, ...], threshold: float | None, low: float, high: float
+) -> tuple[Tensor, Tensor]:
+    """Over ``dims`` of the gates' logits ``alpha``: the sum of ``phi`` (or of
+    ``1[phi > threshold]``) and the number with ``low < phi < high``."""
+    phi = torch.sigmoid(alpha)
+    vals = phi if threshold is None else (phi > threshold).to(phi.dtype)
+    opened = ((phi > low) & (phi < high)).to(phi.dtype)
+    return vals.sum(dim=dims), opened.sum(dim=dims)
 
 
 def sparsity(model: nn.Module) -> Tensor:

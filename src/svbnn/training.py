@@ -1158,7 +1158,11 @@ def _native_epoch(
 
 
 def _check_finite(loss: Tensor, epoch: int) -> None:
-    if not bool(torch.all(torch.isfinite(loss))):
+    # One network's scalar is read once: on a small table an epoch is one short step,
+    # and three tensor operations a check would add to it (docs/performance.md, "The
+    # epoch's record on small tables").
+    finite = math.isfinite(loss.item()) if loss.dim() == 0 else bool(torch.isfinite(loss).all())
+    if not finite:
         bad = (
             ""
             if loss.dim() == 0
