@@ -41,7 +41,10 @@ Protocol (issue 31)
   best peer's + 0.01); <= 1 of 10 noise columns kept on average; no collapse; median fit
   time <= 3 s for tables up to 3,000 training rows x 40 columns.
 
-``results.csv`` holds one row per (data set, split, method) and is the cache: a rerun
+``--rows N`` runs the same protocol on small tables: each split draws N rows of its table
+at random (seeded by the table, the split and N) before the noise columns and the 75/25
+split (10 splits below 1,000 rows). ``results.csv`` holds one row per (data set, split,
+method) and is the cache: a rerun
 fits only the rows it lacks (``--refit NAME`` refits a method), so a rerun of svbnn alone
 does not refit the peers. It is rewritten atomically after every split, with
 ``report.md`` (first, one line per data set for the first ``--svbnn`` variant: its
@@ -163,13 +166,23 @@ def load_table(name: str) -> tuple[Array, Any, str, int | None]:
     raise ValueError(f"unknown data set {name!r}; known: {', '.join(DATASETS)}")
 
 
-def n_splits(name: str) -> int:
-    return 10 if SIZES[name] < 1000 else 3
+def n_splits(name: str, rows: int | None = None) -> int:
+    """The protocol's splits of a table (``rows``: of that many of its rows)."""
+    return 10 if (SIZES[name] if rows is None else rows) < 1000 else 3
 
 
-def make_split(name: str, split: int) -> dict[str, Any]:
-    """The table with its noise columns, split 75/25 at random (seeded by name and split)."""
+def make_split(name: str, split: int, rows: int | None = None) -> dict[str, Any]:
+    """The table with its noise columns, split 75/25 at random (seeded by name and split);
+    ``rows``: first that many of its rows, drawn at random (seeded by name, split and
+    ``rows``), each split its own draw."""
     X, y, kind, n_true = load_table(name)
+    if rows is not None:
+        if not 8 <= rows <= len(y):
+            raise ValueError(f"--rows must be in [8, {len(y)}] for {name}, got {rows}")
+        keep = np.random.default_rng([split, sum(map(ord, name)), rows]).choice(
+            len(y), rows, replace=False
+        )
+        X, y = X[keep], np.asarray(y)[keep]
     rng = np.random.default_rng([split, sum(map(ord, name))])
     X = np.hstack([X, rng.standard_normal((len(X), NOISE_COLUMNS))])
     rows = rng.permutation(len(X))
@@ -427,13 +440,14 @@ def run_dataset(name: str, args: argparse.Namespace, variants: dict[str, dict[st
 
     torch.set_num_threads(1)
     path = args.out / "results.csv"
-    splits = min(n_splits(name), args.max_splits) if args.max_splits else n_splits(name)
+    all_splits = n_splits(name, args.rows)
+    splits = min(all_splits, args.max_splits) if args.max_splits else all_splits
     for split in range(splits):
         rows = read_rows(path)
         have = {
             (r["method"], r["params"]) for r in rows if r["dataset"] == name and r["split"] == split
         }
-        data = make_split(name, split)
+        data = make_split(name, split, args.rows)
         seed = 1000 * split + 7
         n_classes = len(np.unique(data["ytr"])) if data["kind"] == "classification" else 0
         todo: dict[str, tuple[str, Callable[[int], Any]]] = {}
@@ -609,6 +623,11 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any], notes: str = ""
         "one-time native build, excluded from the fit times: "
         f"{settings.get('native_build_s', 'not measured')}.\n\n"
     )
+    if settings.get("rows"):
+        out.write(
+            f"Each split is of {settings['rows']} rows of its table, drawn at random for that "
+            "split (`--rows`), then split 75/25.\n\n"
+        )
     if notes.strip():
         out.write(notes.strip() + "\n\n")
     done = [d for d in DATASETS if any(r["dataset"] == d for r in rows)]
@@ -631,7 +650,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any], notes: str = ""
         splits = sorted({int(r["split"]) for r in drows})
         out.write(
             f"## {d} ({drows[0]['kind']}, {max(int(r['n_train']) for r in drows)} training "
-            f"rows, p = {int(drows[0]['p'])}; {len(splits)} of {n_splits(d)} splits)\n\n"
+            f"rows, p = {int(drows[0]['p'])}; {len(splits)} of "
+            f"{n_splits(d, settings.get('rows'))} splits)\n\n"
         )
         out.write("| method | " + " | ".join(c[1] for c in cols) + " |\n")
         out.write("|---" * (len(cols) + 1) + "|\n")
@@ -835,6 +855,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--refit", nargs="*", default=[], help="methods to refit despite the cache")
     ap.add_argument("--no-peers", action="store_true", help="fit only the svbnn variants")
     ap.add_argument("--max-splits", type=int, default=0, help="at most K splits (smoke tests)")
+    ap.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N rows of each table, drawn at random for each split (small tables)",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny peer budgets (smoke test)")
     ap.add_argument(
         "--report-only",
@@ -891,6 +918,7 @@ def main(argv: list[str] | None = None) -> None:
     settings: dict[str, Any] = {
         "argv": argv_s,
         "datasets": names,
+        "rows": args.rows,
         "variants": variants,
         "cpu": _cpu(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),

@@ -78,6 +78,20 @@ def test_splits_follow_the_table_size() -> None:
     assert d["Xtr"].shape == (375, 30) and tp.n_splits("regression-20") == 10
 
 
+def test_rows_draws_a_small_table_per_split() -> None:
+    # --rows: each split draws its own rows of the table (digits then has 10 splits).
+    assert tp.n_splits("digits", 110) == 10 and tp.n_splits("digits", 1500) == 3
+    a, b = tp.make_split("digits", 0, 110), tp.make_split("digits", 1, 110)
+    assert a["Xtr"].shape == (82, 74) and a["Xte"].shape == (28, 74)
+    full = tp.make_split("digits", 0)
+    original = {tuple(r) for r in np.vstack([full["Xtr"], full["Xte"]])[:, :64]}
+    assert {tuple(r) for r in a["Xtr"][:, :64]} <= original
+    assert not np.array_equal(a["ytr"], b["ytr"])
+    np.testing.assert_array_equal(a["Xtr"], tp.make_split("digits", 0, 110)["Xtr"])
+    with pytest.raises(ValueError, match="--rows"):
+        tp.make_split("wine", 0, 500)
+
+
 def test_a_failing_peer_is_a_recorded_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
