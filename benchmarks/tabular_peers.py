@@ -173,8 +173,8 @@ def n_splits(name: str, rows: int | None = None) -> int:
 
 def make_split(name: str, split: int, rows: int | None = None) -> dict[str, Any]:
     """The table with its noise columns, split 75/25 at random (seeded by name and split);
-    ``rows``: first that many of its rows, drawn at random (seeded by name, split and
-    ``rows``), each split its own draw."""
+    given ``rows``, the table is first cut to that many of its rows, drawn at random
+    (seeded by name, split and ``rows``: each split its own draw)."""
     X, y, kind, n_true = load_table(name)
     if rows is not None:
         if not 8 <= rows <= len(y):
@@ -185,9 +185,9 @@ def make_split(name: str, split: int, rows: int | None = None) -> dict[str, Any]
         X, y = X[keep], np.asarray(y)[keep]
     rng = np.random.default_rng([split, sum(map(ord, name))])
     X = np.hstack([X, rng.standard_normal((len(X), NOISE_COLUMNS))])
-    rows = rng.permutation(len(X))
+    order = rng.permutation(len(X))
     cut = int(round(0.75 * len(X)))
-    tr, te = rows[:cut], rows[cut:]
+    tr, te = order[:cut], order[cut:]
     return dict(Xtr=X[tr], ytr=y[tr], Xte=X[te], yte=y[te], kind=kind, n_true=n_true, p=X.shape[1])
 
 
@@ -893,6 +893,11 @@ def _native_build_s() -> float | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    smallest = min(SIZES[n] for n in args.datasets or DATASETS)
+    if args.rows is not None and not 8 <= args.rows <= smallest:
+        _parser().error(
+            f"--rows must be in [8, {smallest}] (the smallest chosen table's rows), got {args.rows}"
+        )
     variants = _variants(args.svbnn)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.worker is not None:

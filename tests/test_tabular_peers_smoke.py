@@ -92,6 +92,16 @@ def test_rows_draws_a_small_table_per_split() -> None:
         tp.make_split("wine", 0, 500)
 
 
+def test_rows_beyond_a_table_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        tp.main(["--out", str(tmp_path / "out"), "--rows", "500", "--datasets", "wine"])
+    assert exit_.value.code == 2
+    assert "--rows must be in [8, 178]" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_failing_peer_is_a_recorded_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
