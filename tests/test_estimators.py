@@ -299,6 +299,7 @@ def test_int_hidden_layer_sizes_is_one_layer() -> None:
         (dict(hidden_layer_sizes="7"), ValueError, "hidden_layer_sizes"),
         (dict(hidden_layer_sizes=2.5), TypeError, "hidden_layer_sizes"),
         (dict(max_iter=2.0), TypeError, "max_iter"),
+        (dict(max_iter=0), ValueError, "max_iter must be an integer >= 1"),
         (dict(batch_size=True), TypeError, "batch_size"),
         (dict(temperature=0), ValueError, "temperature"),
         (dict(prior_variance="2"), TypeError, "prior_variance"),

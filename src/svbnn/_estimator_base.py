@@ -336,7 +336,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         _check_choice("learning_rate", self.learning_rate, [s.value for s in LRSchedule])
         _check_int("batch_size", self.batch_size, 1)
         if not (isinstance(self.max_iter, str) and self.max_iter == "auto"):
-            _check_int("max_iter", self.max_iter, 0)
+            # At least one epoch: 0 would train one all the same (a fit runs its first).
+            _check_int("max_iter", self.max_iter, 1)
         _check_real("tol", self.tol, low=0.0, low_inclusive=True, allow_none=True)
         _check_int("n_iter_no_change", self.n_iter_no_change, 1)
         _check_real("kl_weight", self.kl_weight, low=0.0)
