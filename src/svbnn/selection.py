@@ -49,28 +49,25 @@ def gate_statistics(
     :func:`density` and :func:`unresolved_fraction` are its parts; training records both
     of the first every epoch.
     """
+    # A fused SpikeSlabMLP's layers hold views of one flat (T,) or (R, T) gate parameter:
+    # one pass over it, a few operations whatever the depth (training records this every
+    # epoch, and on a small table an epoch is one short step). The fraction is the same
+    # count as layer by layer; the mean can differ from the layers' sums in the last bits.
+    parts: list[tuple[Tensor, tuple[int, ...]]]
     if isinstance(model, SpikeSlabMLP) and model.fused:
-        # Every layer's gates are views of one flat (T,) or (R, T) parameter: one pass over
-        # it, a few operations whatever the depth (training records this every epoch, and
-        # on a small table an epoch is one short step). The fraction is the same; the mean
-        # can differ from the layers' sums in the last bits.
-        with torch.no_grad():
-            total, open_ = _gate_sums(model.alpha, (-1,), threshold, low, high)
-        return total / model.alpha.shape[-1], open_ / model.alpha.shape[-1]
-    layers = spike_slab_layers(model)
-    if not layers:
-        raise ValueError("model has no spike-and-slab layers")
-    total_: Tensor | None = None
-    opened: Tensor | None = None
-    count = 0
+        parts, count = [(model.alpha, (-1,))], model.alpha.shape[-1]
+    else:
+        layers = spike_slab_layers(model)
+        if not layers:
+            raise ValueError("model has no spike-and-slab layers")
+        parts = [(layer.alpha, (-2, -1)) for layer in layers]
+        count = sum(layer.n_params() for layer in layers)
     with torch.no_grad():
-        for layer in layers:
-            s, u = _gate_sums(layer.alpha, (-2, -1), threshold, low, high)
-            total_ = s if total_ is None else total_ + s
-            opened = u if opened is None else opened + u
-            count += layer.n_params()
-    assert total_ is not None and opened is not None
-    return total_ / count, opened / count
+        sums = [_gate_sums(alpha, dims, threshold, low, high) for alpha, dims in parts]
+        total, opened = sums[0]
+        for s, u in sums[1:]:
+            total, opened = total + s, opened + u
+    return total / count, opened / count
 
 
 def _gate_sums(
