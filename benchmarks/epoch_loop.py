@@ -72,30 +72,40 @@ def tables(names: list[str] | None = None) -> dict[str, Data]:
     10 noise columns; ``names``: a subset of :data:`TABLES` (:data:`DEFAULT_TABLES` by
     default)."""
     rng = np.random.default_rng(0)
-    makers: dict[str, tuple[str, Callable[[], Any]]] = {
-        "diabetes": ("diabetes", lambda: load_diabetes(return_X_y=True)),
-        "diabetes-83": ("diabetes, 110 rows", lambda: _rows(load_diabetes(return_X_y=True))),
-        "friedman1": ("Friedman #1", lambda: make_friedman1(1000, 10, noise=1.0, random_state=0)),
+    # key -> (name, loader, is_classification)
+    makers: dict[str, tuple[str, Callable[[], Any], bool]] = {
+        "diabetes": ("diabetes", lambda: load_diabetes(return_X_y=True), False),
+        "diabetes-83": (
+            "diabetes, 110 rows",
+            lambda: _rows(load_diabetes(return_X_y=True)),
+            False,
+        ),
+        "friedman1": (
+            "Friedman #1",
+            lambda: make_friedman1(1000, 10, noise=1.0, random_state=0),
+            False,
+        ),
         "regression": (
             "make_regression",
             lambda: make_regression(4000, 40, n_informative=10, noise=10.0, random_state=0),
+            False,
         ),
-        "breast-cancer": ("breast cancer", lambda: load_breast_cancer(return_X_y=True)),
+        "breast-cancer": ("breast cancer", lambda: load_breast_cancer(return_X_y=True), True),
         "breast-cancer-83": (
             "breast cancer, 110 rows",
             lambda: _rows(load_breast_cancer(return_X_y=True)),
+            True,
         ),
-        "digits": ("digits", lambda: load_digits(return_X_y=True)),
+        "digits": ("digits", lambda: load_digits(return_X_y=True), True),
     }
     out = {}
-    for key, (name, make) in makers.items():
+    for key, (name, make, clf) in makers.items():
         if key not in (DEFAULT_TABLES if names is None else names):
             continue
         X, y = make()
         X = np.hstack([X, rng.standard_normal((X.shape[0], 10))])
         X_tr, X_te, y_tr, _ = train_test_split(X, y, test_size=0.25, random_state=0)
         scaler = StandardScaler().fit(X_tr)
-        clf = key in ("breast-cancer", "breast-cancer-83", "digits")
         out[name] = (scaler.transform(X_tr), y_tr, scaler.transform(X_te), clf)
     return out
 
