@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from numpy.typing import NDArray
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.utils.estimator_checks import check_estimator
@@ -526,7 +527,8 @@ def test_n_init_keeps_the_fit_of_lowest_training_objective(
     X, y = _reg_data() if cls is SVBNNRegressor else _clf_data()
     kw: dict[str, Any] = {**SMALL, "max_iter": 8, "tol": None, "random_state": 3}
     if cls is SVBNNRegressor:
-        kw["mean_function"] = "zero"  # one network fit per seed (a linear mean refits)
+        # One network fit per seed (a linear mean fits again, a refit fits a second).
+        kw.update(mean_function="zero", refit_kl_weight=None)
     ends: list[float] = []
     train = _VariationalEstimator._train
 
@@ -574,7 +576,7 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        one = SVBNNRegressor(**kw).fit(X, y)
+        one = SVBNNRegressor(**kw, refit_kl_weight=None).fit(X, y)
         monkeypatch.setattr(_VariationalEstimator, "_train", spy)
         est = SVBNNRegressor(**kw, refit_kl_weight=0.2).fit(X, y)
     assert one.screened_features_ is None
@@ -608,17 +610,19 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
     np.testing.assert_array_equal(half.screened_features_, est.screened_features_)
 
 
-@pytest.mark.parametrize("n, refit", [(3000, False), (3001, True)])
-def test_regressor_refits_by_default_above_3000_rows(
+@pytest.mark.parametrize("n, refit", [(1600, True), (1601, False), (3000, False), (3001, True)])
+def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     monkeypatch: pytest.MonkeyPatch, n: int, refit: bool
 ) -> None:
     """refit_kl_weight="auto" (the regressor's default): the refit at 0.2, and its
-    held-out noise run, on tables of more than LARGE_TABLE_ROWS rows; the first fit
-    alone below. The classifier's default is no refit at any size."""
+    held-out noise run, on tables of at most SMALL_TABLE_ROWS or more than
+    LARGE_TABLE_ROWS rows; the first fit alone between. The classifier's default is no
+    refit at any size."""
     from svbnn import estimators as E
     from svbnn._estimator_base import _VariationalEstimator
 
     assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
+    assert E.SMALL_TABLE_ROWS == 1600
     assert SVBNNRegressor().refit_kl_weight == "auto"
     assert SVBNNClassifier().refit_kl_weight is None
     rng = np.random.default_rng(0)
@@ -642,3 +646,56 @@ def test_regressor_refits_by_default_above_3000_rows(
     else:
         assert weights == [None]
         assert est.screened_features_ is None and est.noise_std_held_out_ is None
+
+
+def _linear_or_not(n: int, linear: bool, seed: int = 0) -> tuple[NDArray[Any], NDArray[Any]]:
+    """A table of ten linear effects among 16 inputs (the linear-mean rule takes it), or
+    one that no linear model predicts, sin(2 x_0) + |x_1| (the rule declines)."""
+    rng = np.random.default_rng(seed)
+    if linear:
+        X = rng.standard_normal((n, 16))
+        return X, X[:, :10] @ np.linspace(0.2, 1.0, 10) + 0.5 * rng.standard_normal(n)
+    X = rng.uniform(-2, 2, (n, 4))
+    y = np.sin(2 * X[:, 0]) * 3 + np.abs(X[:, 1]) * 2
+    return X, y + 0.1 * rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("linear", [False, True])
+def test_small_table_refit_waits_for_the_linear_mean_rule(
+    monkeypatch: pytest.MonkeyPatch, linear: bool
+) -> None:
+    """Up to 3,000 rows, mean_function="auto": the first fit on y is trained once and
+    gives the rule its noise level; where the rule declines, it is refitted (the fit is
+    mean_function="zero"'s, bit for bit); where the rule takes the linear mean, the
+    network on its residuals is not refitted."""
+    from svbnn._estimator_base import _VariationalEstimator
+
+    weights: list[object] = []
+    train = _VariationalEstimator._train
+
+    def spy(self: object, *args: object, **kwargs: object) -> object:
+        weights.append(kwargs.get("kl_weight"))
+        return train(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_VariationalEstimator, "_train", spy)
+    X, y = _linear_or_not(300, True, 7) if linear else _linear_or_not(200, False)
+    kw: dict[str, Any] = {"max_iter": 300, "random_state": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        auto = SVBNNRegressor(**kw).fit(X, y)
+        first = list(weights)
+        weights.clear()
+        zero = SVBNNRegressor(**kw, mean_function="zero").fit(X, y)
+    # The first fit and its short held-out noise run (fewer than 1,000 rows) come first.
+    assert first[:2] == [None, 1.0]
+    if linear:
+        assert auto.mean_function_ == "linear"
+        # The network on the residuals, once, and its held-out noise run.
+        assert first[2:] == [None, 1.0] and auto.screened_features_ is None
+    else:
+        assert auto.mean_function_ == "zero"
+        # The refit and its held-out noise run; the first fit is not trained again.
+        assert first[2:] == [0.2, 0.2] == weights[1:]
+        np.testing.assert_array_equal(auto.screened_features_, zero.screened_features_)
+        np.testing.assert_array_equal(auto.predict(X), zero.predict(X))
+        assert auto.noise_std_ == zero.noise_std_ and auto.n_iter_ == zero.n_iter_

@@ -246,8 +246,8 @@ def test_tempered_fit_takes_its_noise_from_held_out_rows() -> None:
     assert cover > 0.95 - 4 * math.sqrt(0.95 * 0.05 / len(test))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        # 1,000 rows or more, untempered: the training rows' noise level alone.
-        many = SVBNNRegressor(max_iter=5, random_state=0)
+        # 1,000 rows or more, untempered (no refit): the training rows' noise level alone.
+        many = SVBNNRegressor(max_iter=5, random_state=0, refit_kl_weight=None)
         many.fit(np.tile(X, (3, 1))[:1000], np.tile(y, 3)[:1000])
         known = SVBNNRegressor(kl_weight=0.2, noise_std=50.0, max_iter=5, random_state=0)
         known.fit(X[:50], y[:50])
@@ -275,11 +275,16 @@ def test_few_rows_take_their_noise_from_a_short_held_out_fit(
     X, y, _ = _sparse_problem(300, 6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        # The network alone: a linear mean would refit it (two more fits).
-        few = SVBNNRegressor(max_iter=20, random_state=0, mean_function="zero").fit(X, y)
+        # The network alone, the first fit only (a linear mean would fit it again, the
+        # default refit fit a tempered second network).
+        few = SVBNNRegressor(
+            max_iter=20, random_state=0, mean_function="zero", refit_kl_weight=None
+        ).fit(X, y)
         assert budgets == [20, 6]
         budgets.clear()
-        SVBNNRegressor(max_iter=20, kl_weight=0.2, random_state=0, mean_function="zero").fit(X, y)
+        SVBNNRegressor(
+            max_iter=20, kl_weight=0.2, random_state=0, mean_function="zero", refit_kl_weight=None
+        ).fit(X, y)
         assert budgets == [20, 20]
     assert few.noise_std_held_out_ is not None and few.noise_std_held_out_ > 0
     Xt = few._validate_X(X).numpy()

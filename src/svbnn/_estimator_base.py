@@ -164,6 +164,20 @@ HELD_OUT = 0.2
 (``prior_inclusion="cv"``; a tempered regressor's noise level)."""
 
 
+@dataclass(eq=False)
+class _FirstFit:
+    """The fit that a refit starts from, kept by :meth:`_VariationalEstimator._fit_module`
+    (``refit=False``) so that a refit decided afterwards need not train it again.
+
+    ``seeds`` is the seed source as it stood after that fit's draws: a later call that
+    passes this object draws the refit's seeds from it, the ones a fit refitted at once
+    would have drawn."""
+
+    result: tuple[nn.Module, nn.Module, History, ConvergenceMonitor] | None = None
+    start: Callable[[nn.Module, nn.Module], None] | None = None
+    seeds: _SeedSource | None = None
+
+
 def _final_loss(history: History) -> float:
     """A fit's training objective at its last epoch (per datum; ``inf`` where it is
     missing or not finite), by which ``n_init`` compares fits."""
@@ -443,6 +457,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         weights: NDArray[Any] | None = None,
         held_out: Callable[[nn.Module, NDArray[np.intp], int], None] | None = None,
         held_out_share: Callable[[float], float | None] = lambda kl_weight: None,
+        refit: bool = True,
+        first: _FirstFit | None = None,
     ) -> nn.Module:
         """Train; sets the fitted attributes and returns the likelihood as fitted.
 
@@ -456,18 +472,29 @@ class _VariationalEstimator(BaseEstimator, ABC):
         :func:`_held_out_rows` keeps, over that share of its budget, with a seed of its
         own drawn after the fit's, and ``held_out(network, held_rows, seed)`` is called
         with it (the fitted attributes are the fit on all rows'). The final fit is the
-        refit on the selected inputs where the family makes one (:meth:`_refit_plan`).
+        refit on the selected inputs where the family makes one (:meth:`_refit_plan`) and
+        ``refit``; without ``refit`` it is the first fit.
+
+        ``first``: where it holds no fit yet, the first fit (before any refit) is kept in
+        it; where it holds one, that fit is taken instead of training (and seeds drawn from
+        ``first.seeds``), so ``fit(refit=False, first=f)`` followed by ``fit(first=f)``
+        ends as one ``fit()`` does, with the first fit trained once.
         """
         n, p = X.shape
         self.fit_warnings_: list[str] = []
         self.collapsed_ = False
         Xt = self._tensor(X, "X")
-        seed = seeds.seed()
+        reuse = first is not None and first.result is not None
+        if reuse:
+            assert first is not None and first.seeds is not None
+            seeds = copy.deepcopy(first.seeds)
+        else:
+            seed = seeds.seed()
         extra_callbacks = self._prepare(n, p, n_out)
         n_params = sum((a + 1) * b for a, b in _layer_pairs(p, self.hidden_layer_sizes, n_out))
         kernels = self._backend_for(n_params)
         start = None
-        if self._held_out_choice(n):
+        if self._held_out_choice(n) and not reuse:
             # Its own seed, drawn after the fit's: the fit's seed is what it was without it.
             start = self._choose_on_held_out(
                 Xt, target, n_out, make_likelihood, weights, seeds.seed(), kernels
@@ -503,16 +530,24 @@ class _VariationalEstimator(BaseEstimator, ABC):
             )
 
         epochs = self._epoch_budget(n)
-        model, lik, history, monitor = fit_on(None, seed, start)
-        # n_init > 1: fits from more seeds, drawn after the first's (n_init = 1 draws none,
-        # so its fit and predictions are what they were without the option); the lowest
-        # final training objective is kept, a diverged (non-finite) one never.
-        for _ in range(int(self.n_init) - 1):
-            other = fit_on(None, seeds.seed(), start)
-            if _final_loss(other[2]) < _final_loss(history):
-                model, lik, history, monitor = other
+        if reuse:
+            assert first is not None and first.result is not None
+            model, lik, history, monitor = first.result
+            start = first.start
+        else:
+            model, lik, history, monitor = fit_on(None, seed, start)
+            # n_init > 1: fits from more seeds, drawn after the first's (n_init = 1 draws
+            # none, so its fit and predictions are what they were without the option); the
+            # lowest final training objective is kept, a diverged (non-finite) one never.
+            for _ in range(int(self.n_init) - 1):
+                other = fit_on(None, seeds.seed(), start)
+                if _final_loss(other[2]) < _final_loss(history):
+                    model, lik, history, monitor = other
+            if first is not None:
+                first.result, first.start = (model, lik, history, monitor), start
+                first.seeds = copy.deepcopy(seeds)
         final_kl, final_share = float(self.kl_weight), 1.0
-        plan = self._refit_plan(model, n, n_out, start)
+        plan = self._refit_plan(model, n, n_out, start, refit)
         if plan is not None:
             # Its own seed, drawn after the first fit's (and n_init's).
             start, final_kl, final_share = plan
@@ -630,11 +665,19 @@ class _VariationalEstimator(BaseEstimator, ABC):
         n: int,
         n_out: int,
         start: Callable[[nn.Module, nn.Module], None] | None,
+        refit: bool = True,
     ) -> tuple[Callable[[nn.Module, nn.Module], None], float, float] | None:
         """A second fit after the fit of ``model`` on ``n`` rows (``start``: that fit's
         starting point), on all rows: its starting point, KL weight and share of the
-        budget; or ``None`` (the default), no second fit."""
+        budget; or ``None`` (the default, and always without ``refit``), no second fit."""
         return None
+
+    def _small_table_refit(self, n: int) -> bool:
+        """Whether the refit on ``n`` rows is one that a regressor makes only for a network
+        fitted to ``y`` alone, after its linear-mean rule has declined (not on a linear
+        mean's residuals): ``refit_kl_weight="auto"`` on a table of up to
+        ``LARGE_TABLE_ROWS`` rows (base: no refit, ``False``)."""
+        return False
 
     def _held_out_choice(self, n: int) -> bool:
         """Whether the family chooses a setting on held-out rows before a fit on ``n``

@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 from torch import Tensor, nn
 
-from ._estimator_base import _row_weights, _VariationalEstimator, logger
+from ._estimator_base import _FirstFit, _row_weights, _VariationalEstimator, logger
 from ._estimator_checks import (
     _DTYPES,
     _NOISE_INIT,
@@ -292,8 +292,11 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 )
             few = len(Xv) < _FEW_ROWS
 
-            def fit_network(target: NDArray[np.float64]) -> None:
-                """The network on ``target`` (z, or z less the linear mean), noise included."""
+            def fit_network(
+                target: NDArray[np.float64], refit: bool = True, first: _FirstFit | None = None
+            ) -> None:
+                """The network on ``target`` (z, or z less the linear mean), noise included
+                (``refit``, ``first``: :meth:`_fit_module`'s)."""
                 held_noise: list[float] = []
 
                 def score_held_out(part: nn.Module, held: NDArray[np.intp], seed: int) -> None:
@@ -318,6 +321,8 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     held_out_share=lambda kl_weight: (
                         1.0 if kl_weight < 1 else _FEW_ROWS_SHARE if few else None
                     ),
+                    refit=refit,
+                    first=first,
                 )
                 self.noise_std_held_out_ = held_noise[0] * self._y_scale_ if held_noise else None
                 if learn:
@@ -361,7 +366,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         z: NDArray[np.float64],
         w: NDArray[Any] | None,
         seeds: _SeedSource,
-        fit_network: Callable[[NDArray[np.float64]], None],
+        fit_network: Callable[[NDArray[np.float64], bool, _FirstFit | None], None],
     ) -> None:
         """The linear mean (by :meth:`_mean_function`) and ``fit_network`` on ``z``
         ``(n,)`` less it; sets the ``mean_function_`` and linear-mean attributes (the
@@ -372,21 +377,33 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         network's noise sd (``linear_mean_ratio_``, folds shuffled by a seed drawn after
         the fit's: where the rule declines, the fit is what ``"zero"`` makes); at most
         ``AUTO_RATIO``, the linear mean, and the network again on its residuals.
+
+        Where :meth:`_small_table_refit`, the network on a linear mean's residuals is not
+        refitted, and under ``"auto"`` the refit of the network on ``z`` waits for the
+        rule: its first fit gives the rule's noise sd, and it is refitted (from that fit,
+        not trained again) only where the rule declines.
         """
         mode = self._mean_function()
+        n, p = X.shape
+        small = self._small_table_refit(n)
+        tries = mode == "auto" and n >= 2 * CV_FOLDS and n * p * p <= AUTO_MAX_WORK
         lin = fit_linear_mean(X, z, w) if mode == "linear" else None
         self._set_linear_mean(lin)
-        fit_network(z - lin.predict(X) if lin is not None and lin.index.size else z)
+        first = _FirstFit() if small and tries else None
+        if lin is not None and lin.index.size:
+            fit_network(z - lin.predict(X), not small, None)
+        else:
+            fit_network(z, first is None, first)
         self.linear_mean_ratio_: float | None = None
-        n, p = X.shape
-        if mode == "auto" and n >= 2 * CV_FOLDS and n * p * p <= AUTO_MAX_WORK:
+        if tries:
             noise = self.noise_std_ / self._y_scale_
             self.linear_mean_ratio_ = cv_rmse(X, z, w, seeds.seed()) / noise
-            if self.linear_mean_ratio_ <= AUTO_RATIO:
-                lin = fit_linear_mean(X, z, w)
-                if lin.index.size:
-                    self._set_linear_mean(lin)
-                    fit_network(z - lin.predict(X))
+            lin = fit_linear_mean(X, z, w) if self.linear_mean_ratio_ <= AUTO_RATIO else None
+            if lin is not None and lin.index.size:
+                self._set_linear_mean(lin)
+                fit_network(z - lin.predict(X), not small, None)
+            elif first is not None:
+                fit_network(z, True, first)
         elif mode == "auto":
             logger.info(
                 "mean_function='auto': no linear mean tried on %d rows x %d inputs (fewer "

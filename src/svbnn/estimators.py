@@ -214,9 +214,11 @@ def _selected(inclusion: NDArray[np.float64]) -> NDArray[np.bool_]:
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
 INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
 # refit_kl_weight="auto": the refit at REFIT_AUTO_KL_WEIGHT on a table of more than
-# LARGE_TABLE_ROWS rows, beyond the ~3 s a smaller table's fit is meant to take (the
-# parameter says why).
+# LARGE_TABLE_ROWS rows, beyond the ~3 s a smaller table's fit is meant to take, and on one
+# of at most SMALL_TABLE_ROWS, where a fit's budget is the regressor's floor of 2,000 steps
+# (at 128 rows a batch) and the refit keeps it within those 3 s (the parameter says why).
 LARGE_TABLE_ROWS = 3000
+SMALL_TABLE_ROWS = 1600
 REFIT_AUTO_KL_WEIGHT = 0.2
 
 
@@ -260,12 +262,13 @@ class _SpikeSlabFamily(_VariationalEstimator):
         n: int,
         n_out: int,
         start: Callable[[nn.Module, nn.Module], None] | None,
+        refit: bool = True,
     ) -> tuple[Callable[[nn.Module, nn.Module], None], float, float] | None:
         """``refit_kl_weight``: a second fit, at that KL weight and over ``refit_budget`` of
         the budget, in which the inputs the first did not select start (and stay) closed;
-        none without a selected input."""
+        none without a selected input (or without ``refit``)."""
         self.screened_features_: NDArray[np.intp] | None = None
-        refit_kl = self._refit_kl_weight(n)
+        refit_kl = self._refit_kl_weight(n) if refit else None
         if refit_kl is None:
             return None
         screened = _selected(feature_inclusion(model))
@@ -289,8 +292,18 @@ class _SpikeSlabFamily(_VariationalEstimator):
     def _refit_kl_weight(self, n: int) -> float | None:
         """The refit's KL weight on ``n`` rows (``None``: no refit); resolves ``"auto"``."""
         if self.refit_kl_weight == "auto":
-            return REFIT_AUTO_KL_WEIGHT if n > LARGE_TABLE_ROWS else None
+            made = n > LARGE_TABLE_ROWS or n <= SMALL_TABLE_ROWS
+            return REFIT_AUTO_KL_WEIGHT if made else None
         return None if self.refit_kl_weight is None else float(self.refit_kl_weight)
+
+    def _small_table_refit(self, n: int) -> bool:
+        # "auto" up to LARGE_TABLE_ROWS: not for a linear mean's residuals, and only after
+        # the linear-mean rule (the parameter says why).
+        return (
+            self.refit_kl_weight == "auto"
+            and n <= LARGE_TABLE_ROWS
+            and self._refit_kl_weight(n) is not None
+        )
 
     def _min_steps(self) -> int:
         # Local reparameterisation's gradients vary less: half the 4,000 steps, at the
