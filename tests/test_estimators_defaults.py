@@ -239,7 +239,7 @@ def test_tempered_fit_takes_its_noise_from_held_out_rows() -> None:
     at_train = reg._predictive_noise(Xt, (y[train] - reg._y_mean_) / reg._y_scale_)
     at_train *= reg._y_scale_
     assert reg.noise_std_held_out_ is not None and reg.noise_std_held_out_ > 1.5 * at_train
-    assert reg.noise_std_ == max(at_train, reg.noise_std_held_out_)
+    assert reg.noise_std_ == max(at_train, reg.noise_std_held_out_, reg.noise_std_covering_)
     lo, hi = reg.predict_prediction_interval(X[test], level=0.95)
     cover = np.mean((y[test] >= lo) & (y[test] <= hi))
     # 110 rows: the binomial sd of the coverage is 0.021; 0.55 is 19 sd below 0.95.
@@ -289,7 +289,7 @@ def test_few_rows_take_their_noise_from_a_short_held_out_fit(
     assert few.noise_std_held_out_ is not None and few.noise_std_held_out_ > 0
     Xt = few._validate_X(X).numpy()
     at_train = few._predictive_noise(Xt, (y - few._y_mean_) / few._y_scale_) * few._y_scale_
-    assert few.noise_std_ == max(at_train, few.noise_std_held_out_)
+    assert few.noise_std_ == max(at_train, few.noise_std_held_out_, few.noise_std_covering_)
 
 
 def test_known_noise_float_is_kept() -> None:
@@ -346,9 +346,14 @@ def test_compile_failure_falls_back_to_eager_in_each_fit(monkeypatch, caplog) ->
     before = get_kernel_backend()
     with caplog.at_level(logging.WARNING, logger="svbnn.estimators"):
         for _ in range(2):
-            # A known noise level: one training per fit (no held-out noise fit).
+            # A known noise level, no refit: one training per fit (no held-out noise fit).
             SVBNNRegressor(
-                kernel_backend="compiled", noise_std=1.0, max_iter=2, tol=None, random_state=0
+                kernel_backend="compiled",
+                noise_std=1.0,
+                refit_kl_weight=None,
+                max_iter=2,
+                tol=None,
+                random_state=0,
             ).fit(X, y)
     # Each fit tries to compile and falls back alone: no fit changes what the next does.
     assert seen == ["compiled", "eager", "compiled", "eager"]
@@ -381,7 +386,12 @@ def test_small_networks_fit_on_the_native_loops_without_compiling(
     torch.set_num_threads(2)
     try:
         reg = SVBNNRegressor(
-            max_iter=3, tol=None, random_state=0, sampler="gumbel", mean_function="zero"
+            max_iter=3,
+            tol=None,
+            random_state=0,
+            sampler="gumbel",
+            mean_function="zero",
+            refit_kl_weight=None,  # the first fit alone
         )
         assert reg._backend_for(611) == "native"
         assert SVBNNRegressor(dtype="float64")._backend_for(611) == "eager"
@@ -389,7 +399,7 @@ def test_small_networks_fit_on_the_native_loops_without_compiling(
         # 3 epochs of 3 minibatches of 128, then the noise level's held-out fit (fewer than
         # 1,000 rows): 1 epoch (0.3 of 3) of 2 minibatches of the 240 rows it fits
         assert len(native_steps) == 3 * 3 + 2
-        SVBNNRegressor(max_iter=3, tol=None, random_state=0).fit(X, y)
+        SVBNNRegressor(max_iter=3, tol=None, random_state=0, refit_kl_weight=None).fit(X, y)
         assert len(native_steps) == 11  # the local sampler: no native step
         draws.clear()
         epochs: list[str] = []
