@@ -143,6 +143,12 @@ noise_std : "auto" or float, default "auto"
     ``noise_std_`` is the larger of the two values (a fit then takes about twice as
     long). A fit on fewer than 1,000 rows, whose residuals understate the noise too, is
     fitted that second time over 0.3 of its step budget (about 1.25 times the fit time).
+    Where such a held-out fit is made, ``noise_std_`` is also at least
+    ``noise_std_covering_``, the smallest level whose 95% intervals hold 95% of the
+    held-out rows as split conformal prediction counts them (a Gaussian likelihood fits
+    its level to the bulk of the residuals; where their tails are heavier, its intervals
+    hold fewer new rows); the linear-mean rule (``mean_function``) reads the likelihood's
+    level, without that floor.
     A float is a known noise sd in ``y``'s units (the paper's setting), between 1e-8 and
     1e8 times the sd of ``y``."""
 
@@ -155,7 +161,11 @@ noise_std_elbo_ : float
 noise_std_held_out_ : float or None
     With ``noise_std="auto"``, 10 rows or more and the final fit's KL weight below 1 or
     fewer than 1,000 rows: the noise sd fitted on the held-out rows (see ``noise_std``),
-    ``y``'s units; else ``None``."""
+    ``y``'s units; else ``None``.
+noise_std_covering_ : float or None
+    With ``noise_std_held_out_``: the smallest noise sd whose 95% prediction intervals
+    hold 95% of those held-out rows (split conformal's count, ``ceil(0.95 (k + 1))`` of
+    ``k``), ``y``'s units, a floor of ``noise_std_``; else ``None``."""
 
 _MEAN_FUNCTION_PARAMETER = """\
 mean_function : {"auto", "linear", "zero"}, default "auto"
@@ -361,7 +371,12 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     wh = None if w is None else w[held]
                     m, v = self._output_moments(Xv[held], part, gen)
                     fit = _likelihood_noise(m, v, target[held], wh)
-                    held_noise.append((fit, _covering_noise(m, v, target[held], wh, COVER_LEVEL)))
+                    # The floor is for the fitted network's intervals, m +- q sqrt(v + s^2):
+                    # the held-out network's errors, the fitted network's spread there (a
+                    # shorter or smaller fit's spread, larger, would lower it).
+                    v_fitted = self._output_moments(Xv[held])[1]
+                    cover = _covering_noise(m, v_fitted, target[held], wh, COVER_LEVEL)
+                    held_noise.append((fit, cover))
 
                 lik = self._fit_module(
                     Xv,

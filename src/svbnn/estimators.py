@@ -143,13 +143,17 @@ refit_kl_weight : float, "auto" or None, default None (:class:`SVBNNRegressor`: 
     ``loss_curve_`` and ``converged_`` are its, and below 1 a regressor's noise level is
     fitted on held-out rows by a run of it on 80% of them, over the same budget
     (``noise_std``). No second fit when the first selects no input. ``None``: the first
-    fit only. ``"auto"``: ``REFIT_AUTO_KL_WEIGHT`` (0.2) on tables of more than
-    ``LARGE_TABLE_ROWS`` (3,000) rows, ``None`` on smaller ones. On the regression
-    benchmark the refit at 0.2 was more accurate on most tables, the GP's lead on smooth
-    ones closed or narrowed, and on the four tables above 3,000 rows its intervals
-    covered 0.94-0.96; on small tables it lost interval coverage, and it takes about
-    three times a fit's time (user guide, "The regressor's refit on the selected inputs,
-    measured" and "The regressor on tables of more than 3,000 rows, measured").
+    fit only. ``"auto"``: ``REFIT_AUTO_KL_WEIGHT`` (0.2) on tables of at most
+    ``SMALL_TABLE_ROWS`` (1,600) or more than ``LARGE_TABLE_ROWS`` (3,000) rows, ``None``
+    between, where the refit would take a fit past about 3 s. Up to 3,000 rows a
+    regressor's ``"auto"`` refits only a network fitted to ``y`` alone: not one on a
+    linear mean's residuals, and under ``mean_function="auto"`` only once the rule has
+    declined the linear mean (the first fit, kept, is not trained again). On the
+    regression benchmark the refit at 0.2 was more accurate on most tables and the GP's
+    lead on smooth ones closed or narrowed, in about twice a small table's fit time
+    (user guide, "The regressor's refit on the selected inputs, measured", "The
+    regressor on tables of more than 3,000 rows, measured" and "The refit on tables of
+    up to 1,600 rows, measured").
 refit_budget : float, default 1.0
     The refit's share of the first fit's epoch budget, in ``(0, 1]`` (and that of its
     held-out noise run); only with ``refit_kl_weight``. A shorter refit costs less time
@@ -744,10 +748,12 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     first quarter of the steps (``kl_warmup=0.25``), so the network fits the data before
     the prior prunes it: lower RMSE on 10 of the 13 benchmark tables (user guide, "The
     regressor's KL warm-up, measured"); ``kl_warmup=0.0`` is the exact objective from
-    the first step. On a table of more than ``LARGE_TABLE_ROWS`` (3,000) rows, past the
-    size where a fit is meant to take about 3 s, it spends more time to fit better: a
-    second fit (``refit_kl_weight="auto"``) of the selected inputs at KL weight 0.2
-    (user guide, "The regressor on tables of more than 3,000 rows, measured").
+    the first step. A second fit (``refit_kl_weight="auto"``) refits the selected inputs
+    at KL weight 0.2 on tables of up to ``SMALL_TABLE_ROWS`` (1,600) rows, where the
+    network fits ``y`` alone, and on tables of more than ``LARGE_TABLE_ROWS`` (3,000)
+    rows, past the size where a fit is meant to take about 3 s (user guide, "The refit on
+    tables of up to 1,600 rows, measured" and "The regressor on tables of more than 3,000
+    rows, measured").
 
     Parameters
     ----------
@@ -772,8 +778,8 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     learning_rate_init: float = 0.025
     kl_warmup: float = 0.25
     mean_function: str = "auto"
-    # The tempered refit on the selected inputs, on tables of more than 3,000 rows (the
-    # parameter says why).
+    # The tempered refit on the selected inputs, on tables of up to 1,600 or more than
+    # 3,000 rows (the parameter says why).
     refit_kl_weight: float | str | None = "auto"
 
     def _mean_function(self) -> str:
