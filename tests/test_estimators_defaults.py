@@ -259,7 +259,7 @@ def test_few_rows_take_their_noise_from_a_short_held_out_fit(
 ) -> None:
     # Fewer than 1,000 rows, untempered: a second fit on 80% of the rows over 0.3 of the
     # budget gives noise_std_held_out_, and noise_std_ is the larger level; a tempered fit's
-    # second fit has the whole budget. On the benchmark's small tables this lifted the 95%
+    # second fit has half the budget. On the benchmark's small tables this lifted the 95%
     # coverage of yacht, Boston housing and energy from 0.91-0.92 to 0.93-0.96
     # (docs/results/tabular-peers).
     from svbnn._estimator_base import _VariationalEstimator
@@ -285,7 +285,7 @@ def test_few_rows_take_their_noise_from_a_short_held_out_fit(
         SVBNNRegressor(
             max_iter=20, kl_weight=0.2, random_state=0, mean_function="zero", refit_kl_weight=None
         ).fit(X, y)
-        assert budgets == [20, 20]
+        assert budgets == [20, 10]
     assert few.noise_std_held_out_ is not None and few.noise_std_held_out_ > 0
     Xt = few._validate_X(X).numpy()
     at_train = few._predictive_noise(Xt, (y - few._y_mean_) / few._y_scale_) * few._y_scale_

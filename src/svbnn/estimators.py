@@ -141,7 +141,7 @@ refit_kl_weight : float, "auto" or None, default None (:class:`SVBNNRegressor`: 
     or "opt", its ``lambda`` is that of a network on the selected inputs. It has
     ``refit_budget`` of the first's ``max_iter`` budget; ``n_iter_``, ``history_``,
     ``loss_curve_`` and ``converged_`` are its, and below 1 a regressor's noise level is
-    fitted on held-out rows by a run of it on 80% of them, over the same budget
+    fitted on held-out rows by a run of it on 80% of them, over half its budget
     (``noise_std``). No second fit when the first selects no input. ``None``: the first
     fit only. ``"auto"``: ``REFIT_AUTO_KL_WEIGHT`` (0.2) on tables of at most
     ``SMALL_TABLE_ROWS`` (1,600) or more than ``LARGE_TABLE_ROWS`` (3,000) rows, ``None``
