@@ -1,6 +1,6 @@
-"""svbnn._engine.native_epoch: a whole epoch of the local sampler's network in one native call
-trains bit for bit as the step-by-step loop (parameters, Adam's state, the generator, the
-history), and steps aside wherever one of its conditions fails."""
+"""svbnn._engine.native_epoch: whole epochs of the local sampler's network in one native call
+train bit for bit as the step-by-step loop (parameters, Adam's state, the generator, the
+history), and step aside wherever one of their conditions fails."""
 
 from __future__ import annotations
 
@@ -19,16 +19,20 @@ from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.training import History, train
 
 
-def _count_epochs(mp: pytest.MonkeyPatch) -> list[int]:
-    """Counts the native epochs run from now on (one entry each)."""
+def _count_epochs(mp: pytest.MonkeyPatch, calls: list[int] | None = None) -> list[int]:
+    """Counts the native epochs run from now on (one entry each; ``calls`` gets one entry
+    per native call, the number of epochs it ran)."""
     runs: list[int] = []
-    real = training.native_epoch
+    real = training.native_epochs
 
     def counted(*args: Any) -> Any:
-        runs.append(1)
-        return real(*args)
+        out = real(*args)
+        runs.extend([1] * out[0].shape[0])
+        if calls is not None:
+            calls.append(out[0].shape[0])
+        return out
 
-    mp.setattr(training, "native_epoch", counted)
+    mp.setattr(training, "native_epochs", counted)
     return runs
 
 
@@ -76,7 +80,7 @@ def _run(
         mp.setattr(training, "make_optimizer", make)
         runs = _count_epochs(mp)
         if not native:
-            mp.setattr(training, "_native_epoch", lambda *args: None)
+            mp.setattr(training, "_native_epochs", lambda *args: None)
         history = train(
             model,
             X,
@@ -171,6 +175,100 @@ def test_a_native_epoch_trains_bit_for_bit_as_the_step_loop(
     )
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    classes=st.sampled_from([0, 0, 3]),
+    n=st.integers(2, 60),
+    batch=st.integers(1, 32),
+    period=st.integers(1, 120),
+    epochs=st.integers(2, 14),
+    checkpoint_every=st.sampled_from([0, 0, 3]),
+    lr_schedule=st.sampled_from(["constant", "cosine"]),
+    kl_warmup=st.sampled_from([0, 9]),
+    seed=st.integers(0, 2**16),
+)
+def test_epochs_up_to_a_monitor_s_period_end_run_in_one_call(
+    classes: int,
+    n: int,
+    batch: int,
+    period: int,
+    epochs: int,
+    checkpoint_every: int,
+    lr_schedule: str,
+    kl_warmup: int,
+    seed: int,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Under a ConvergenceMonitor (which reads the network only at its periods' ends) the
+    epochs run in calls that end at each period's end, at a due checkpoint or at the end;
+    the run, the history's gate statistics (computed in the native call) and the monitor's
+    decisions are the step loop's in every bit."""
+    from svbnn.convergence import ConvergenceMonitor
+
+    n_batches = -(-n // batch)
+    kw: dict[str, Any] = dict(
+        classes=classes,
+        n=n,
+        batch=batch,
+        epochs=epochs,
+        seed=seed,
+        lr_schedule=lr_schedule,
+        kl_warmup=kl_warmup,
+    )
+    if checkpoint_every:
+        kw.update(checkpoint_every=checkpoint_every)
+    monitors, calls = [], []
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for native in (True, False):
+            monitor = ConvergenceMonitor(n_batches, check_steps=period, n_iter_no_change=1)
+            monitors.append(monitor)
+            if checkpoint_every:
+                kw["checkpoint_path"] = tmp_path_factory.mktemp("ckpt") / "run.pt"
+            with pytest.MonkeyPatch.context() as mp:
+                if native:
+                    _count_epochs(mp, calls)
+                out = _run(native, callbacks=[monitor], **kw)
+            if native:
+                fast = out
+            else:
+                slow = out
+    finally:
+        torch.set_num_threads(n_threads)
+    _assert_same(fast, slow)
+    assert vars(monitors[0]).keys() == vars(monitors[1]).keys()
+    for key, value in vars(monitors[0]).items():
+        other = vars(monitors[1])[key]
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, other), key
+        else:
+            assert value == other or (value != value and other != other), key
+    # Each call ran up to the next period end, due checkpoint or the run's end.
+    per = monitors[0].epochs_per_period
+    done = 1  # the call's first epoch runs step by step
+    for ran in calls:
+        ends = [per - done % per, epochs - done]
+        if checkpoint_every:
+            ends.append(checkpoint_every - done % checkpoint_every)
+        assert ran == min(ends), (calls, per)
+        done += ran
+    assert len(fast[2].epoch) == done
+
+
+def test_a_monitor_s_period_runs_in_one_native_call(one_thread: None) -> None:
+    """40 rows in minibatches of 16 (3 steps an epoch), a period of 5 epochs: after the
+    first epoch, epochs 2-5, 6-10 and 11-12 in three calls."""
+    from svbnn.convergence import ConvergenceMonitor
+
+    calls: list[int] = []
+    monitor = ConvergenceMonitor(3, check_steps=15, n_iter_no_change=100)
+    with pytest.MonkeyPatch.context() as mp:
+        _count_epochs(mp, calls)
+        _run(True, epochs=12, callbacks=[monitor])
+    assert monitor.epochs_per_period == 5 and calls == [4, 5, 2]
+
+
 def test_a_resumed_run_takes_native_epochs_and_is_the_uninterrupted_run(
     one_thread: None, tmp_path: Any
 ) -> None:
@@ -262,14 +360,14 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
     def call(**over: Any) -> None:
         a = dict(
             params=params,
-            order=torch.arange(6),
+            n_epochs=1,
             outs=[5, 1],
             gens=[None, None],
             n_train=[6.0, 6.0],
             X=X,
         )
         a.update(over)
-        lib.local_gaussian_epoch(
+        lib.local_gaussian_epochs(
             a["params"],
             avgs,
             avgs,
@@ -280,7 +378,9 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
             1.0,
             a["X"],
             y,
-            a["order"],
+            torch.Generator().manual_seed(0),
+            a["n_epochs"],
+            True,
             3,
             a["outs"],
             a["gens"],
@@ -295,8 +395,8 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
 
     call()  # the well-formed call runs
     bad: list[dict[str, Any]] = [
-        dict(order=torch.arange(5)),  # not one index per row
-        dict(order=torch.arange(6, dtype=torch.int32)),
+        dict(n_epochs=0),
+        dict(n_epochs=2),  # two epochs, the schedules of one
         dict(outs=[4, 1]),  # widths that do not match T
         dict(outs=[5, 2]),  # two outputs
         dict(gens=[None]),
@@ -313,12 +413,12 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
     moments = [torch.zeros(T3) for _ in three]
     args: list[Any] = [three, moments, moments, [torch.ones(()) for _ in three], lam, lam]
     args += [0.0, 1.0, 2.0, X]
-    rest = (torch.arange(6), 3, [5, 3], True, None, [6.0, 6.0], [1.0, 1.0], [0.01, 0.01])
+    rest = (None, 1, False, 3, [5, 3], True, None, [6.0, 6.0], [1.0, 1.0], [0.01, 0.01])
     adam = (0.9, 0.999, 1e-8, 0.0)
-    lib.gumbel_categorical_epoch(*args, torch.zeros(6, dtype=torch.long), *rest, *adam)
+    lib.gumbel_categorical_epochs(*args, torch.zeros(6, dtype=torch.long), *rest, *adam)
     for labels in (torch.full((6,), 3), torch.zeros(6)):  # out of range; not int64
         with pytest.raises(RuntimeError):
-            lib.gumbel_categorical_epoch(*args, labels, *rest, *adam)
+            lib.gumbel_categorical_epochs(*args, labels, *rest, *adam)
 
 
 def test_the_regressor_s_default_fit_runs_native_epochs(
@@ -333,7 +433,7 @@ def test_the_regressor_s_default_fit_runs_native_epochs(
         runs = _count_epochs(mp)
         fast = SVBNNRegressor(random_state=0).fit(X, y)
     assert len(runs) > 0
-    monkeypatch.setattr(training, "_native_epoch", lambda *args: None)
+    monkeypatch.setattr(training, "_native_epochs", lambda *args: None)
     slow = SVBNNRegressor(random_state=0).fit(X, y)
     a, b = fast.module_.state_dict(), slow.module_.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -353,7 +453,7 @@ def test_the_classifier_s_default_fit_runs_native_epochs(
         runs = _count_epochs(mp)
         fast = SVBNNClassifier(random_state=0).fit(X, y)
     assert len(runs) > 0
-    monkeypatch.setattr(training, "_native_epoch", lambda *args: None)
+    monkeypatch.setattr(training, "_native_epochs", lambda *args: None)
     slow = SVBNNClassifier(random_state=0).fit(X, y)
     a, b = fast.module_.state_dict(), slow.module_.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -139,6 +139,12 @@ class ConvergenceMonitor:
         with torch.no_grad():
             return torch.cat([(layer.alpha > 0).reshape(-1) for layer in layers])
 
+    def epochs_until_model_read(self) -> int:
+        """Epochs until the call that reads the network (a period's end; the calls before
+        it read only the history): :func:`svbnn.training.train` may run that many in one
+        native call."""
+        return self.epochs_per_period - len(self._losses)
+
     def __call__(self, epoch: int, model: nn.Module, history: Any) -> bool:
         """Record the epoch; at the end of a period, decide. Returns ``True`` to stop."""
         # A replicated model records one loss per replicate: the rule watches their mean.

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from ._device import check_training_devices
 from ._engine import native as _native
 from ._engine.kernels import Backend, backend, backend_scope, parse_backend
-from ._engine.native_epoch import native_epoch, native_epoch_kind, native_epoch_runnable
+from ._engine.native_epoch import native_epoch_kind, native_epoch_runnable, native_epochs
 from ._engine.native_step import backward_without_graph
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .nn.base import VariationalContainer, kl_divergence, set_generator, variational_layers
@@ -256,9 +256,9 @@ class ElboObjective:
     :func:`elbo_objective`.
 
     It counts its calls, one an optimiser step, from ``first_step``: call ``t`` weighs the
-    KL by :meth:`kl_weight_at` ``(t)``. :func:`train` reads its settings where it runs a
-    whole epoch at once (:func:`svbnn._engine.native_epoch.native_epoch`) and then
-    moves :attr:`step` on by the epoch's steps."""
+    KL by :meth:`kl_weight_at` ``(t)``. :func:`train` reads its settings where it runs
+    whole epochs at once (:func:`svbnn._engine.native_epoch.native_epochs`) and then
+    moves :attr:`step` on by their steps."""
 
     def __init__(
         self,
@@ -626,27 +626,37 @@ def train(
             _save_state(ckpt, saved, opt, generator, history, epoch, extra, run_identity)
 
     model.train()
-    native_epochs = _NativeEpochs()
-    bar = tqdm(range(start, epochs), disable=not verbose, desc="training", leave=False)
-    last = start
-    for epoch in bar:
+    whole_epochs = _NativeEpochs()
+    bar = tqdm(total=epochs - start, disable=not verbose, desc="training", leave=False)
+    last, stopped = start, False
+    while last < epochs and not stopped:
         with backend_scope(kernels):
             # Every epoch but a call's first may run whole in the native loops: the first
-            # sets up the optimiser's state and the scheduler's record of its step.
-            whole = native_epochs if epoch > start else None
-            loss, nll, kl = _run_epoch(model, objective, opt, batches, on_step, epoch, whole)
-        _check_finite(loss, epoch + 1)
-        _record_epoch(history, model, epoch + 1, (loss, nll, kl), track_sparsity)
-        if verbose:
-            bar.set_postfix(loss=f"{float(loss.mean()):.4f}", refresh=False)
-        # Every callback runs, even after one asked to stop (e.g. the last epoch's record).
-        stop = [bool(cb(epoch + 1, model, history)) for cb in callbacks]
-        last = epoch + 1
-        if any(stop):
-            logger.info("a callback stopped training after epoch %d", last)
-            break
-        if checkpoint_every and last % checkpoint_every == 0:
-            save(last)
+            # sets up the optimiser's state and the scheduler's record of its step. Several
+            # run in one call up to the next epoch after which a callback reads the network
+            # or a checkpoint is due (_span).
+            whole = whole_epochs if last > start else None
+            span = _span(callbacks, epochs - last, last, checkpoint_every)
+            records = _run_epochs(
+                model, objective, opt, batches, on_step, last, whole, span, track_sparsity
+            )
+        for (loss, nll, kl), gates in records:
+            epoch = last
+            _check_finite(loss, epoch + 1)
+            _record_epoch(history, model, epoch + 1, (loss, nll, kl), track_sparsity, gates)
+            if verbose:
+                bar.update(1)
+                bar.set_postfix(loss=f"{float(loss.mean()):.4f}", refresh=False)
+            # Every callback runs, even after one asked to stop (e.g. the last epoch's record).
+            stop = [bool(cb(epoch + 1, model, history)) for cb in callbacks]
+            last = epoch + 1
+            if any(stop):
+                logger.info("a callback stopped training after epoch %d", last)
+                stopped = True
+                break
+            if checkpoint_every and last % checkpoint_every == 0:
+                save(last)
+    bar.close()
     save(max(last, start))
     if warn_divergence:
         _warn_if_diverged(likelihood, y, history, lr, optimizer)
@@ -759,15 +769,17 @@ def _record_epoch(
     epoch: int,
     losses: tuple[Tensor, Tensor, Tensor],
     track_sparsity: bool,
+    gates: tuple[Tensor, Tensor] | None = None,
 ) -> None:
-    """Append one epoch's mean loss, NLL and KL (and sparsity, unresolved fraction)."""
+    """Append one epoch's mean loss, NLL and KL (and sparsity, unresolved fraction:
+    ``gates`` where the native epochs computed them, else read from ``model``)."""
     loss, nll, kl = losses
     history.epoch.append(epoch)
     history.loss.append(_to_list(loss))
     history.nll.append(_to_list(nll))
     history.kl.append(_to_list(kl))
     if track_sparsity:
-        kept, unresolved = gate_statistics(model)
+        kept, unresolved = gate_statistics(model) if gates is None else gates
         history.sparsity.append(_to_list(kept))
         history.unresolved.append(_to_list(unresolved))
 
@@ -1020,23 +1032,45 @@ def _resume(
     return history, start
 
 
-def _run_epoch(
+def _span(
+    callbacks: Sequence[Callable[..., Any]], remaining: int, done: int, checkpoint_every: int
+) -> int:
+    """How many epochs may run before the loop must stop to look (at most ``remaining``):
+    up to the next epoch after which a callback reads the network (its
+    ``epochs_until_model_read()``; 1 for a callback that does not say) or, after ``done``
+    epochs, a checkpoint is due."""
+    span = remaining
+    for cb in callbacks:
+        until = getattr(cb, "epochs_until_model_read", None)
+        span = min(span, int(until()) if callable(until) else 1)
+    if checkpoint_every:
+        span = min(span, checkpoint_every - done % checkpoint_every)
+    return max(span, 1)
+
+
+_Record = tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, Tensor] | None]
+
+
+def _run_epochs(
     model: nn.Module,
     objective: Objective,
     opt: torch.optim.Optimizer,
     batches: Minibatches,
     on_step: Callable[[int], None] | None,
     epoch: int,
-    whole: _NativeEpochs | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One pass over the minibatches: the epoch's mean ``(loss, nll, kl)``; given ``whole``
-    (the run's record of its native epochs), in one native call where
-    :func:`_native_epoch` can (the same steps)."""
+    whole: _NativeEpochs | None,
+    span: int,
+    gates: bool,
+) -> list[_Record]:
+    """Epochs from ``epoch`` on: each one's mean ``(loss, nll, kl)`` and, where the native
+    loops computed them, its gate statistics (``None``: read them from the network). Given
+    ``whole`` (the run's record of its native epochs), up to ``span`` epochs in one native
+    call where :func:`_native_epochs` can (the same steps); else one epoch, step by step."""
     step = epoch * batches.n_batches  # the global step count, also across a resume
     if whole is not None and (
-        means := _native_epoch(model, objective, opt, batches, on_step, step, whole)
+        records := _native_epochs(model, objective, opt, batches, on_step, step, whole, span, gates)
     ):
-        return means
+        return records
     tot_loss = tot_nll = tot_kl = torch.zeros((), device=batches.device)
     for xb, yb in batches.epoch():
         # Gradients dropped before the forward, not after: the memory they free goes to
@@ -1058,7 +1092,7 @@ def _run_epoch(
         tot_nll = tot_nll + nll
         tot_kl = tot_kl + kl
     k = batches.n_batches
-    return tot_loss / k, tot_nll / k, tot_kl / k
+    return [((tot_loss / k, tot_nll / k, tot_kl / k), None)]
 
 
 class _NativeEpochs:
@@ -1084,7 +1118,7 @@ class _NativeEpochs:
         return (*mode, layers)
 
 
-def _native_epoch(
+def _native_epochs(
     model: nn.Module,
     objective: Objective,
     opt: torch.optim.Optimizer,
@@ -1092,13 +1126,15 @@ def _native_epoch(
     on_step: Callable[[int], None] | None,
     step: int,
     record: _NativeEpochs,
-) -> tuple[Tensor, Tensor, Tensor] | None:
-    """:func:`_run_epoch`'s epoch in one native call, the same steps bit for bit, where
-    :func:`~svbnn._engine.native_epoch.native_epoch_kind` names a kind (``record``: the
-    run's last answer), for the one-draw negative ELBO of one network whose ``on_step`` is
-    at most the learning-rate schedule; ``None`` (nothing done, nothing drawn) otherwise.
-    A small network's step is mostly Python (docs/performance.md, "A whole epoch in the
-    native loops")."""
+    span: int,
+    gates: bool,
+) -> list[_Record] | None:
+    """:func:`_run_epochs`' epochs, up to ``span`` of them, in one native call, the same
+    steps bit for bit, where :func:`~svbnn._engine.native_epoch.native_epoch_kind` names a
+    kind (``record``: the run's last answer), for the one-draw negative ELBO of one network
+    whose ``on_step`` is at most the learning-rate schedule; ``None`` (nothing done,
+    nothing drawn) otherwise. A small network's step is mostly Python, and on a small table
+    so is each epoch's loop (docs/performance.md, "A whole epoch in the native loops")."""
     if not (
         isinstance(objective, ElboObjective)
         and objective.n_mc == 1
@@ -1129,32 +1165,44 @@ def _native_epoch(
             return None
     elif record.kind is None or not native_epoch_runnable(model, lik, opt):
         return None
-    weights = [check_kl_weight(objective.kl_weight_at(step + i)) for i in range(k)]
+    total = span * k
+    weights = [check_kl_weight(objective.kl_weight_at(step + i)) for i in range(total)]
     group = opt.param_groups[0]
     if scheduler is None:
-        lrs = [group["lr"]] * k
+        lrs = [group["lr"]] * total
     else:
         # LambdaLR's rate of step t: base_lr * lr_lambda(t); the current one already set.
         base, factor = scheduler.base_lrs[0], scheduler.lr_lambdas[0]
-        lrs = [group["lr"]] + [base * factor(scheduler.last_epoch + i) for i in range(1, k)]
-    sums = native_epoch(
+        lrs = [group["lr"]] + [base * factor(scheduler.last_epoch + i) for i in range(1, total)]
+    means, stats = native_epochs(
         record.kind,
         model,
         lik,
         opt,
         X,
         y,
-        batches.order(),
+        batches.generator,
+        span,
         batches.batch_size,
         [objective.n_train / w for w in weights],
         weights,
         lrs,
+        gates,
     )
-    objective.step += k
+    ran = means.shape[0]  # fewer than span where a loss was not finite
+    objective.step += ran * k
     if scheduler is not None:
-        for _ in range(k):
-            scheduler.step()
-    return sums[0] / k, sums[1] / k, sums[2] / k
+        # LambdaLR.step sets the rate from its step count alone: moving the count on and
+        # stepping once leaves it as ran * k steps do.
+        scheduler.last_epoch += ran * k - 1
+        scheduler.step()
+    return [
+        (
+            (means[e, 0], means[e, 1], means[e, 2]),
+            None if stats is None else (stats[e, 0], stats[e, 1]),
+        )
+        for e in range(ran)
+    ]
 
 
 def _check_finite(loss: Tensor, epoch: int) -> None:

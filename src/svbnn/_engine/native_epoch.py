@@ -1,20 +1,23 @@
-"""A whole training epoch of one small network in svbnn's native loops. Private.
+"""Whole training epochs of one small network in svbnn's native loops. Private.
 
 A small network's training step costs about a millisecond on a CPU, of which the loops'
 arithmetic is about a quarter: the rest is the Python of the step (the objective, the
-graph-free node, the optimiser's wrappers and the learning-rate scheduler). Where
-:func:`native_epoch_kind` names a kind, :func:`native_epoch` runs every step of an epoch
-in one call (``epochs.cpp``): the steps that the graph-free step of that kind
+graph-free node, the optimiser's wrappers and the learning-rate scheduler), and on a small
+table, where an epoch is one or two steps, the Python of each epoch. Where
+:func:`native_epoch_kind` names a kind, :func:`native_epochs` runs every step of one or
+more epochs in one call (``epochs.cpp``): the steps that the graph-free step of that kind
 (:class:`~svbnn._engine.native_step.NativeLocalNegativeElbo`, the local sampler under a
 Gaussian likelihood with a learned noise level, the regressor's; or
 :class:`~svbnn._engine.native_step.NativeNegativeElbo`, the Gumbel sampler under a
 categorical likelihood, the classifier's) and ``torch.optim.Adam`` (``fused=True``) would
 run, the same ATen operations and loops in the same order, and torch's own fused Adam
-kernel, on the same random numbers (the minibatch order from the loop's generator, the
-draws from the layers' generators). So an epoch leaves the parameters, Adam's state and
-the generators as the step-by-step loop leaves them, bit for bit
-(tests/test_native_epoch.py); the caller (:func:`svbnn.training.train`) gives the order,
-the KL weights and the learning rates of the epoch's steps.
+kernel, on the same random numbers (each epoch's minibatch order drawn from the loop's
+generator as :meth:`svbnn.training.Minibatches.order` draws it, the draws from the layers'
+generators). So the epochs leave the parameters, Adam's state and the generators as the
+step-by-step loop leaves them, bit for bit, and report each epoch's record (its mean
+loss, and the gates' statistics) as the loop computes it (tests/test_native_epoch.py); the
+caller (:func:`svbnn.training.train`) gives the KL weights and the learning rates of the
+steps, and how many epochs may run before it must look at the network.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .native_step import native_local_step_ok, step_likelihood
 if TYPE_CHECKING:
     from ..nn.spike_slab import SpikeSlabMLP
 
-__all__ = ["native_epoch", "native_epoch_kind", "native_epoch_runnable"]
+__all__ = ["native_epoch_kind", "native_epoch_runnable", "native_epochs"]
 
 
 def _adam_group(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> dict[str, Any] | None:
@@ -136,28 +139,35 @@ def native_epoch_runnable(model: SpikeSlabMLP, likelihood: Any, opt: torch.optim
     return _adam_group(opt, _trained(model, likelihood)) is not None
 
 
-def native_epoch(
+def native_epochs(
     kind: str,
     model: SpikeSlabMLP,
     likelihood: Any,
     opt: torch.optim.Optimizer,
     X: Tensor,
     y: Tensor,
-    order: Tensor,
+    generator: torch.Generator,
+    n_epochs: int,
     batch_size: int,
     n_train: Sequence[float],
     kl_weight: Sequence[float],
     lr: Sequence[float],
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One epoch of ``model`` of the ``kind`` :func:`native_epoch_kind` named, where
-    :func:`native_epoch_runnable` has just said so (not checked again here): the
-    minibatches of ``batch_size`` rows of ``X`` ``(n, p)`` and ``y`` ``(n,)`` taken in
-    ``order`` (a permutation of the rows, int64), step ``i`` weighing the KL by
+    gates: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """``n_epochs`` epochs of ``model`` of the ``kind`` :func:`native_epoch_kind` named,
+    where :func:`native_epoch_runnable` has just said so (not checked again here). Each
+    epoch draws its order of the rows of ``X`` ``(n, p)`` and ``y`` ``(n,)`` from
+    ``generator`` (as :meth:`svbnn.training.Minibatches.order` does) and takes minibatches
+    of ``batch_size`` rows; step ``i`` (counted over all the epochs) weighs the KL by
     ``kl_weight[i]`` (divided by ``n_train[i] = n / kl_weight[i]``) at learning rate
     ``lr[i]``. The parameters (and a learned noise level) and Adam's state are updated in
-    place, their ``.grad`` left at the last step's gradients; returns the sums over the
-    steps of ``(loss, nll, kl / n)``, the last weighted as
-    :func:`svbnn.training.negative_elbo` returns it."""
+    place, their ``.grad`` left at the last step's gradients. Returns each epoch's means
+    over its steps of ``(loss, nll, kl / n)``, ``(E, 3)``, the last weighted as
+    :func:`svbnn.training.negative_elbo` returns it, and with ``gates`` the mean ``phi``
+    and the unresolved fraction after each epoch, ``(E, 2)``, as
+    :func:`svbnn.selection.gate_statistics` computes them (else ``None``). ``E`` is
+    ``n_epochs``, or fewer where an epoch's mean loss is not finite (the epochs stop after
+    it)."""
     lib = _native.library()
     assert lib is not None
     params = _trained(model, likelihood)
@@ -179,24 +189,24 @@ def native_epoch(
     beta1, beta2 = group["betas"]
     options = (beta1, beta2, group["eps"], group["weight_decay"])
     outs = [layer.out_features for layer in layers]
+    run = (generator, int(n_epochs), bool(gates), batch_size, outs)
     with torch.no_grad():  # as Adam's step: the parameters are leaves that need gradients
         if kind == "local":
             gens = [layer.generator for layer in layers]
-            loss, nll, kl, *grads = lib.local_gaussian_epoch(
-                params, *adam, *prior, X, y, order, batch_size, outs, gens, *steps, *options
+            means, stats, *grads = lib.local_gaussian_epochs(
+                params, *adam, *prior, X, y, *run, gens, *steps, *options
             )
         elif kind == "categorical":
             relu = model.activation == "relu"
             inv_tau = 1.0 / float(first.temperature)
-            loss, nll, kl, *grads = lib.gumbel_categorical_epoch(
+            means, stats, *grads = lib.gumbel_categorical_epochs(
                 params,
                 *adam,
                 *prior,
                 inv_tau,
                 X,
                 y,
-                order,
-                batch_size,
+                *run[:-1],
                 outs,
                 relu,
                 first.generator,
@@ -207,4 +217,4 @@ def native_epoch(
             raise ValueError(f"no native epoch of kind {kind!r}")
     for p, g in zip(params, grads, strict=True):
         p.grad = g
-    return loss, nll, kl
+    return means, (stats if gates else None)

@@ -400,14 +400,14 @@ Tensor narrow_mlp_gaussian_step(const Tensor& theta, const Tensor& x, const Tens
     return out;
 }
 
-// The checks both epochs share: params (T,) alike and Adam's state of each, X (n, p) float32,
-// order a permutation's n indices (int64), layers of outs[i] outputs chained from p whose
-// parameters are T, and one value per step in each schedule. Returns the number of steps.
-int64_t check_epoch(const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
-                    const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
-                    const Tensor& X, const Tensor& order, int64_t batch_size,
-                    const std::vector<int64_t>& outs, const std::vector<double>& n_train,
-                    const std::vector<double>& kl_weight, const std::vector<double>& lr) {
+// The checks both kinds of epoch share: params (T,) alike and Adam's state of each, X (n, p)
+// float32, layers of outs[i] outputs chained from p whose parameters are T, and one value per
+// step of the n_epochs epochs in each schedule. Returns the number of steps of an epoch.
+int64_t check_epochs(const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+                     const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
+                     const Tensor& X, int64_t batch_size, const std::vector<int64_t>& outs,
+                     int64_t n_epochs, const std::vector<double>& n_train,
+                     const std::vector<double>& kl_weight, const std::vector<double>& lr) {
     const size_t k = params.size();
     TORCH_CHECK(k >= 3 && exp_avgs.size() == k && exp_avg_sqs.size() == k && steps.size() == k,
                 "params, exp_avgs, exp_avg_sqs, steps: one each per parameter expected");
@@ -423,10 +423,8 @@ int64_t check_epoch(const std::vector<Tensor>& params, const std::vector<Tensor>
     }
     check_floats(X, "X");
     TORCH_CHECK(X.dim() == 2 && X.size(0) > 0, "X: (n, p) expected, got ", X.sizes());
-    TORCH_CHECK(order.device().is_cpu() && order.scalar_type() == at::kLong && order.dim() == 1 &&
-                    order.size(0) == X.size(0) && order.is_contiguous(),
-                "order: the n rows' indices (int64) expected");
     TORCH_CHECK(batch_size > 0, "batch_size: positive expected");
+    TORCH_CHECK(n_epochs > 0, "n_epochs: positive expected");
     TORCH_CHECK(!outs.empty(), "outs: at least one layer expected");
     int64_t in = X.size(1), total = 0;
     for (const int64_t o : outs) {
@@ -436,28 +434,29 @@ int64_t check_epoch(const std::vector<Tensor>& params, const std::vector<Tensor>
     }
     TORCH_CHECK(total == mu.numel(), "mu: ", total, " numbers for these widths expected");
     const int64_t n_steps = (X.size(0) + batch_size - 1) / batch_size;
-    TORCH_CHECK(static_cast<int64_t>(n_train.size()) == n_steps &&
-                    static_cast<int64_t>(kl_weight.size()) == n_steps &&
-                    static_cast<int64_t>(lr.size()) == n_steps,
-                "n_train, kl_weight, lr: one per step expected");
+    const auto all = static_cast<size_t>(n_steps * n_epochs);
+    TORCH_CHECK(n_train.size() == all && kl_weight.size() == all && lr.size() == all,
+                "n_train, kl_weight, lr: one per step of the n_epochs epochs expected");
     return n_steps;
 }
 
-// svbnn._engine.native_epoch's epoch of the local sampler's network (epochs.cpp): params mu,
-// rho, alpha (T,) and log_noise_std (), Adam's state of each, X (n, p) and y (n,) float32,
-// order a permutation of the n rows (int64), one generator per layer (None: torch's default),
-// and per step the KL's divisor n / w, its weight w and the learning rate. Returns the sums of
-// the steps' loss, nll and KL / n, then the last step's gradients.
-std::vector<Tensor> local_gaussian_epoch(
+// svbnn._engine.native_epoch's epochs of the local sampler's network (epochs.cpp): params mu,
+// rho, alpha (T,) and log_noise_std (), Adam's state of each, X (n, p) and y (n,) float32, the
+// generator of each epoch's order of the rows (the minibatches'), one generator per layer
+// (None: torch's default), and per step of the n_epochs epochs the KL's divisor n / w, its
+// weight w and the learning rate; gates: also the gate statistics after each epoch. Returns
+// svbnn::run_epochs' means (E, 3) and statistics (E, 2), then the last step's gradients.
+std::vector<Tensor> local_gaussian_epochs(
     const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
     const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
     const Tensor& log_lam, const Tensor& log_1mlam, double log_sigma0, double prec0,
-    const Tensor& X, const Tensor& y, const Tensor& order, int64_t batch_size,
-    const std::vector<int64_t>& outs, const std::vector<std::optional<at::Generator>>& gens,
-    const std::vector<double>& n_train, const std::vector<double>& kl_weight,
-    const std::vector<double>& lr, double beta1, double beta2, double eps, double weight_decay) {
-    check_epoch(params, exp_avgs, exp_avg_sqs, steps, X, order, batch_size, outs, n_train,
-                kl_weight, lr);
+    const Tensor& X, const Tensor& y, const std::optional<at::Generator>& perm_gen,
+    int64_t n_epochs, bool gates, int64_t batch_size, const std::vector<int64_t>& outs,
+    const std::vector<std::optional<at::Generator>>& gens, const std::vector<double>& n_train,
+    const std::vector<double>& kl_weight, const std::vector<double>& lr, double beta1,
+    double beta2, double eps, double weight_decay) {
+    const int64_t k = check_epochs(params, exp_avgs, exp_avg_sqs, steps, X, batch_size, outs,
+                                   n_epochs, n_train, kl_weight, lr);
     TORCH_CHECK(params.size() == 4 && params[3].numel() == 1,
                 "params: mu, rho, alpha and one log_noise_std expected");
     check_floats(y, "y");
@@ -465,27 +464,32 @@ std::vector<Tensor> local_gaussian_epoch(
     TORCH_CHECK(outs.back() == 1 && gens.size() == outs.size(),
                 "outs, gens: one per layer, the last of one output, expected");
     const svbnn::Prior prior{as_float(log_lam), as_float(log_1mlam), log_sigma0, prec0};
+    const svbnn::Adam adam{exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps, weight_decay};
     py::gil_scoped_release unlocked;
-    return svbnn::local_gaussian_epoch(
-        params, {exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps, weight_decay}, prior,
-        {X, y, order, batch_size}, outs, gens, {n_train, kl_weight, lr});
+    return svbnn::run_epochs(
+        n_epochs, X.size(0), k, params[2], gates, perm_gen, {n_train, kl_weight, lr},
+        [&](const Tensor& order, const svbnn::Schedule& schedule) {
+            return svbnn::local_gaussian_epoch(params, adam, prior, {X, y, order, batch_size},
+                                               outs, gens, schedule);
+        });
 }
 
-// svbnn._engine.native_epoch's epoch of the Gumbel sampler's network under a categorical
+// svbnn._engine.native_epoch's epochs of the Gumbel sampler's network under a categorical
 // likelihood (epochs.cpp): params mu, rho, alpha (T,), Adam's state of each, X (n, p) float32,
 // y (n,) the class indices (int64, each below outs[-1]), the draw's 1 / tau (2 or 1), ReLU or
-// no hidden activation, the generator of the draws' seeds (None: torch's default), and per
-// step as above. Returns the sums of the steps' loss, nll and KL / n, then the last gradients.
-std::vector<Tensor> gumbel_categorical_epoch(
+// no hidden activation, the generator of the orders and of the draws' seeds (None: torch's
+// default), and per step as above. Returns as local_gaussian_epochs.
+std::vector<Tensor> gumbel_categorical_epochs(
     const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
     const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
     const Tensor& log_lam, const Tensor& log_1mlam, double log_sigma0, double prec0,
-    double inv_tau, const Tensor& X, const Tensor& y, const Tensor& order, int64_t batch_size,
-    const std::vector<int64_t>& outs, bool relu, const std::optional<at::Generator>& gen,
-    const std::vector<double>& n_train, const std::vector<double>& kl_weight,
-    const std::vector<double>& lr, double beta1, double beta2, double eps, double weight_decay) {
-    check_epoch(params, exp_avgs, exp_avg_sqs, steps, X, order, batch_size, outs, n_train,
-                kl_weight, lr);
+    double inv_tau, const Tensor& X, const Tensor& y, const std::optional<at::Generator>& perm_gen,
+    int64_t n_epochs, bool gates, int64_t batch_size, const std::vector<int64_t>& outs, bool relu,
+    const std::optional<at::Generator>& gen, const std::vector<double>& n_train,
+    const std::vector<double>& kl_weight, const std::vector<double>& lr, double beta1,
+    double beta2, double eps, double weight_decay) {
+    const int64_t k = check_epochs(params, exp_avgs, exp_avg_sqs, steps, X, batch_size, outs,
+                                   n_epochs, n_train, kl_weight, lr);
     TORCH_CHECK(params.size() == 3, "params: mu, rho, alpha expected");
     TORCH_CHECK(inv_tau == 2.0 || inv_tau == 1.0, "inv_tau: 1 or 2 expected, got ", inv_tau);
     TORCH_CHECK(y.device().is_cpu() && y.scalar_type() == at::kLong && y.dim() == 1 &&
@@ -496,10 +500,15 @@ std::vector<Tensor> gumbel_categorical_epoch(
         TORCH_CHECK(0 <= classes[i] && classes[i] < outs.back(), "y: class ", classes[i],
                     " out of range for ", outs.back(), " outputs");
     const svbnn::Prior prior{as_float(log_lam), as_float(log_1mlam), log_sigma0, prec0};
+    const svbnn::Adam adam{exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps, weight_decay};
     py::gil_scoped_release unlocked;
-    return svbnn::gumbel_categorical_epoch(
-        params, {exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps, weight_decay}, prior, inv_tau,
-        {X, y, order, batch_size}, outs, relu, gen, {n_train, kl_weight, lr});
+    return svbnn::run_epochs(
+        n_epochs, X.size(0), k, params[2], gates, perm_gen, {n_train, kl_weight, lr},
+        [&](const Tensor& order, const svbnn::Schedule& schedule) {
+            return svbnn::gumbel_categorical_epoch(params, adam, prior, inv_tau,
+                                                   {X, y, order, batch_size}, outs, relu, gen,
+                                                   schedule);
+        });
 }
 
 }  // namespace
@@ -516,6 +525,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("narrow_mlp_forward", &narrow_mlp_forward);
     m.def("narrow_mlp_backward", &narrow_mlp_backward);
     m.def("narrow_mlp_gaussian_step", &narrow_mlp_gaussian_step);
-    m.def("local_gaussian_epoch", &local_gaussian_epoch);
-    m.def("gumbel_categorical_epoch", &gumbel_categorical_epoch);
+    m.def("local_gaussian_epochs", &local_gaussian_epochs);
+    m.def("gumbel_categorical_epochs", &gumbel_categorical_epochs);
 }

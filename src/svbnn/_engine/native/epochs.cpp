@@ -13,15 +13,18 @@
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_log_softmax_backward_data.h>
 #include <ATen/ops/add.h>
+#include <ATen/ops/bitwise_and.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/gt.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/log.h>
 #include <ATen/ops/log_softmax.h>
+#include <ATen/ops/lt.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/neg.h>
@@ -29,7 +32,10 @@
 #include <ATen/ops/pow.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/randperm.h>
 #include <ATen/ops/rsub.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/sub.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/zeros.h>
@@ -240,6 +246,40 @@ std::vector<Tensor> gumbel_categorical_epoch(const std::vector<Tensor>& params, 
         sums.add(nll.view(kl.sizes()), kl, schedule.n_train[b], schedule.kl_weight[b]);
     }
     return sums.with(grads);
+}
+
+std::vector<Tensor> run_epochs(int64_t n_epochs, int64_t n, int64_t k, const Tensor& alpha,
+                               bool gates, const std::optional<at::Generator>& perm_gen,
+                               const Schedule& schedule, const EpochFn& epoch) {
+    std::vector<Tensor> means, stats, grads;
+    const int64_t T = alpha.size(-1);
+    for (int64_t e = 0; e < n_epochs; ++e) {
+        const Tensor order = at::randperm(n, perm_gen, at::TensorOptions().dtype(at::kLong));
+        const auto part = [&](const std::vector<double>& v) {
+            return std::vector<double>(v.begin() + e * k, v.begin() + (e + 1) * k);
+        };
+        const std::vector<double> n_train = part(schedule.n_train),
+                                  kl_weight = part(schedule.kl_weight), lr = part(schedule.lr);
+        std::vector<Tensor> out = epoch(order, {n_train, kl_weight, lr});
+        // svbnn.training._native_epochs: each sum over the k steps, divided by k
+        const Tensor loss = at::div(out[0], k);
+        means.push_back(at::stack({loss, at::div(out[1], k), at::div(out[2], k)}));
+        if (gates) {
+            // svbnn.selection._gate_sums over the flat gates, then gate_statistics' means
+            const Tensor phi = at::sigmoid(alpha);
+            const int64_t last[] = {-1};
+            const Tensor total = at::sum(phi, last);
+            const Tensor opened =
+                at::bitwise_and(at::gt(phi, 0.1), at::lt(phi, 0.9)).to(phi.scalar_type());
+            stats.push_back(at::stack({at::div(total, T), at::div(at::sum(opened, last), T)}));
+        }
+        grads.assign(out.begin() + 3, out.end());
+        if (!std::isfinite(loss.item<double>())) break;
+    }
+    std::vector<Tensor> result{at::stack(means),
+                               gates ? at::stack(stats) : at::empty({0, 2}, alpha.options())};
+    result.insert(result.end(), grads.begin(), grads.end());
+    return result;
 }
 
 }  // namespace svbnn

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -55,5 +56,18 @@ std::vector<at::Tensor> gumbel_categorical_epoch(
     const std::vector<at::Tensor>& params, const Adam& adam, const Prior& prior, double inv_tau,
     const Batches& data, const std::vector<int64_t>& outs, bool relu,
     const std::optional<at::Generator>& gen, const Schedule& schedule);
+
+// n_epochs epochs in one call. Each draws its order of the n rows from perm_gen, as
+// svbnn.training.Minibatches.order does (torch.randperm), then runs epoch(order, its k steps'
+// slice of each schedule), which returns epochs.cpp's sums and the last step's gradients.
+// Returns the epochs' means of the loss, nll and KL / n (E, 3) (the sums divided by k, as
+// svbnn.training._native_epochs divides them), with gates the mean phi of alpha and the
+// fraction of its phi in (0.1, 0.9) after each epoch (E, 2), as svbnn.selection.gate_statistics
+// computes them from the flat gate parameter (else an empty tensor), then the last step's
+// gradients. Stops after an epoch whose mean loss is not finite (E rows up to it).
+using EpochFn = std::function<std::vector<at::Tensor>(const at::Tensor& order, const Schedule&)>;
+std::vector<at::Tensor> run_epochs(int64_t n_epochs, int64_t n, int64_t k, const at::Tensor& alpha,
+                                   bool gates, const std::optional<at::Generator>& perm_gen,
+                                   const Schedule& schedule, const EpochFn& epoch);
 
 }  // namespace svbnn
