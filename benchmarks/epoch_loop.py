@@ -3,7 +3,7 @@ same fits run step by step (``svbnn._engine.native_epoch``; the training loop's 
 Python).
 
 Run ``python -m benchmarks.epoch_loop [--repeats 5] [--threads 1] [--tables NAME ...]
-[--max-iter N] [--compare gates]`` (``--max-iter``: a shorter budget than the defaults',
+[--max-iter N] [--compare spans]`` (``--max-iter``: a shorter budget than the defaults',
 for a smoke run). Tables: for the regressor, scikit-learn's diabetes (442 rows, 10
 inputs), ``diabetes-83`` (110 of its rows drawn at random, 83 of them for training: the
 issue's smallest table; chosen by ``--tables`` only), Friedman #1 (1,000 rows, 10 inputs)
@@ -15,19 +15,18 @@ after a ``StandardScaler``. Each round fits ``SVBNNRegressor(random_state=r)`` (
 ``SVBNNClassifier``) with its defaults both ways, alternating which goes first, after one
 warm-up round (the native library's build or load and torch's first optimiser). The
 step-by-step fit is the library's own loop with the whole-epoch path declined (the
-benchmark replaces ``svbnn.training._native_epoch`` in its process; the library has no
+benchmark replaces ``svbnn.training._native_epochs`` in its process; the library has no
 switch for it, as both give the same fit). Printed: a Markdown table of the median fit
 times, the median [min, max] of the per-round ratios, and whether the two fits predicted
 the same numbers (regression) or probabilities (classification) bit for bit in every
 round.
 
-``--compare gates`` compares instead, both with whole native epochs, the training loop's
-record of the gates each epoch (:func:`svbnn.selection.gate_statistics`, the sparsity and
-unresolved fraction of ``history_``) on the network's one flat gate parameter, its route
-for a :class:`~svbnn.nn.SpikeSlabMLP`, against the same statistics layer by layer, its
-route for any other model (the benchmark hands the record the network inside an
-``nn.ModuleList``). On a small table an epoch is one short step, and this record is a
-part of each.
+``--compare spans`` compares instead, both with whole native epochs, the training loop's
+runs of several epochs in one native call (up to the next epoch after which the stopping
+rule reads the network: :func:`svbnn.training.train`, ``epochs_until_model_read``) against
+one epoch a call (the benchmark replaces ``svbnn.training._span`` by one epoch). On a small
+table an epoch is one or two short steps, and the Python around each call is a large part
+of it.
 """
 
 from __future__ import annotations
@@ -50,9 +49,8 @@ from sklearn.datasets import (
 )
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
-from torch import nn
 
-from svbnn import SVBNNClassifier, SVBNNRegressor, selection, training
+from svbnn import SVBNNClassifier, SVBNNRegressor, training
 
 Data = tuple[np.ndarray, np.ndarray, np.ndarray, bool]
 # The default tables, then the small ones (chosen by --tables).
@@ -111,21 +109,19 @@ def tables(names: list[str] | None = None) -> dict[str, Data]:
 
 
 def fit(
-    data: Data, seed: int, whole_epochs: bool, max_iter: int | None = None, gates: bool = False
+    data: Data, seed: int, whole_epochs: bool, max_iter: int | None = None, spans: bool = False
 ) -> tuple[float, np.ndarray]:
     """One default fit (``max_iter``: the default budget unless given): its time in seconds
-    and its test predictions (class probabilities for a classifier). ``gates``: the arms
-    are the gates' record (``whole_epochs`` True: the library's; False: layer by layer),
+    and its test predictions (class probabilities for a classifier). ``spans``: the arms
+    are the epochs a native call runs (``whole_epochs`` True: the library's; False: one),
     every epoch whole."""
     X, y, X_test, clf = data
-    real: Callable[..., Any] = training._native_epoch
-    real_gates: Callable[..., Any] = training.gate_statistics
-    if gates and not whole_epochs:
-        training.gate_statistics = lambda model, *a: selection.gate_statistics(  # type: ignore[assignment]
-            nn.ModuleList([model]), *a
-        )
+    real: Callable[..., Any] = training._native_epochs
+    real_span: Callable[..., Any] = training._span
+    if spans and not whole_epochs:
+        training._span = lambda *args: 1  # type: ignore[assignment]
     elif not whole_epochs:
-        training._native_epoch = lambda *args: None  # type: ignore[assignment]
+        training._native_epochs = lambda *args: None  # type: ignore[assignment]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -135,8 +131,8 @@ def fit(
             est = cls(random_state=seed, **kw).fit(X, y)
             seconds = time.perf_counter() - t0
     finally:
-        training._native_epoch = real  # type: ignore[assignment]
-        training.gate_statistics = real_gates  # type: ignore[assignment]
+        training._native_epochs = real  # type: ignore[assignment]
+        training._span = real_span  # type: ignore[assignment]
     return seconds, est.predict_proba(X_test) if clf else est.predict(X_test)
 
 
@@ -148,21 +144,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--max-iter", type=int, default=None)
     ap.add_argument(
         "--compare",
-        choices=["epochs", "gates"],
+        choices=["epochs", "spans"],
         default="epochs",
-        help="the arms: whole epochs against step by step, or the gates' record (see above)",
+        help="the arms: whole epochs against step by step, or epochs a call (see above)",
     )
     args = ap.parse_args(argv)
-    gates = args.compare == "gates"
+    spans = args.compare == "spans"
     torch.set_num_threads(args.threads)
     lines = [
         f"The estimators' defaults, {args.threads} torch thread(s), {args.repeats} rounds "
         "after a warm-up; medians, [min, max] of the per-round ratios",
         "",
         (
-            "| table | estimator | n x p | gates' record flat, s | layer by layer, s | "
-            "layer by layer / flat | same predictions |"
-            if gates
+            "| table | estimator | n x p | epochs to the stopping rule's read a call, s | "
+            "one epoch a call, s | one / several | same predictions |"
+            if spans
             else "| table | estimator | n x p | whole epochs, s | step by step, s | "
             "step by step / whole | same predictions |"
         ),
@@ -176,7 +172,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for r in range(args.repeats + 1):
             preds = {}
             for whole in (True, False) if r % 2 else (False, True):
-                seconds, preds[whole] = fit(data, r, whole, args.max_iter, gates)
+                seconds, preds[whole] = fit(data, r, whole, args.max_iter, spans)
                 if r:
                     times[whole].append(seconds)
             same = same and np.array_equal(preds[True], preds[False])

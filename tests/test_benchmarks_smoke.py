@@ -233,11 +233,11 @@ def test_epoch_loop_fits_both_ways_side_by_side_with_the_same_predictions() -> N
     assert rows[0]["same"] is True
 
 
-def test_epoch_loop_compares_the_gates_record_on_a_small_table() -> None:
+def test_epoch_loop_compares_epochs_a_native_call_on_a_small_table() -> None:
     from benchmarks import epoch_loop
 
     argv = ["--repeats", "1", "--tables", "breast-cancer-83", "--max-iter", "3"]
-    rows = epoch_loop.main([*argv, "--compare", "gates"])
+    rows = epoch_loop.main([*argv, "--compare", "spans"])
     assert [r["table"] for r in rows] == ["breast cancer, 110 rows"]
     assert all(len(t) == 1 and t[0] > 0 for t in rows[0]["times"].values())
     assert rows[0]["same"] is True

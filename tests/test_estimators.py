@@ -504,7 +504,8 @@ def test_auto_prior_fits_a_wider_network_that_lambda_opt_starves() -> None:
                 sampler="gumbel",
                 learning_rate_init=0.01,
                 random_state=0,
-                mean_function="zero",  # the network's prior is the point
+                mean_function="zero",  # the network's prior is the point,
+                refit_kl_weight=None,  # in the one fit
             ).fit(X, y)
         return 1.0 - float(np.mean((est.predict(X) - y) ** 2) / np.var(y)), est
 

@@ -905,7 +905,8 @@ def test_the_regressor_fits_on_the_local_graph_free_step(
     X = torch.randn(200, 6, generator=g).numpy()
     y = (X[:, 0] - 2 * X[:, 1] + 0.3 * torch.randn(200, generator=g).numpy()).astype(float)
     kw = {"hidden_layer_sizes": (16,), "max_iter": 30, "tol": None, "random_state": 0}
-    kw["mean_function"] = "zero"  # one network fit (a linear mean refits it)
+    # One network fit (a linear mean fits it again, the default refit a second network).
+    kw.update(mean_function="zero", refit_kl_weight=None)
     monkeypatch.setattr(
         fused,
         "native_local_negative_elbo",
@@ -913,7 +914,7 @@ def test_the_regressor_fits_on_the_local_graph_free_step(
     )
     # Step by step: the whole epochs in the native loops (which run these steps after each
     # fit's first epoch) are tests/test_native_epoch.py's.
-    monkeypatch.setattr(training, "_native_epoch", lambda *args: None)
+    monkeypatch.setattr(training, "_native_epochs", lambda *args: None)
     free = svbnn.SVBNNRegressor(**kw).fit(X, y)
     # Every step: 30 epochs of 2 minibatches (200 rows, 128 a batch), then the held-out
     # noise run on 160 rows over 0.3 of the budget (9 epochs of 2).
