@@ -612,6 +612,21 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
     np.testing.assert_array_equal(half.screened_features_, est.screened_features_)
 
 
+def _spy_kl_weights(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The KL weight of every training run from now on (``None``: the estimator's)."""
+    from svbnn._estimator_base import _VariationalEstimator
+
+    weights: list[object] = []
+    train = _VariationalEstimator._train
+
+    def spy(self: object, *args: object, **kwargs: object) -> object:
+        weights.append(kwargs.get("kl_weight"))
+        return train(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_VariationalEstimator, "_train", spy)
+    return weights
+
+
 @pytest.mark.parametrize("n, refit", [(1600, True), (1601, False), (3000, False), (3001, True)])
 def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     monkeypatch: pytest.MonkeyPatch, n: int, refit: bool
@@ -621,7 +636,6 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     LARGE_TABLE_ROWS rows; the first fit alone between. The classifier's default is no
     refit at any size."""
     from svbnn import estimators as E
-    from svbnn._estimator_base import _VariationalEstimator
 
     assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
     assert E.SMALL_TABLE_ROWS == 1600
@@ -630,14 +644,7 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, 4))
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
-    weights: list[object] = []
-    train = _VariationalEstimator._train
-
-    def spy(self: object, *args: object, **kwargs: object) -> object:
-        weights.append(kwargs.get("kl_weight"))
-        return train(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_VariationalEstimator, "_train", spy)
+    weights = _spy_kl_weights(monkeypatch)
     kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 2, "tol": None}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -670,16 +677,8 @@ def test_small_table_refit_waits_for_the_linear_mean_rule(
     gives the rule its noise level; where the rule declines, it is refitted (the fit is
     mean_function="zero"'s, bit for bit); where the rule takes the linear mean, the
     network on its residuals is not refitted."""
-    from svbnn._estimator_base import _VariationalEstimator
 
-    weights: list[object] = []
-    train = _VariationalEstimator._train
-
-    def spy(self: object, *args: object, **kwargs: object) -> object:
-        weights.append(kwargs.get("kl_weight"))
-        return train(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_VariationalEstimator, "_train", spy)
+    weights = _spy_kl_weights(monkeypatch)
     X, y = _linear_or_not(300, True, 7) if linear else _linear_or_not(200, False)
     kw: dict[str, Any] = {"max_iter": 300, "random_state": 0}
     with warnings.catch_warnings():
