@@ -516,7 +516,12 @@ def train(
     callbacks : sequence of callables
         Called as ``cb(epoch, model, history)`` after every epoch; a callback that returns
         ``True`` stops training after that epoch (early stopping; the checkpoint, if any, is
-        written first).
+        written first). A callback with a method ``epochs_until_model_read()`` says how many
+        epochs from now its next call that reads the network comes (the calls before read
+        only ``history``): the epochs up to then may run in one native call, and those
+        earlier calls are handed the network as that call leaves it
+        (:class:`svbnn.convergence.ConvergenceMonitor` has it: its period's end). Without
+        it, the network a callback is handed is the one of its epoch.
     track_sparsity : bool
         Record ``sum(phi)/T`` and the fraction of unresolved gates every epoch (models
         with spike-and-slab layers only; the lists stay empty for other models).
