@@ -200,18 +200,7 @@ def native_epochs(
             relu = model.activation == "relu"
             inv_tau = 1.0 / float(first.temperature)
             means, stats, *grads = lib.gumbel_categorical_epochs(
-                params,
-                *adam,
-                *prior,
-                inv_tau,
-                X,
-                y,
-                *run[:-1],
-                outs,
-                relu,
-                first.generator,
-                *steps,
-                *options,
+                params, *adam, *prior, inv_tau, X, y, *run, relu, first.generator, *steps, *options
             )
         else:
             raise ValueError(f"no native epoch of kind {kind!r}")
