@@ -106,6 +106,45 @@ def test_majority_class_collapse_warns_and_is_recorded() -> None:
     ]
 
 
+def test_classifier_collapse_reads_the_predictive_not_the_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The log-loss reason compares the posterior predictive's training log-loss with the
+    # entropy of the class frequencies. The history's log-loss (the expected log-loss
+    # under q, above the predictive's) is not read: set high, it raises nothing.
+    from svbnn import _estimator_tasks as T
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 3))
+    y = (np.arange(200) % 10 == 0).astype(int)  # 10% positives
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf = SVBNNClassifier(hidden_layer_sizes=(4,), max_iter=2, random_state=0).fit(X, y)
+    clf.history_.nll[-1] = 10.0
+    freq = np.bincount(y) / y.size
+    entropy = float(-np.sum(freq * np.log(freq)))
+
+    def proba_of(p: np.ndarray) -> None:
+        monkeypatch.setattr(T, "predict_proba", lambda *a, **k: torch.as_tensor(p))
+
+    # Probabilities that carry the signal: log-loss well below the entropy.
+    informative = np.where(y[:, None] == 1, [0.4, 0.6], [0.95, 0.05])
+    proba_of(informative)
+    assert clf._collapse_reasons(X, y, None) == []
+    # The class frequencies for every row: the log-loss reason (the majority class is
+    # predicted for every row, but the minority has 10%: the share reason too).
+    proba_of(np.tile(freq, (200, 1)))
+    reasons = clf._collapse_reasons(X, y, None)
+    assert len(reasons) == 2
+    assert f"({entropy:.3g})" in reasons[0] and "class frequencies" in reasons[0]
+    # Row weights weigh both sides: the weighted entropy and the weighted log-loss.
+    w = np.where(y == 1, 4.0, 1.0)
+    w = w / w.mean()
+    wfreq = np.bincount(y, w) / w.sum()
+    proba_of(np.tile(wfreq, (200, 1)))
+    assert "class frequencies" in clf._collapse_reasons(X, y, w)[0]
+
+
 def test_collapse_does_not_change_converged() -> None:
     # Pure-noise y: the stopping rule fires (converged_ says the objective settled) and
     # the fit explains nothing (training R^2 <= 0.02): both are recorded, apart.

@@ -144,7 +144,8 @@ collapsed_ : bool
     Whether the fit raised a ``CollapseWarning`` (a model that explains nothing: a
     regressor's training R^2 at most 0.02, a classifier that predicts one class for at
     least 99% of the training rows while another class has at least 10% of them, a
-    training log-loss equal to the class frequencies', or no input reaching the output).
+    posterior predictive training log-loss at least 0.98 of the class frequencies'
+    entropy, or no input reaching the output).
 fit_warnings_ : list of str
     Every warning the last ``fit`` raised, as ``"Category: message"`` (empty for a clean
     fit).

@@ -72,6 +72,7 @@ from .training import DIVERGED_R2
 # sorted by class, is sampled evenly) with _CHECK_DRAWS posterior draws.
 _COLLAPSED_R2 = 0.02
 _COLLAPSED_SHARE = 0.99
+_COLLAPSED_LOG_LOSS = 0.98  # of the class frequencies' entropy
 _MINORITY_SHARE = 0.10
 _CHECK_ROWS = 1000
 _CHECK_DRAWS = 10
@@ -735,25 +736,13 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
             )
         self._warn_if_degenerate(self._fit_problem())
         self._warn_if_unconverged()
-        # Collapse to the class frequencies (the majority class's predictor): the training
-        # log-loss is then the entropy of those frequencies (read from the history); and a
-        # fit that predicts one class for (nearly) every row though another is common (one
-        # prediction pass on at most _CHECK_ROWS rows).
-        freq = np.bincount(codes, minlength=len(self.classes_)) / len(codes)
-        # The history's log-loss is weighted (mean weight 1): so are these frequencies.
-        wfreq = freq if w is None else np.bincount(codes, w, len(self.classes_)) / len(codes)
-        entropy = float(-np.sum(wfreq[wfreq > 0] * np.log(wfreq[wfreq > 0])))
-        nll = float(self.history_.nll[-1]) if self.history_.nll else 0.0
-        reasons = []
-        if nll >= 0.98 * entropy:
-            reasons.append(
-                f"its training log-loss ({nll:.3g}) is that of predicting the class "
-                f"frequencies ({entropy:.3g}), i.e. the majority class "
-                f"{_label(self.classes_[int(np.argmax(wfreq))])!r} for every row"
-            )
-        one_class = self._one_class_predicted(Xv, freq)
-        if one_class is not None:
-            reasons.append(one_class)
+        # Collapse to the class frequencies (the majority class's predictor): the posterior
+        # predictive's training log-loss is then the entropy of those frequencies; and a
+        # fit that predicts one class for (nearly) every row though another is common. One
+        # prediction pass on at most _CHECK_ROWS rows. Not the history's log-loss: that is
+        # the expected log-loss under q, above the predictive's (Jensen), so a fit whose
+        # predictions carry a signal could read as collapsed.
+        reasons = self._collapse_reasons(Xv, codes, w)
         self._warn_if_collapsed(reasons)
         return self
 
@@ -778,27 +767,48 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
             per_class = np.array([given.get(_label(c), 1.0) for c in self.classes_])
         return np.asarray(per_class[codes], dtype=np.float64)
 
-    def _one_class_predicted(self, X: NDArray[Any], freq: NDArray[Any]) -> str | None:
-        """Whether one class is predicted for at least ``_COLLAPSED_SHARE`` of the training
-        rows (up to ``_CHECK_ROWS`` evenly spaced ones) while another class has at least
-        ``_MINORITY_SHARE`` of them (``freq``: the class frequencies); its description."""
+    def _collapse_reasons(
+        self, X: NDArray[Any], codes: NDArray[np.intp], w: NDArray[Any] | None
+    ) -> list[str]:
+        """Why the fit collapsed, on up to ``_CHECK_ROWS`` evenly spaced training rows
+        (``codes``: their classes, ``w``: their weights, ``None`` for equal): its posterior
+        predictive log-loss is at least ``_COLLAPSED_LOG_LOSS`` of the entropy of the
+        (weighted) class frequencies, or it predicts one class for at least
+        ``_COLLAPSED_SHARE`` of the rows while another class has at least
+        ``_MINORITY_SHARE`` of them. Empty when neither."""
         idx = _check_rows(len(X))
         if not idx.size:
-            return None
+            return []
         Xt = self._tensor(X[idx], "X", fitted=True)
         proba = predict_proba(
             self._module64(), Xt, _CHECK_DRAWS, generator=self._predict_generator()
         )
-        pred = np.argmax(proba.cpu().numpy(), axis=1)
-        share = np.bincount(pred, minlength=len(freq)) / len(pred)
+        p = proba.cpu().numpy()
+        y = codes[idx]
+        k = len(self.classes_)
+        rw = np.ones(idx.size) if w is None else np.asarray(w, float)[idx]
+        wfreq = np.bincount(y, rw, k) / rw.sum()
+        entropy = float(-np.sum(wfreq[wfreq > 0] * np.log(wfreq[wfreq > 0])))
+        picked = np.clip(p[np.arange(idx.size), y], np.finfo(float).tiny, None)
+        log_loss = float(np.sum(rw * -np.log(picked)) / rw.sum())
+        reasons = []
+        if log_loss >= _COLLAPSED_LOG_LOSS * entropy:
+            reasons.append(
+                f"its training log-loss ({log_loss:.3g}) is that of predicting the class "
+                f"frequencies ({entropy:.3g}), i.e. the majority class "
+                f"{_label(self.classes_[int(np.argmax(wfreq))])!r} for every row"
+            )
+        freq = np.bincount(y, minlength=k) / y.size
+        share = np.bincount(np.argmax(p, axis=1), minlength=k) / y.size
         top = int(np.argmax(share))
         others = np.delete(freq, top)
-        if share[top] < _COLLAPSED_SHARE or not others.size or others.max() < _MINORITY_SHARE:
-            return None
-        return (
-            f"it predicts class {_label(self.classes_[top])!r} for {100 * share[top]:.1f}% of the "
-            f"training rows, while another class has {100 * others.max():.0f}% of them"
-        )
+        if share[top] >= _COLLAPSED_SHARE and others.size and others.max() >= _MINORITY_SHARE:
+            reasons.append(
+                f"it predicts class {_label(self.classes_[top])!r} for {100 * share[top]:.1f}% "
+                f"of the training rows, while another class has {100 * others.max():.0f}% of "
+                "them"
+            )
+        return reasons
 
     def _fit_problem(self) -> str | None:
         if not self.history_.nll:
