@@ -406,6 +406,36 @@ def test_temperature_lead_fits_both_arms_and_rewrites_its_report(tmp_path: Path)
     assert (out / "report.md").read_text() == report
 
 
+def test_classifier_selection_fits_its_arms_and_rewrites_its_report(tmp_path: Path) -> None:
+    from benchmarks import classifier_selection as cs
+
+    out = tmp_path / "sel"
+    argv = ["--out", str(out), "--problems", "0", "37"]
+    cs.main([*argv, "--max-iter", "3"])
+    rows = _saved_rows(out)
+    arms = [*cs.ARMS, cs.REFERENCE]
+    assert [r["arm"] for r in rows] == arms * 2
+    assert [int(r["rows"]) for r in rows] == [300] * 3 + [cs.PROBLEMS[37][0]] * 3
+    for r in rows:
+        assert 0 <= float(r["accuracy"]) <= 1 and 0 <= float(r["ece"]) <= 1
+        assert np.isfinite(float(r["log_loss"]))
+        if r["arm"] != cs.REFERENCE:
+            assert 0 <= int(r["true_kept"]) <= 5 and 0 <= int(r["noise_kept"]) <= 15
+    # The problems' informative inputs are the first five, and the training rows hold
+    # every class (the rows are permuted after make_classification's ordered ones).
+    d = cs.problem(37)
+    assert d["Xtr"].shape == (cs.PROBLEMS[37][0], 20) and len(d["yte"]) == cs.TEST_ROWS
+    assert set(np.unique(d["ytr"])) == set(range(cs.PROBLEMS[37][1]))
+    report = (out / "report.md").read_text()
+    assert "| 300 | 1 | select-refit |" in report and "p37 (" in report
+    (out / "report.md").unlink()
+    cs.main([*argv, "--report-only"])
+    assert (out / "report.md").read_text() == report
+    with pytest.raises(SystemExit) as bad:
+        cs.main(["--out", str(out), "--arm", "x={1}"])
+    assert bad.value.code == 2
+
+
 def test_temperature_lead_runs_a_generated_problem(tmp_path: Path) -> None:
     from benchmarks import temperature
 
