@@ -633,14 +633,12 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
 ) -> None:
     """refit_kl_weight="auto" (the regressor's default): the refit at 0.2, and its
     held-out noise run, on tables of at most SMALL_TABLE_ROWS or more than
-    LARGE_TABLE_ROWS rows; the first fit alone between. The classifier's default is no
-    refit at any size."""
+    LARGE_TABLE_ROWS rows; the first fit alone between."""
     from svbnn import estimators as E
 
     assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
     assert E.SMALL_TABLE_ROWS == 1600
     assert SVBNNRegressor().refit_kl_weight == "auto"
-    assert SVBNNClassifier().refit_kl_weight is None
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, 4))
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
@@ -655,6 +653,65 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     else:
         assert weights == [None]
         assert est.screened_features_ is None and est.noise_std_held_out_ is None
+
+
+@pytest.mark.parametrize(
+    "n, kl_weight, weights",
+    [
+        (499, 0.2, [None]),
+        (500, 0.2, [0.35, 0.2]),
+        (1600, 0.2, [0.35, 0.2]),
+        (1601, 0.2, [None]),
+        (3000, 0.2, [None]),
+        (3001, 0.2, [0.35, 0.2]),
+        (500, 0.1, [0.35, 0.1]),
+        (500, 0.35, [None]),  # kl_weight not below the selecting weight: one fit
+    ],
+)
+def test_classifier_selects_at_0_35_and_refits_at_kl_weight_by_default(
+    monkeypatch: pytest.MonkeyPatch, n: int, kl_weight: float, weights: list[object]
+) -> None:
+    """The classifier's refit_kl_weight="auto" (its default): on tables of at least
+    CLASSIFIER_SELECT_ROWS rows, in the regressor's refit's size bands, a first fit at
+    SELECT_KL_WEIGHT selects and the refit at kl_weight predicts; one fit otherwise."""
+    from svbnn import estimators as E
+
+    assert E.CLASSIFIER_SELECT_ROWS == 500 and E.SELECT_KL_WEIGHT == 0.35
+    assert SVBNNClassifier().refit_kl_weight == "auto"
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, 3))
+    y = (X[:, 0] + 0.3 * rng.standard_normal(n) > 0).astype(int)
+    seen = _spy_kl_weights(monkeypatch)
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 2, "tol": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNClassifier(**kw, kl_weight=kl_weight, random_state=0).fit(X, y)
+        assert seen == weights
+        assert (est.screened_features_ is not None) == (len(weights) == 2)
+        # refit_kl_weight=None is one fit at kl_weight at any size.
+        seen.clear()
+        SVBNNClassifier(**kw, refit_kl_weight=None, random_state=0).fit(X, y)
+    assert seen == [None]
+
+
+def test_classifier_refits_every_input_when_the_selecting_fit_keeps_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A selecting fit at 0.35 that keeps no input is not the model: the refit at
+    kl_weight runs on every input (what one fit would have been trained at)."""
+    from svbnn import estimators as E
+
+    monkeypatch.setattr(E, "_selected", lambda inclusion: np.zeros(inclusion.shape, bool))
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((600, 3))
+    y = (X[:, 0] > 0).astype(int)
+    seen = _spy_kl_weights(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNClassifier(hidden_layer_sizes=(4,), max_iter=2, tol=None, random_state=0)
+        est.fit(X, y)
+    assert seen == [0.35, 0.2]
+    np.testing.assert_array_equal(est.screened_features_, [0, 1, 2])
 
 
 def _linear_or_not(n: int, linear: bool, seed: int = 0) -> tuple[NDArray[Any], NDArray[Any]]:

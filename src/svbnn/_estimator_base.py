@@ -536,12 +536,13 @@ class _VariationalEstimator(BaseEstimator, ABC):
             model, lik, history, monitor = first.result
             start = first.start
         else:
-            model, lik, history, monitor = fit_on(None, seed, start)
+            first_kl = self._first_kl_weight(n)
+            model, lik, history, monitor = fit_on(None, seed, start, kl_weight=first_kl)
             # n_init > 1: fits from more seeds, drawn after the first's (n_init = 1 draws
             # none, so its fit and predictions are what they were without the option); the
             # lowest final training objective is kept, a diverged (non-finite) one never.
             for _ in range(int(self.n_init) - 1):
-                other = fit_on(None, seeds.seed(), start)
+                other = fit_on(None, seeds.seed(), start, kl_weight=first_kl)
                 if _final_loss(other[2]) < _final_loss(history):
                     model, lik, history, monitor = other
             if first is not None:
@@ -671,6 +672,10 @@ class _VariationalEstimator(BaseEstimator, ABC):
         """A second fit after the fit of ``model`` on ``n`` rows (``start``: that fit's
         starting point), on all rows: its starting point, KL weight and share of the
         budget; or ``None`` (the default, and always without ``refit``), no second fit."""
+        return None
+
+    def _first_kl_weight(self, n: int) -> float | None:
+        """The first fit's KL weight on ``n`` rows (``None``, the base's: ``kl_weight``)."""
         return None
 
     def _small_table_refit(self, n: int) -> bool:

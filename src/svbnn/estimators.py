@@ -130,7 +130,7 @@ init_inclusion : float, default 0.99
     Initial ``phi``.
 init_mu_range : float, optional
     Half-range of the initial means (``None``: ``1/sqrt(fan_in)``).
-refit_kl_weight : float, "auto" or None, default None (:class:`SVBNNRegressor`: "auto")
+refit_kl_weight : float, "auto" or None, default None (the regressor and classifier: "auto")
     A second fit, at this KL weight, on the inputs the first fit selected
     (``screened_features_``): a network of the same shape, started as the first fit was
     (afresh; with ``"cv"``, from the chosen replicate), whose other inputs'
@@ -153,7 +153,17 @@ refit_kl_weight : float, "auto" or None, default None (:class:`SVBNNRegressor`: 
     lead on smooth ones closed or narrowed, in about twice a small table's fit time
     (user guide, "The regressor's refit on the selected inputs, measured", "The
     regressor on tables of more than 3,000 rows, measured" and "The refit on tables of
-    up to 1,600 rows, measured").
+    up to 1,600 rows, measured"). A classifier's ``"auto"`` selects at the stronger
+    weight and predicts at ``kl_weight``: on a table of at least
+    ``CLASSIFIER_SELECT_ROWS`` (500) rows, outside the band of 1,600 to 3,000, and with
+    ``kl_weight`` below ``SELECT_KL_WEIGHT`` (0.35), the first fit runs at 0.35 and the
+    second at ``kl_weight`` (if the first selects no input, on every input); otherwise the
+    classifier fits once, at ``kl_weight``. On 36 generated problems of 500 to 1,500 rows
+    the log loss was lower on 26 and higher on 1, with 0.1-0.8 of 15 noise inputs kept
+    against 2.4-8.8, at about twice the fit time; on the benchmark's 2- and 10-class
+    tables of 750 rows it kept 0 and 2.7 of 10 noise inputs against 4.3 and 10; on tables
+    of 127 rows the fit at 0.35 pruned real inputs (user guide, "The classifier's
+    selecting fit, measured").
 refit_budget : float, default 1.0
     The refit's share of the first fit's epoch budget, in ``(0, 1]`` (and that of its
     held-out noise run); only with ``refit_kl_weight``. A shorter refit costs less time
@@ -224,6 +234,17 @@ INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
 LARGE_TABLE_ROWS = 3000
 SMALL_TABLE_ROWS = 1600
 REFIT_AUTO_KL_WEIGHT = 0.2
+# A classifier's refit_kl_weight="auto": the first fit selects at SELECT_KL_WEIGHT on a
+# table of at least CLASSIFIER_SELECT_ROWS rows (in the regressor's refit's size bands),
+# the refit predicts at kl_weight (the parameter says why).
+SELECT_KL_WEIGHT = 0.35
+CLASSIFIER_SELECT_ROWS = 500
+
+
+def _refit_band(n: int) -> bool:
+    """Whether ``refit_kl_weight="auto"`` refits on a table of ``n`` rows: up to
+    ``SMALL_TABLE_ROWS`` or above ``LARGE_TABLE_ROWS``."""
+    return n > LARGE_TABLE_ROWS or n <= SMALL_TABLE_ROWS
 
 
 def _one_standard_error(
@@ -277,7 +298,10 @@ class _SpikeSlabFamily(_VariationalEstimator):
             return None
         screened = _selected(feature_inclusion(model))
         if not screened.any():
-            return None
+            if self._first_kl_weight(n) is None:
+                return None
+            # The selecting fit kept nothing: the refit at kl_weight on every input.
+            screened = np.ones_like(screened)
         self.screened_features_ = np.flatnonzero(screened)
         closed = torch.as_tensor(~screened, device=self.device)
         if self.log_prior_inclusion is None and self.prior_inclusion in ("auto", "opt"):
@@ -296,8 +320,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
     def _refit_kl_weight(self, n: int) -> float | None:
         """The refit's KL weight on ``n`` rows (``None``: no refit); resolves ``"auto"``."""
         if self.refit_kl_weight == "auto":
-            made = n > LARGE_TABLE_ROWS or n <= SMALL_TABLE_ROWS
-            return REFIT_AUTO_KL_WEIGHT if made else None
+            return REFIT_AUTO_KL_WEIGHT if _refit_band(n) else None
         return None if self.refit_kl_weight is None else float(self.refit_kl_weight)
 
     def _small_table_refit(self, n: int) -> bool:
@@ -803,7 +826,11 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     collapses (user guide, "How the defaults were chosen"); and ``n_samples_predict=100``:
     a predicted class is the argmax of an average over draws, and with 30 draws it
     differed from that of 1,000 on up to 1.1% of digits' test rows (user guide,
-    "Exporting for deployment"). Scale ``X`` in your pipeline.
+    "Exporting for deployment"). On a table of 500 rows or more (outside 1,600 to 3,000)
+    ``refit_kl_weight="auto"`` selects with a first fit at KL weight 0.35 and predicts
+    with a second at ``kl_weight`` on the selected inputs: fewer noise inputs kept and a
+    lower log loss on most generated problems, in about twice the time
+    (``refit_kl_weight``). Scale ``X`` in your pipeline.
 
     Parameters
     ----------
@@ -825,6 +852,23 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     # A tempered posterior by default for classes (the class docstring says why).
     kl_weight: float = 0.2
     n_samples_predict: int = CLASSIFIER_PREDICT_DRAWS
+    # The selecting fit at SELECT_KL_WEIGHT on tables of 500 rows and more (the parameter
+    # says why).
+    refit_kl_weight: float | str | None = "auto"
+
+    def _first_kl_weight(self, n: int) -> float | None:
+        selects = (
+            self.refit_kl_weight == "auto"
+            and n >= CLASSIFIER_SELECT_ROWS
+            and _refit_band(n)
+            and self.kl_weight < SELECT_KL_WEIGHT
+        )
+        return SELECT_KL_WEIGHT if selects else None
+
+    def _refit_kl_weight(self, n: int) -> float | None:
+        if self.refit_kl_weight == "auto":
+            return None if self._first_kl_weight(n) is None else float(self.kl_weight)
+        return super()._refit_kl_weight(n)
 
 
 @_fill_doc(**_FILL, task_attributes=_POISSON_ATTRIBUTES)
