@@ -126,9 +126,10 @@ def test_families_share_the_common_parameters() -> None:
         assert params[reg].pop("noise_std") == "auto"
         if reg is SVBNNRegressor:
             assert params[reg].pop("mean_function") == "auto"
-            # The refit on the selected inputs above 3,000 rows (the regressor's only).
+            # Both refit by default: the regressor at 0.2 after its fit at 1, the classifier
+            # at its kl_weight after a selecting fit at 0.35 (each within its size rules).
             assert params[reg].pop("refit_kl_weight") == "auto"
-            assert params[clf].pop("refit_kl_weight") is None
+            assert params[clf].pop("refit_kl_weight") == "auto"
         assert params[clf].pop("class_weight") is None
         assert params[reg] == params[clf], (reg, clf)
 
