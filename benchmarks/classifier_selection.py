@@ -34,12 +34,14 @@ means, how many problems each arm's log loss is below / above the first arm's by
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,9 +53,9 @@ from sklearn.preprocessing import StandardScaler
 from benchmarks.tabular_peers import (
     NOISE_COLUMNS,
     ece,
-    lead_parser,
     lead_settings,
     log_loss,
+    parse_variants,
     rewrite_report,
     save_run,
 )
@@ -244,18 +246,9 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _arm(text: str) -> tuple[str, dict[str, Any]]:
-    name, sep, kwargs = text.partition("=")
-    if not sep or not name:
-        raise ValueError(f"--arm takes NAME=JSON, got {text!r}")
-    value = json.loads(kwargs)
-    if not isinstance(value, dict):
-        raise ValueError(f"--arm {name}: JSON must be an object of parameters, got {kwargs!r}")
-    return name, value
-
-
 def main(argv: list[str] | None = None) -> None:
-    ap = lead_parser(__doc__, dict(default=None, help="not used: the problems are generated"))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
     ap.add_argument(
         "--problems",
         nargs="+",
@@ -269,12 +262,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-iter", type=int, default=None, help="a fixed budget (smoke tests)")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args(argv)
-    if args.datasets or args.max_splits is not None:
-        ap.error("--datasets and --max-splits: not used (the problems are generated)")
     try:
-        arms = dict(_arm(a) for a in args.arm) if args.arm else dict(ARMS)
+        arms = parse_variants(args.arm, ARMS)
     except ValueError as err:
-        ap.error(str(err))
+        ap.error(f"--arm {err}")
     if args.report_only:
         rewrite_report(args.out, None, report)
         return

@@ -875,11 +875,23 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _variants(specs: list[str] | None) -> dict[str, dict[str, Any]]:
+def parse_variants(
+    specs: list[str] | None, default: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """``NAME=JSON`` command-line variants (``NAME`` alone: ``{}``) as ``{name: params}``;
+    ``default`` without any. A ``ValueError`` names a malformed one (for ``ap.error``)."""
+    if not specs:
+        return dict(default)
     out: dict[str, dict[str, Any]] = {}
-    for spec in specs or ["SVBNN={}"]:
+    for spec in specs:
         name, _, params = spec.partition("=")
-        out[name] = json.loads(params or "{}")
+        try:
+            value = json.loads(params or "{}")
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{spec!r}: the parameters are not JSON ({err.msg})") from None
+        if not name or not isinstance(value, dict):
+            raise ValueError(f"{spec!r}: expected NAME=JSON, the JSON an object of parameters")
+        out[name] = value
     return out
 
 
@@ -898,7 +910,10 @@ def main(argv: list[str] | None = None) -> None:
         _parser().error(
             f"--rows must be in [8, {smallest}] (the smallest chosen table's rows), got {args.rows}"
         )
-    variants = _variants(args.svbnn)
+    try:
+        variants = parse_variants(args.svbnn, {"SVBNN": {}})
+    except ValueError as err:
+        _parser().error(f"--svbnn {err}")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.worker is not None:
         run_dataset(args.worker, args, variants)
