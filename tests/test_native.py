@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from svbnn._engine.graphs import layer_views
 from svbnn._engine.native_step import backward_without_graph, native_step_ok, step_likelihood
 from svbnn.nn import SpikeSlabMLP
 from svbnn.nn.base import set_generator
-from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
+from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood, RowWeightedLikelihood
 from svbnn.prediction import sample_outputs
 from svbnn.training import History, negative_elbo, train
 
@@ -432,10 +433,12 @@ def _native_step_run(
     y: torch.Tensor,
     n_replicates: int | None,
     n_classes: int | None = None,
+    weighted: bool = False,
 ) -> tuple[SpikeSlabMLP, History]:
     # A 20-7-7-1 network (20-7-7-C under a categorical likelihood of C classes) for 3
     # epochs in minibatches of 64 (of 300 rows: the last has 44), with the native step or
-    # (native False) through autograd.
+    # (native False) through autograd; ``weighted``: y (..., n, 2), each row's class and
+    # weight, under a RowWeightedLikelihood.
     model = SpikeSlabMLP(
         20,
         (7, 7),
@@ -443,7 +446,9 @@ def _native_step_run(
         n_replicates=n_replicates,
         generator=torch.Generator().manual_seed(1),
     )
-    likelihood = GaussianLikelihood(0.8) if n_classes is None else CategoricalLikelihood()
+    likelihood: Any = GaussianLikelihood(0.8) if n_classes is None else CategoricalLikelihood()
+    if weighted:
+        likelihood = RowWeightedLikelihood(likelihood)
     with pytest.MonkeyPatch.context() as mp, K.backend_scope("auto"):
         if not native:
             mp.setattr(fused, "native_step_ok", lambda *args: False)
@@ -460,13 +465,14 @@ def _native_step_run(
     return model, history
 
 
-@pytest.mark.parametrize("n_classes", [None, 3])
+@pytest.mark.parametrize(("n_classes", "weighted"), [(None, False), (3, False), (3, True)])
 def test_the_native_step_trains_bit_for_bit_as_its_autograd_graph(
-    one_thread: None, native_steps: list[int], n_classes: int | None
+    one_thread: None, native_steps: list[int], n_classes: int | None, weighted: bool
 ) -> None:
     # NativeNegativeElbo computes the step's gradient in its forward with the operations
     # autograd runs, in its order: the same parameters and history, bit for bit, under a
-    # Gaussian (None) and a categorical likelihood.
+    # Gaussian (None) and a categorical likelihood, and a categorical one whose rows are
+    # weighted (RowWeightedLikelihood: each row's term and its gradient times its weight).
     steps = native_steps
     g = torch.Generator().manual_seed(6)
     X = torch.randn(3, 300, 20, generator=g)
@@ -474,9 +480,12 @@ def test_the_native_step_trains_bit_for_bit_as_its_autograd_graph(
         y = torch.randn(3, 300, generator=g)
     else:
         y = torch.randint(0, n_classes, (3, 300), generator=g)
-    native, h_native = _native_step_run(True, X, y, 3, n_classes)
+    if weighted:
+        w = torch.rand(3, 300, generator=g) * 2 + 0.25
+        y = torch.stack([y.to(torch.float32), w / w.mean()], dim=-1)
+    native, h_native = _native_step_run(True, X, y, 3, n_classes, weighted)
     assert len(steps) == 15  # 3 epochs of 5 steps
-    graph, h_graph = _native_step_run(False, X, y, 3, n_classes)
+    graph, h_graph = _native_step_run(False, X, y, 3, n_classes, weighted)
     assert len(steps) == 15
     for name in ("mu", "rho", "alpha"):
         assert torch.equal(getattr(native, name), getattr(graph, name)), name
@@ -565,9 +574,17 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
     layers = model.layers()
     known = step_likelihood(GaussianLikelihood(1.0), 1)
     learned = step_likelihood(GaussianLikelihood(1.0, learn_noise=True), 1)
-    assert known == ("gaussian", 1.0) and learned is not None
+    assert known == ("gaussian", 1.0, False) and learned is not None
     assert isinstance(learned[1], torch.Tensor)
-    assert step_likelihood(CategoricalLikelihood(), 3) == ("categorical", None)
+    assert step_likelihood(CategoricalLikelihood(), 3) == ("categorical", None, False)
+    # A RowWeightedLikelihood of one of these is its base's, weighted; of another, none.
+    weighted = ("categorical", None, True)
+    assert step_likelihood(RowWeightedLikelihood(CategoricalLikelihood()), 3) == weighted
+    assert step_likelihood(RowWeightedLikelihood(GaussianLikelihood(1.0)), 1) == (
+        "gaussian",
+        1.0,
+        True,
+    )
     # Likelihoods the step does not know: one learned level per replicate, several
     # outputs, subclasses with their own log_prob.
 
@@ -585,7 +602,10 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
         step_likelihood(Heavier(1.0), 1) is None and step_likelihood(Heavier(1.0, True), 1) is None
     )
     assert step_likelihood(Tempered(), 3) is None
-    double = ("gaussian", learned[1].detach().double())
+    assert step_likelihood(RowWeightedLikelihood(Tempered()), 3) is None
+    twice = RowWeightedLikelihood(RowWeightedLikelihood(CategoricalLikelihood()))
+    assert step_likelihood(twice, 3) is None
+    double = ("gaussian", learned[1].detach().double(), False)
 
     def ok(spec: object = known, xx: torch.Tensor = x, yy: torch.Tensor = y) -> bool:
         return native_step_ok(model, layers, spec, xx, yy)  # type: ignore[arg-type]
@@ -593,8 +613,14 @@ def test_the_native_step_steps_aside_where_its_conditions_fail(one_thread: None)
     for mode in ("auto", "native"):
         with K.backend_scope(mode):
             assert ok() and ok(learned) and not ok(double)
-            # a categorical likelihood takes class indices (int64)
-            assert not ok(("categorical", None)) and ok(("categorical", None), yy=y.long())
+            # a categorical likelihood takes class indices (int64); weighted, (..., m, 2)
+            # float32 targets, each row's class and weight; weighted Gaussian rows: autograd
+            categorical = ("categorical", None, False)
+            assert not ok(categorical) and ok(categorical, yy=y.long())
+            stacked = torch.stack([y.long().float(), torch.ones_like(y)], dim=-1)
+            assert ok(weighted, yy=stacked) and not ok(weighted, yy=y.long())
+            assert not ok(weighted, yy=stacked.double())
+            assert not ok(("gaussian", 1.0, True), yy=torch.stack([y, y], dim=-1))
             assert not ok(xx=x.clone().requires_grad_()) and not ok(yy=y.double())
             assert not ok(xx=x.transpose(1, 2).contiguous().transpose(1, 2))
             with torch.no_grad():
@@ -774,11 +800,13 @@ def _local_step(
     p: int,
     m: int,
     seed: int,
+    weighted: bool = False,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
     """One local-sampler training step's ``(loss, nll, kl)`` and gradients (``mu``, ``rho``,
     ``alpha``, and a learned noise level's), of ``scale * loss``; through
     :class:`NativeLocalNegativeElbo` or (``graph_free`` False) through autograd; and how
-    many times the graph-free step ran."""
+    many times the graph-free step ran. ``weighted``: the rows weighted by a
+    :class:`~svbnn.objectives.RowWeightedLikelihood` (weights from 0.01 to 5)."""
     g = torch.Generator().manual_seed(seed)
     model = SpikeSlabMLP(p, hidden, 1, sampler="local", generator=g, log_prior_inclusion=-4.0)
     mu, rho, alpha = _parameters(model.mu.numel(), seed)
@@ -788,7 +816,11 @@ def _local_step(
         model.alpha.copy_(alpha)
     x = torch.randn(m, p, generator=g)
     y = torch.randn(m, generator=g) * 2
-    lik = GaussianLikelihood(0.6, learn_noise=learn)
+    lik: Any = GaussianLikelihood(0.6, learn_noise=learn)
+    if weighted:
+        w = 10 ** (torch.rand(m, generator=g) * 2.7 - 2)
+        y = torch.stack([y, w], dim=-1)
+        lik = RowWeightedLikelihood(lik)
     runs: list[int] = []
     real = fused.native_local_negative_elbo
     with pytest.MonkeyPatch.context() as mp, K.backend_scope(mode):
@@ -816,6 +848,7 @@ def _local_step(
     p=st.integers(1, 12),
     m=st.integers(1, 40),
     seed=st.integers(0, 2**16),
+    weighted=st.booleans(),
 )
 def test_the_local_samplers_graph_free_step_is_its_autograd_step(
     learn: bool,
@@ -826,17 +859,18 @@ def test_the_local_samplers_graph_free_step_is_its_autograd_step(
     p: int,
     m: int,
     seed: int,
+    weighted: bool,
 ) -> None:
     """NativeLocalNegativeElbo: the losses and the gradients of the autograd step (the same
-    native moments and layers, on the same draws), to float32 rounding. The output's
-    gradient is formed in another order (a few roundings per entry), and the loops sum
-    the same products."""
+    native moments and layers, on the same draws), to float32 rounding, the rows weighted
+    or not. The output's gradient is formed in another order (a few roundings per entry),
+    and the loops sum the same products."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         args = (learn, kl_weight, scale, mode)
-        free, g_free, runs = _local_step(*args, True, hidden, p, m, seed)
-        graph, g_graph, _ = _local_step(*args, False, hidden, p, m, seed)
+        free, g_free, runs = _local_step(*args, True, hidden, p, m, seed, weighted)
+        graph, g_graph, _ = _local_step(*args, False, hidden, p, m, seed, weighted)
     finally:
         torch.set_num_threads(n)
     assert runs == 1
@@ -871,11 +905,16 @@ def test_the_local_graph_free_step_steps_aside_where_its_conditions_fail(
     gumbel = SpikeSlabMLP(5, (9,), 1, generator=g)
     two = SpikeSlabMLP(5, (9,), 2, sampler="local", generator=g)
     replicated = SpikeSlabMLP(5, (9,), 1, sampler="local", n_replicates=2, generator=g)
-    double = ("gaussian", learned[1].detach().double())  # type: ignore[union-attr]
+    double = ("gaussian", learned[1].detach().double(), False)  # type: ignore[union-attr]
+    weighted = ("gaussian", learned[1], True)  # type: ignore[union-attr]
+    stacked = torch.stack([y, torch.ones_like(y)], dim=-1)
     for mode in ("auto", "native"):
         with K.backend_scope(mode):
             assert ok() and ok(spec=learned)
-            assert not ok(spec=double) and not ok(spec=("categorical", None))
+            # weighted rows: (m, 2) targets, each row's response and weight
+            assert ok(spec=weighted, yy=stacked) and not ok(spec=weighted)
+            assert not ok(spec=learned, yy=stacked)
+            assert not ok(spec=double) and not ok(spec=("categorical", None, False))
             assert not ok(tanh) and not ok(gumbel) and not ok(two)
             assert not ok(replicated, xx=x.expand(2, 16, 5), yy=y.expand(2, 16))
             assert not ok(xx=x.double()) and not ok(yy=y.double())

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from svbnn import SVBNNClassifier, SVBNNRegressor, training
 from svbnn._engine import native as _native
 from svbnn.nn import SpikeSlabMLP
-from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
+from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood, RowWeightedLikelihood
 from svbnn.training import History, train
 
 
@@ -48,12 +48,15 @@ def _run(
     learn_noise: bool = True,
     kernel_backend: str = "auto",
     classes: int = 0,
+    weighted: bool = False,
     **kwargs: Any,
 ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor], History, torch.Tensor, int]:
     """``train`` (under ``kernel_backend``) with the native epoch (``native``) or the step
     loop, of a local-sampler regression network, or with ``classes`` a Gumbel-sampler
-    classifier of that many classes: its parameters and noise level, Adam's state, the
-    history, the generator's state afterwards, and how many native epochs ran."""
+    classifier of that many classes (``weighted``: under a
+    :class:`~svbnn.objectives.RowWeightedLikelihood`, weights of mean 1): its parameters and
+    noise level, Adam's state, the history, the generator's state afterwards, and how many
+    native epochs ran."""
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(n, p, generator=g)
     lik: Any
@@ -66,6 +69,10 @@ def _run(
         model = SpikeSlabMLP(p, hidden, 1, sampler="local", generator=g, log_prior_inclusion=-3.0)
         y = X[:, 0] - 0.5 * X[:, -1] + 0.3 * torch.randn(n, generator=g)
         lik = GaussianLikelihood(0.7, learn_noise=learn_noise)
+    if weighted:
+        w = torch.rand(n, generator=g) * 3.0 + 0.1
+        y = torch.stack([y.to(torch.float32), w / w.mean()], dim=-1)
+        lik = RowWeightedLikelihood(lik)
     gen = torch.Generator().manual_seed(seed + 1)
     states: list[torch.Tensor] = []
     real_make = training.make_optimizer
@@ -136,6 +143,7 @@ def _both_ways_alike(**kw: Any) -> None:
     kl_warmup=st.sampled_from([0, 1, 7, 40]),
     kl_weight=st.sampled_from([1.0, 0.3]),
     mode=st.sampled_from(["auto", "native"]),
+    weighted=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_a_native_epoch_trains_bit_for_bit_as_the_step_loop(
@@ -148,6 +156,7 @@ def test_a_native_epoch_trains_bit_for_bit_as_the_step_loop(
     kl_warmup: int,
     kl_weight: float,
     mode: str,
+    weighted: bool,
     seed: int,
 ) -> None:
     """Every epoch after the first (whose first step sets up Adam's state) runs natively;
@@ -156,7 +165,8 @@ def test_a_native_epoch_trains_bit_for_bit_as_the_step_loop(
     and the draws were the same numbers). Both kinds: the local sampler's regression
     network (``classes`` 0) and the Gumbel sampler's classifier of 2-5 classes. Covers a
     last minibatch smaller than the rest, the KL warm-up ending inside an epoch, both
-    schedules and one or two hidden layers. (Under ``auto`` the classifier's native step
+    schedules, one or two hidden layers, and rows weighted by a
+    :class:`~svbnn.objectives.RowWeightedLikelihood`. (Under ``auto`` the classifier's native step
     takes narrow layers only: one of 50 hidden units would compile its one-graph step
     there, so it runs under ``native``.)"""
     if classes and max(hidden) > 16:
@@ -172,6 +182,7 @@ def test_a_native_epoch_trains_bit_for_bit_as_the_step_loop(
         kl_warmup=kl_warmup,
         kl_weight=kl_weight,
         kernel_backend=mode,
+        weighted=weighted,
     )
 
 
@@ -365,6 +376,7 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
             gens=[None, None],
             n_train=[6.0, 6.0],
             X=X,
+            w=None,
         )
         a.update(over)
         lib.local_gaussian_epochs(
@@ -378,6 +390,7 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
             1.0,
             a["X"],
             y,
+            a["w"],
             torch.Generator().manual_seed(0),
             a["n_epochs"],
             True,
@@ -394,6 +407,7 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
         )
 
     call()  # the well-formed call runs
+    call(w=torch.ones(6))  # and with the rows' weights
     bad: list[dict[str, Any]] = [
         dict(n_epochs=0),
         dict(n_epochs=2),  # two epochs, the schedules of one
@@ -403,6 +417,8 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
         dict(n_train=[6.0]),  # not one per step
         dict(X=X.double()),
         dict(params=[*params[:3], torch.zeros(2)]),
+        dict(w=torch.ones(5)),  # not one weight per row
+        dict(w=torch.ones(6, dtype=torch.float64)),
     ]
     for over in bad:
         with pytest.raises(RuntimeError):
@@ -413,7 +429,7 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
     moments = [torch.zeros(T3) for _ in three]
     args: list[Any] = [three, moments, moments, [torch.ones(()) for _ in three], lam, lam]
     args += [0.0, 1.0, 2.0, X]
-    rest = (None, 1, False, 3, [5, 3], True, None, [6.0, 6.0], [1.0, 1.0], [0.01, 0.01])
+    rest = (None, None, 1, False, 3, [5, 3], True, None, [6.0, 6.0], [1.0, 1.0], [0.01, 0.01])
     adam = (0.9, 0.999, 1e-8, 0.0)
     lib.gumbel_categorical_epochs(*args, torch.zeros(6, dtype=torch.long), *rest, *adam)
     for labels in (torch.full((6,), 3), torch.zeros(6)):  # out of range; not int64
@@ -421,40 +437,44 @@ def test_the_extension_refuses_an_epoch_it_cannot_run() -> None:
             lib.gumbel_categorical_epochs(*args, labels, *rest, *adam)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 def test_the_regressor_s_default_fit_runs_native_epochs(
-    one_thread: None, monkeypatch: pytest.MonkeyPatch
+    one_thread: None, monkeypatch: pytest.MonkeyPatch, weighted: bool
 ) -> None:
-    """The defaults take the native epoch (the speed of a whole fit rests on it), and the
-    fit is the step loop's bit for bit."""
+    """The defaults take the native epoch (the speed of a whole fit rests on it), with
+    ``sample_weight`` too, and the fit is the step loop's bit for bit."""
     rng = np.random.default_rng(0)
     X = rng.standard_normal((120, 6)).astype(np.float32)
     y = X[:, 0] - X[:, 1] + 0.3 * rng.standard_normal(120)
+    weights = {"sample_weight": rng.uniform(0.2, 3.0, 120)} if weighted else {}
     with pytest.MonkeyPatch.context() as mp:
         runs = _count_epochs(mp)
-        fast = SVBNNRegressor(random_state=0).fit(X, y)
+        fast = SVBNNRegressor(random_state=0).fit(X, y, **weights)
     assert len(runs) > 0
     monkeypatch.setattr(training, "_native_epochs", lambda *args: None)
-    slow = SVBNNRegressor(random_state=0).fit(X, y)
+    slow = SVBNNRegressor(random_state=0).fit(X, y, **weights)
     a, b = fast.module_.state_dict(), slow.module_.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert fast.noise_std_ == slow.noise_std_
     np.testing.assert_array_equal(fast.predict(X), slow.predict(X))
 
 
+@pytest.mark.parametrize("class_weight", [None, "balanced"])
 def test_the_classifier_s_default_fit_runs_native_epochs(
-    one_thread: None, monkeypatch: pytest.MonkeyPatch
+    one_thread: None, monkeypatch: pytest.MonkeyPatch, class_weight: str | None
 ) -> None:
     """The classifier's defaults (the Gumbel sampler, the native backend for its small
-    network) take the native epoch too, and the fit is the step loop's bit for bit."""
+    network) take the native epoch too, with ``class_weight`` as well, and the fit is the
+    step loop's bit for bit."""
     rng = np.random.default_rng(1)
     X = rng.standard_normal((150, 5)).astype(np.float32)
     y = (X[:, 0] + 0.5 * rng.standard_normal(150) > 0).astype(int) + (X[:, 1] > 1)
     with pytest.MonkeyPatch.context() as mp:
         runs = _count_epochs(mp)
-        fast = SVBNNClassifier(random_state=0).fit(X, y)
+        fast = SVBNNClassifier(random_state=0, class_weight=class_weight).fit(X, y)
     assert len(runs) > 0
     monkeypatch.setattr(training, "_native_epochs", lambda *args: None)
-    slow = SVBNNClassifier(random_state=0).fit(X, y)
+    slow = SVBNNClassifier(random_state=0, class_weight=class_weight).fit(X, y)
     a, b = fast.module_.state_dict(), slow.module_.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     np.testing.assert_array_equal(fast.predict_proba(X), slow.predict_proba(X))

@@ -54,6 +54,7 @@ from ._estimator_checks import (
 from ._linear_mean import LinearMean
 from .convergence import MIN_STEPS, ConvergenceMonitor, default_max_steps
 from .nn.base import ACTIVATIONS, set_generator
+from .objectives import RowWeightedLikelihood
 from .training import History, LikelihoodLike, LRSchedule, Optimizer, check_kl_weight, train
 
 logger = logging.getLogger("svbnn.estimators")  # the estimators' messages, one logger
@@ -622,7 +623,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             start(model, lik)
         fit_lik, fit_target = cast(LikelihoodLike, lik), target
         if weights is not None:
-            fit_lik = _RowWeighted(lik)
+            fit_lik = RowWeightedLikelihood(lik)
             w = self._tensor(weights, "sample_weight")
             if target.dim() > w.dim():  # replicated: (R, n) targets, (n,) weights
                 w = w.expand(target.shape)
@@ -851,28 +852,6 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 "can represent"
             )
         return out
-
-
-class _RowWeighted(nn.Module):
-    """A likelihood whose log density of row ``i`` is weighted by ``w_i``.
-
-    The targets carry the weights: ``target[..., 0]`` is the response (or the class code)
-    and ``target[..., 1]`` its weight, so that the minibatches (:func:`svbnn.training.train`)
-    draw each weight with its row. With weights of mean 1 the per-datum objective
-    ``-mean_i w_i log p(y_i | f(x_i)) + KL / n`` keeps the likelihood/KL balance of the
-    unweighted ELBO. The base likelihood is a submodule: its parameters (a learned noise
-    level) train with the network.
-    """
-
-    def __init__(self, base: nn.Module) -> None:
-        super().__init__()
-        self.base = base
-
-    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
-        """``w * base.log_prob(output, y)``, shape ``(..., m)``; ``target`` ``(..., m, 2)``."""
-        base = cast(LikelihoodLike, self.base)  # a likelihood module (nn.Module's attr type)
-        lp = base.log_prob(output, target[..., 0])
-        return target[..., 1] * lp
 
 
 def _row_weights(

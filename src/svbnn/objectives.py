@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,7 @@ __all__ = [
     "GaussianLikelihood",
     "Likelihood",
     "PoissonLikelihood",
+    "RowWeightedLikelihood",
     "fast_path_spec",
     "gaussian_nll",
     "log_softplus",
@@ -412,6 +413,36 @@ class CategoricalLikelihood(torch.nn.Module):
         flat = probs.reshape(-1, probs.shape[-1])
         draws = torch.multinomial(flat, 1, generator=generator)
         return draws.reshape(probs.shape[:-1])
+
+
+class RowWeightedLikelihood(torch.nn.Module):
+    """A likelihood whose log density of row ``i`` is weighted by ``w_i``.
+
+    The targets carry the weights: ``target[..., 0]`` is the response (or the class code)
+    and ``target[..., 1]`` its weight, so that minibatches (:func:`svbnn.training.train`)
+    draw each weight with its row. With weights of mean 1 the per-datum objective
+    ``-mean_i w_i log p(y_i | f(x_i)) + KL / n`` keeps the likelihood/KL balance of the
+    unweighted ELBO (the estimators' ``sample_weight`` and ``class_weight``). The base
+    likelihood is a submodule: its parameters (a learned noise level) train with the
+    network. The native training step and epochs compute this weighting for a
+    :class:`GaussianLikelihood` with a learned noise level under the local sampler and for a
+    :class:`CategoricalLikelihood` under the Gumbel sampler
+    (:mod:`svbnn._engine.native_step`); any other base trains on the autograd path.
+
+    Parameters
+    ----------
+    base : torch.nn.Module
+        The likelihood of each row (a :class:`Likelihood`).
+    """
+
+    def __init__(self, base: torch.nn.Module) -> None:
+        super().__init__()
+        self.base = base
+
+    def log_prob(self, output: Tensor, target: Tensor) -> Tensor:
+        """``w * base.log_prob(output, y)``, shape ``(..., m)``; ``target`` ``(..., m, 2)``."""
+        base = cast(Likelihood, self.base)  # a likelihood module (nn.Module's attr type)
+        return target[..., 1] * base.log_prob(output, target[..., 0])
 
 
 class PoissonLikelihood(torch.nn.Module):

@@ -61,6 +61,7 @@ from .native_step import (
     native_negative_elbo,
     native_step_ok,
     step_likelihood,
+    target_shape,
 )
 from .paths import (
     draw_ok,
@@ -556,7 +557,7 @@ def native_gumbel_step(
     if not (whole or backend() in (Backend.AUTO, Backend.NATIVE)) or not may_step(model):
         return None
     step = step_likelihood(likelihood, model.out_features)
-    if step is None or not (y.shape == x.shape[:-1] and draw_ok(model, layers)):
+    if step is None or not (y.shape == target_shape(x, step[2]) and draw_ok(model, layers)):
         return None  # a likelihood the native step lacks
     return step if native_step_ok(model, layers, step, x, y) else None
 

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from . import native as _native
 from .fused import _kl_key, native_gumbel_step
-from .native_step import native_local_step_ok, step_likelihood
+from .native_step import native_local_step_ok, split_targets, step_likelihood, target_shape
 
 if TYPE_CHECKING:
     from ..nn.spike_slab import SpikeSlabMLP
@@ -84,7 +84,9 @@ def native_epoch_kind(
     batch_size: int,
 ) -> str | None:
     """The kind of epoch :func:`native_epoch` runs for ``model`` on ``X`` ``(n, p)`` and
-    ``y`` ``(n,)`` in minibatches of ``batch_size`` rows, or ``None``: ``"local"`` where
+    ``y`` ``(n,)`` (under a :class:`~svbnn.objectives.RowWeightedLikelihood`, ``(n, 2)``:
+    each row's response and weight) in minibatches of ``batch_size`` rows, or ``None``:
+    ``"local"`` where
     every step would be :class:`~svbnn._engine.native_step.NativeLocalNegativeElbo` (the
     local sampler's training forward on flat storage under the ``auto`` or ``native``
     backend, :func:`~svbnn._engine.native_step.native_local_step_ok`) under a Gaussian
@@ -97,15 +99,17 @@ def native_epoch_kind(
     mu = model._parameters.get("mu")
     if mu is None or mu.dim() != 1 or not _native.available():
         return None
-    if not (X.dim() == 2 and y.dim() == 1 and X.is_contiguous() and y.is_contiguous()):
+    spec = step_likelihood(likelihood, model.out_features)
+    if spec is None or not (X.dim() == 2 and X.is_contiguous() and y.is_contiguous()):
+        return None
+    if y.shape != target_shape(X, spec[2]):
         return None
     layers = model.layers()
     if not layers:
         return None
     m = min(batch_size, X.shape[0])
-    spec = step_likelihood(likelihood, model.out_features)
     if layers[0]._local_step():
-        if spec is None or not isinstance(spec[1], Tensor):  # a learned noise level only
+        if not isinstance(spec[1], Tensor):  # a learned noise level only
             return None
         if not native_local_step_ok(model, layers, spec, X[:m], y[:m]):
             return None
@@ -161,7 +165,10 @@ def native_epochs(
     of ``batch_size`` rows; step ``i`` (counted over all the epochs) weighs the KL by
     ``kl_weight[i]`` (divided by ``n_train[i] = n / kl_weight[i]``) at learning rate
     ``lr[i]``. The parameters (and a learned noise level) and Adam's state are updated in
-    place, their ``.grad`` left at the last step's gradients. Returns each epoch's means
+    place, their ``.grad`` left at the last step's gradients. Under a
+    :class:`~svbnn.objectives.RowWeightedLikelihood` ``y`` is ``(n, 2)``, each row's
+    response and weight, and each step's log-likelihood is weighted by its rows' weights.
+    Returns each epoch's means
     over its steps of ``(loss, nll, kl / n)``, ``(E, 3)``, the last weighted as
     :func:`svbnn.training.negative_elbo` returns it, and with ``gates`` the mean ``phi``
     and the unresolved fraction after each epoch, ``(E, 2)``, as
@@ -190,17 +197,33 @@ def native_epochs(
     options = (beta1, beta2, group["eps"], group["weight_decay"])
     outs = [layer.out_features for layer in layers]
     run = (generator, int(n_epochs), bool(gates), batch_size, outs)
+    weighted = step_likelihood(likelihood, model.out_features)
+    assert weighted is not None  # native_epoch_kind named a kind
+    y, w = split_targets(y, weighted[2], classes=kind == "categorical")
+    y = y.contiguous()
+    w = None if w is None else w.contiguous()
     with torch.no_grad():  # as Adam's step: the parameters are leaves that need gradients
         if kind == "local":
             gens = [layer.generator for layer in layers]
             means, stats, *grads = lib.local_gaussian_epochs(
-                params, *adam, *prior, X, y, *run, gens, *steps, *options
+                params, *adam, *prior, X, y, w, *run, gens, *steps, *options
             )
         elif kind == "categorical":
             relu = model.activation == "relu"
             inv_tau = 1.0 / float(first.temperature)
             means, stats, *grads = lib.gumbel_categorical_epochs(
-                params, *adam, *prior, inv_tau, X, y, *run, relu, first.generator, *steps, *options
+                params,
+                *adam,
+                *prior,
+                inv_tau,
+                X,
+                y,
+                w,
+                *run,
+                relu,
+                first.generator,
+                *steps,
+                *options,
             )
         else:
             raise ValueError(f"no native epoch of kind {kind!r}")

@@ -38,7 +38,13 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..objectives import FastPath, GaussianLikelihood, fast_path_spec, gaussian_nll
+from ..objectives import (
+    FastPath,
+    GaussianLikelihood,
+    RowWeightedLikelihood,
+    fast_path_spec,
+    gaussian_nll,
+)
 from . import native as _native
 from .kernels import AUTO_MIN_NUMEL, Backend, backend
 from .paths import (
@@ -62,14 +68,19 @@ __all__ = [
     "native_local_step_ok",
     "native_negative_elbo",
     "native_step_ok",
+    "split_targets",
     "step_likelihood",
+    "target_shape",
 ]
 
 
-StepLoss = tuple[str, "float | Tensor | None"]
+StepLoss = tuple[str, "float | Tensor | None", bool]
 """What :class:`NativeNegativeElbo` needs of the likelihood (:func:`step_likelihood`):
-``("gaussian", var)`` for a known noise level, ``("gaussian", log_noise_std)`` for a learned
-one, ``("categorical", None)``."""
+``("gaussian", var, weighted)`` for a known noise level, ``("gaussian", log_noise_std,
+weighted)`` for a learned one, ``("categorical", None, weighted)``. ``weighted``: a
+:class:`~svbnn.objectives.RowWeightedLikelihood` of that likelihood, whose targets
+``(..., m, 2)`` carry each row's response and weight; the step's negative log-likelihood
+is ``-mean_i w_i log p(y_i | f(x_i))``, as its ``log_prob`` says."""
 
 
 def step_likelihood(likelihood: Any, out_features: int) -> StepLoss | None:
@@ -77,7 +88,12 @@ def step_likelihood(likelihood: Any, out_features: int) -> StepLoss | None:
     Gaussian of one output with a known noise level (its variance, a float) or one learned
     level (``log_noise_std``, a scalar parameter), or a categorical one; ``None`` for any
     other (another class, a subclass with its own ``log_prob``, a Gaussian of several
-    outputs or with a noise level per replicate)."""
+    outputs or with a noise level per replicate). A
+    :class:`~svbnn.objectives.RowWeightedLikelihood` (the class itself) of one of these is
+    its base's, weighted."""
+    if type(likelihood) is RowWeightedLikelihood:
+        base = step_likelihood(likelihood.base, out_features)
+        return None if base is None or base[2] else (base[0], base[1], True)
     if isinstance(likelihood, GaussianLikelihood) and likelihood.learn_noise:
         # (first: its fused_spec would compute the noise level only to say None)
         if (
@@ -85,15 +101,15 @@ def step_likelihood(likelihood: Any, out_features: int) -> StepLoss | None:
             and out_features == 1
             and likelihood.log_noise_std.dim() == 0
         ):
-            return ("gaussian", likelihood.log_noise_std)
+            return ("gaussian", likelihood.log_noise_std, False)
         return None
     spec = fast_path_spec(likelihood, out_features)
     if spec is None:
         return None
     if spec[0] is FastPath.GAUSSIAN:
-        return ("gaussian", spec[1])
+        return ("gaussian", spec[1], False)
     if spec[0] is FastPath.CATEGORICAL:
-        return ("categorical", None)
+        return ("categorical", None, False)
     return None  # a kind this step has no formula for
 
 
@@ -125,11 +141,15 @@ def native_step_ok(
     loops run whole (see :func:`may_step` and
     :func:`~svbnn._engine.paths.native_loops`), a training draw (Gumbel, gradients on),
     a likelihood it knows (``spec``, from :func:`step_likelihood`; a learned noise level
-    float32 on the CPU), and CPU data ``x`` ``(R, m, p)`` float32 and ``y`` ``(R, m)``
-    (float32 for a Gaussian, int64 class indices for a categorical likelihood; one
-    network: ``(m, p)`` and ``(m,)``), both contiguous, neither needing a gradient."""
-    kind, noise = spec
+    float32 on the CPU; weighted rows under a categorical likelihood only), and CPU data
+    ``x`` ``(R, m, p)`` float32 and ``y`` ``(R, m)`` (float32 for a Gaussian, int64 class
+    indices for a categorical likelihood; weighted, ``(R, m, 2)`` float32, each row's class
+    and weight; one network: ``(m, p)`` and ``(m,)`` or ``(m, 2)``), both contiguous,
+    neither needing a gradient."""
+    kind, noise, weighted = spec
     if kind not in ("gaussian", "categorical") or not may_step(model):
+        return False
+    if weighted and kind != "categorical":
         return False
     if isinstance(noise, Tensor) and not (
         noise.dtype == torch.float32 and noise.device.type == "cpu"
@@ -137,18 +157,35 @@ def native_step_ok(
         return False
     return (
         x.dtype == torch.float32
-        and y.dtype == (torch.float32 if kind == "gaussian" else torch.int64)
+        and y.dtype == (torch.float32 if kind == "gaussian" or weighted else torch.int64)
         and x.device.type == "cpu"
         and y.device.type == "cpu"
         and x.is_contiguous()
         and y.is_contiguous()
         and x.numel() > 0
         and not (x.requires_grad or y.requires_grad)
-        and y.shape == x.shape[:-1]
+        and y.shape == target_shape(x, weighted)
         and native_loops(model, layers, max_out=model.mu.numel() if _small_native(model) else None)
         and fused_kl_ok(layers)
         and flat_mlp_ok(model, x, layers)
     )
+
+
+def target_shape(x: Tensor, weighted: bool) -> tuple[int, ...]:
+    """The targets' shape a native step takes with inputs ``x`` ``(..., m, p)``:
+    ``(..., m)``, or weighted (each row's response and weight) ``(..., m, 2)``."""
+    rows = tuple(x.shape[:-1])
+    return (*rows, 2) if weighted else rows
+
+
+def split_targets(y: Tensor, weighted: bool, classes: bool) -> tuple[Tensor, Tensor | None]:
+    """The responses (``classes``: as int64 class indices) and the rows' weights of
+    targets ``y`` of :func:`target_shape`; unweighted, ``y`` and ``None``."""
+    if not weighted:
+        return y, None
+    # Contiguous, as the native epochs gather them: the same reductions, bit for bit.
+    response = y[..., 0].contiguous()
+    return (response.to(torch.int64) if classes else response), y[..., 1].contiguous()
 
 
 class _GraphFreeStep(torch.autograd.Function):
@@ -282,6 +319,7 @@ class NativeNegativeElbo(_GraphFreeStep):
         likelihood: Any,
         kind: str,
         noise: float | Tensor | None,
+        weighted: bool,
         shapes: tuple[tuple[int, int], ...],
         activation: str,
         consts: tuple[float, float, float],
@@ -290,17 +328,20 @@ class NativeNegativeElbo(_GraphFreeStep):
         theta, kl, *factors = _native.fused_forward(
             mu, rho, alpha, seed, log_lam, log_1mlam, *consts
         )
+        y, w = split_targets(y, weighted, classes=kind == "categorical")
         # The gradient of the mean over the m rows, as autograd forms it: a float32 -1 / m.
-        g_mean = float(y.new_full((), -1.0, dtype=torch.float32) / y.shape[-1])
+        g_mean = float(x.new_full((), -1.0, dtype=torch.float32) / y.shape[-1])
         rows = theta.view(-1, theta.shape[-1])  # one network: one replicate
         x, y = x.view(-1, *x.shape[-2:]), y.view(-1, y.shape[-1])
+        w = None if w is None else w.view(y.shape)
         grad = torch.empty_like(rows)
         learned = None
         if kind == "categorical":
-            nll = _categorical_step(rows, x, y, shapes, activation, g_mean, grad)
+            nll = _categorical_step(rows, x, y, shapes, activation, g_mean, grad, w)
         elif kind != "gaussian":  # the closed set of StepLoss kinds
             raise ValueError(f"the native step has no formula for the likelihood kind {kind!r}")
         else:
+            assert w is None  # native_step_ok: weighted rows under a categorical likelihood
             # A learned noise level: its current variance, as the likelihood computes it.
             learned = noise.detach().exp() ** 2 if isinstance(noise, Tensor) else None
             if learned is not None:
@@ -340,17 +381,24 @@ def _categorical_step(
     activation: str,
     g_mean: float,
     grad: Tensor,
+    w: Tensor | None = None,
 ) -> Tensor:
     """The layers forward and back under a categorical likelihood: the weight gradient of
     the mean negative log-likelihood into ``grad``; returns that nll per replicate ``(R,)``.
     The output's gradient is formed as autograd forms it: the mean's ``g_mean`` at each
-    row's class, then log_softmax's backward."""
+    row's class (times its weight ``w`` ``(R, m)``, when given), then log_softmax's
+    backward."""
     hs, out = _native.narrow_mlp_forward(rows, x, shapes, activation)
     log_p = torch.log_softmax(out.transpose(1, 2), dim=-1)  # (R, m, C)
     target = y.unsqueeze(-1)
-    # As CategoricalLikelihood.log_prob, its mean negated.
-    nll = log_p.gather(-1, target).squeeze(-1).mean(dim=-1).neg()
-    g = torch.zeros_like(log_p).scatter_(-1, target, g_mean)
+    # As CategoricalLikelihood.log_prob (RowWeightedLikelihood's: times w), its mean negated.
+    log_lik = log_p.gather(-1, target).squeeze(-1)
+    if w is None:
+        nll = log_lik.mean(dim=-1).neg()
+        g = torch.zeros_like(log_p).scatter_(-1, target, g_mean)
+    else:
+        nll = (w * log_lik).mean(dim=-1).neg()
+        g = torch.zeros_like(log_p).scatter_(-1, target, (w * g_mean).unsqueeze(-1))
     # log_softmax's backward as autograd runs it (its exp is not torch.exp's, bit for bit)
     g = torch.ops.aten._log_softmax_backward_data(g, log_p, -1, log_p.dtype)
     _native.narrow_mlp_backward(rows, hs, g.transpose(1, 2), shapes, activation, grad)
@@ -404,8 +452,9 @@ def native_local_step_ok(
     KL and whose layers the native loops compute under this backend (where the autograd
     step would take them from the loops too), a Gaussian likelihood of one output
     (``spec``; a learned noise level float32 on the CPU), and CPU data ``x`` ``(m, p)`` and
-    ``y`` ``(m,)``, float32, contiguous, neither needing a gradient."""
-    kind, noise = spec
+    ``y`` ``(m,)`` (weighted: ``(m, 2)``, each row's response and weight), float32,
+    contiguous, neither needing a gradient."""
+    kind, noise, weighted = spec
     mode = backend()
     if kind != "gaussian" or mode not in (Backend.AUTO, Backend.NATIVE):
         return False
@@ -419,7 +468,7 @@ def native_local_step_ok(
         torch.is_grad_enabled()
         and model.out_features == 1
         and x.dim() == 2
-        and y.shape == x.shape[:-1]
+        and y.shape == target_shape(x, weighted)
         and x.dtype == torch.float32
         and y.dtype == torch.float32
         and y.device.type == "cpu"
@@ -472,6 +521,7 @@ class NativeLocalNegativeElbo(_GraphFreeStep):
         likelihood: Any,
         kind: str,
         noise: float | Tensor | None,
+        weighted: bool,
         outs: tuple[int, ...],
         generators: tuple[torch.Generator | None, ...],
         log_sigma0: float,
@@ -489,25 +539,32 @@ class NativeLocalNegativeElbo(_GraphFreeStep):
             for n_out, gen in zip(outs, generators, strict=True)
         ]
         out, hidden = _native.local_mlp_forward(mean, var, x, list(outs), draws)
-        r = y - out.view(y.shape)
+        response, w = split_targets(y, weighted, classes=False)
+        r = response - out.view(response.shape)
+        # Weighted: the residuals' gradient is w r, the noise level's mean(w) - q.
+        wr = r if w is None else w * r
         learned = noise.detach().exp() ** 2 if isinstance(noise, Tensor) else None
         if learned is None:
             assert isinstance(noise, float)  # a known variance (StepLoss)
             # As the autograd step: the likelihood's log density, its mean negated.
             nll = likelihood.log_prob(out, y).mean(dim=-1).neg()
-            g_out = r * (-1.0 / (m * noise))
+            g_out = wr * (-1.0 / (m * noise))
         else:
-            mse = (r * r).mean()
+            mse = (wr * r).mean()
             q = mse / learned
-            nll = gaussian_nll(mse, learned)
-            g_out = r / learned * (-1.0 / m)
+            nll = (
+                gaussian_nll(mse, learned)
+                if w is None
+                else (w * gaussian_nll(r * r, learned)).mean()
+            )
+            g_out = wr / learned * (-1.0 / m)
         # The layers' backward writes the moments' gradients; draws now hold its factors.
         g_mean, g_var, _ = _native.local_mlp_backward(
             mean, var, x, list(outs), list(hidden), draws, g_out.view(m, 1), False
         )
         g_kl = kl.new_full(kl.shape, 1.0 / n_train)
         grads = _native.local_moments_kl_backward(g_mean, g_var, g_kl, saved)
-        one_minus_q = None if learned is None else 1.0 - q
+        one_minus_q = None if learned is None else (1.0 if w is None else w.mean()) - q
         return _GraphFreeStep.finish(
             ctx, nll, kl, n_train, grads, one_minus_q, 9, (mu, rho, alpha, noise)
         )

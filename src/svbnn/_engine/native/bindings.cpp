@@ -440,18 +440,30 @@ int64_t check_epochs(const std::vector<Tensor>& params, const std::vector<Tensor
     return n_steps;
 }
 
+// The rows' weights of a weighted likelihood, or none: (n,) float32 on the CPU, contiguous.
+void check_row_weights(const std::optional<Tensor>& w, const Tensor& X) {
+    if (!w.has_value()) return;
+    check_floats(*w, "w");
+    TORCH_CHECK(w->dim() == 1 && w->size(0) == X.size(0) && w->is_contiguous(),
+                "w: the n rows' weights (n,), contiguous, expected, got ", w->sizes());
+}
+
+const Tensor* weights(const std::optional<Tensor>& w) { return w.has_value() ? &*w : nullptr; }
+
 // svbnn._engine.native_epoch's epochs of the local sampler's network (epochs.cpp): params mu,
-// rho, alpha (T,) and log_noise_std (), Adam's state of each, X (n, p) and y (n,) float32, the
-// generator of each epoch's order of the rows (the minibatches'), one generator per layer
-// (None: torch's default), and per step of the n_epochs epochs the KL's divisor n / w, its
-// weight w and the learning rate; gates: also the gate statistics after each epoch. Returns
-// svbnn::run_epochs' means (E, 3) and statistics (E, 2), then the last step's gradients.
+// rho, alpha (T,) and log_noise_std (), Adam's state of each, X (n, p) and y (n,) float32,
+// row_w the rows' weights (n,) of a weighted likelihood or None, the generator of each
+// epoch's order of the rows (the minibatches'), one generator per layer (None: torch's
+// default), and per step of the n_epochs epochs the KL's divisor n / w, its weight w and the
+// learning rate; gates: also the gate statistics after each epoch. Returns svbnn::run_epochs'
+// means (E, 3) and statistics (E, 2), then the last step's gradients.
 std::vector<Tensor> local_gaussian_epochs(
     const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
     const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
     const Tensor& log_lam, const Tensor& log_1mlam, double log_sigma0, double prec0,
-    const Tensor& X, const Tensor& y, const std::optional<at::Generator>& perm_gen,
-    int64_t n_epochs, bool gates, int64_t batch_size, const std::vector<int64_t>& outs,
+    const Tensor& X, const Tensor& y, const std::optional<Tensor>& row_w,
+    const std::optional<at::Generator>& perm_gen, int64_t n_epochs, bool gates,
+    int64_t batch_size, const std::vector<int64_t>& outs,
     const std::vector<std::optional<at::Generator>>& gens, const std::vector<double>& n_train,
     const std::vector<double>& kl_weight, const std::vector<double>& lr, double beta1,
     double beta2, double eps, double weight_decay) {
@@ -461,6 +473,7 @@ std::vector<Tensor> local_gaussian_epochs(
                 "params: mu, rho, alpha and one log_noise_std expected");
     check_floats(y, "y");
     TORCH_CHECK(y.dim() == 1 && y.size(0) == X.size(0), "y: (n,) expected, got ", y.sizes());
+    check_row_weights(row_w, X);
     TORCH_CHECK(outs.back() == 1 && gens.size() == outs.size(),
                 "outs, gens: one per layer, the last of one output, expected");
     const svbnn::Prior prior{as_float(log_lam), as_float(log_1mlam), log_sigma0, prec0};
@@ -469,22 +482,24 @@ std::vector<Tensor> local_gaussian_epochs(
     return svbnn::run_epochs(
         n_epochs, X.size(0), k, params[2], gates, perm_gen, {n_train, kl_weight, lr},
         [&](const Tensor& order, const svbnn::Schedule& schedule) {
-            return svbnn::local_gaussian_epoch(params, adam, prior, {X, y, order, batch_size},
-                                               outs, gens, schedule);
+            return svbnn::local_gaussian_epoch(params, adam, prior,
+                                               {X, y, order, batch_size, weights(row_w)}, outs,
+                                               gens, schedule);
         });
 }
 
 // svbnn._engine.native_epoch's epochs of the Gumbel sampler's network under a categorical
 // likelihood (epochs.cpp): params mu, rho, alpha (T,), Adam's state of each, X (n, p) float32,
-// y (n,) the class indices (int64, each below outs[-1]), the draw's 1 / tau (2 or 1), ReLU or
-// no hidden activation, the generator of the orders and of the draws' seeds (None: torch's
-// default), and per step as above. Returns as local_gaussian_epochs.
+// y (n,) the class indices (int64, each below outs[-1]), row_w as above, the draw's 1 / tau
+// (2 or 1), ReLU or no hidden activation, the generator of the orders and of the draws' seeds
+// (None: torch's default), and per step as above. Returns as local_gaussian_epochs.
 std::vector<Tensor> gumbel_categorical_epochs(
     const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
     const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& steps,
     const Tensor& log_lam, const Tensor& log_1mlam, double log_sigma0, double prec0,
-    double inv_tau, const Tensor& X, const Tensor& y, const std::optional<at::Generator>& perm_gen,
-    int64_t n_epochs, bool gates, int64_t batch_size, const std::vector<int64_t>& outs, bool relu,
+    double inv_tau, const Tensor& X, const Tensor& y, const std::optional<Tensor>& row_w,
+    const std::optional<at::Generator>& perm_gen, int64_t n_epochs, bool gates,
+    int64_t batch_size, const std::vector<int64_t>& outs, bool relu,
     const std::optional<at::Generator>& gen, const std::vector<double>& n_train,
     const std::vector<double>& kl_weight, const std::vector<double>& lr, double beta1,
     double beta2, double eps, double weight_decay) {
@@ -495,6 +510,7 @@ std::vector<Tensor> gumbel_categorical_epochs(
     TORCH_CHECK(y.device().is_cpu() && y.scalar_type() == at::kLong && y.dim() == 1 &&
                     y.size(0) == X.size(0) && y.is_contiguous(),
                 "y: the n rows' classes (int64) expected");
+    check_row_weights(row_w, X);
     const int64_t* classes = y.const_data_ptr<int64_t>();
     for (int64_t i = 0; i < y.size(0); ++i)
         TORCH_CHECK(0 <= classes[i] && classes[i] < outs.back(), "y: class ", classes[i],
@@ -506,8 +522,8 @@ std::vector<Tensor> gumbel_categorical_epochs(
         n_epochs, X.size(0), k, params[2], gates, perm_gen, {n_train, kl_weight, lr},
         [&](const Tensor& order, const svbnn::Schedule& schedule) {
             return svbnn::gumbel_categorical_epoch(params, adam, prior, inv_tau,
-                                                   {X, y, order, batch_size}, outs, relu, gen,
-                                                   schedule);
+                                                   {X, y, order, batch_size, weights(row_w)}, outs,
+                                                   relu, gen, schedule);
         });
 }
 

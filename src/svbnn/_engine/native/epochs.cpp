@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <tuple>
 #include <utility>
 
 #include "loops.h"
@@ -86,11 +87,18 @@ int64_t n_batches(const Batches& data) {
     return (data.X.size(0) + data.batch_size - 1) / data.batch_size;
 }
 
-// Step b's minibatch (x, y): its rows of the order, gathered from X and y.
-std::pair<Tensor, Tensor> minibatch(const Batches& data, int64_t b) {
+// Step b's minibatch (x, y, w): its rows of the order, gathered from X, y and the weights (an
+// undefined w where the rows are not weighted).
+std::tuple<Tensor, Tensor, Tensor> minibatch(const Batches& data, int64_t b) {
     const Tensor rows = data.order.slice(0, b * data.batch_size,
                                          std::min((b + 1) * data.batch_size, data.X.size(0)));
-    return {at::index_select(data.X, 0, rows), at::index_select(data.y, 0, rows)};
+    return {at::index_select(data.X, 0, rows), at::index_select(data.y, 0, rows),
+            data.w == nullptr ? Tensor() : at::index_select(*data.w, 0, rows)};
+}
+
+// svbnn.objectives.gaussian_nll(sq, var) = (log(2 pi var) + sq / var) / 2, its operations.
+Tensor gaussian_nll(const Tensor& sq, const Tensor& var) {
+    return at::mul(at::add(at::log(at::mul(var, 2 * std::numbers::pi)), at::div(sq, var)), 0.5);
 }
 
 }  // namespace
@@ -115,7 +123,7 @@ std::vector<Tensor> local_gaussian_epoch(const std::vector<Tensor>& params, cons
     Sums sums(opts);
     std::vector<Tensor> grads;
     for (int64_t b = 0; b < n_batches(data); ++b) {
-        const auto [xb, yb] = minibatch(data, b);
+        const auto [xb, yb, wb] = minibatch(data, b);
         const int64_t m = xb.size(0);
         // NativeLocalNegativeElbo.forward: the moments and KL, the draws, the layers
         Tensor kl = at::empty({}, opts);
@@ -139,15 +147,17 @@ std::vector<Tensor> local_gaussian_epoch(const std::vector<Tensor>& params, cons
         svbnn_local_mlp_forward(xb.const_data_ptr<float>(), m, p, mean.const_data_ptr<float>(),
                                 var.const_data_ptr<float>(), n_layers, outs.data(), 1,
                                 eps_ptrs.data(), h_ptrs.data(), h_ptrs.back());
-        // The learned noise level's likelihood: svbnn.objectives.gaussian_nll(mse, var) =
-        // 0.5 * (log(2 pi var) + mse / var), and the output's gradient -(y - out) / (m var).
+        // The learned noise level's likelihood, gaussian_nll(mse, var), and the output's
+        // gradient -(y - out) / (m var); weighted rows: mean(w gaussian_nll(r^2, var)) and
+        // -w (y - out) / (m var), the noise level's gradient mean(w) - q.
         const Tensor r = at::sub(yb, hs.back().view(yb.sizes()));
+        const Tensor wr = wb.defined() ? at::mul(wb, r) : r;
         const Tensor learned = at::pow(at::exp(log_noise_std), 2);
-        const Tensor mse = at::mul(r, r).mean();
+        const Tensor mse = at::mul(wr, r).mean();
         const Tensor q = at::div(mse, learned);
-        const Tensor nll = at::mul(
-            at::add(at::log(at::mul(learned, 2 * std::numbers::pi)), at::div(mse, learned)), 0.5);
-        const Tensor g_out = at::mul(at::div(r, learned), -1.0 / static_cast<double>(m));
+        const Tensor nll = wb.defined() ? at::mul(wb, gaussian_nll(at::mul(r, r), learned)).mean()
+                                        : gaussian_nll(mse, learned);
+        const Tensor g_out = at::mul(at::div(wr, learned), -1.0 / static_cast<double>(m));
         std::vector<const float*> hidden(h_ptrs.begin(), h_ptrs.end() - 1);
         std::vector<const float*> half_eps(eps_ptrs.begin(), eps_ptrs.end());
         svbnn_local_mlp_backward(xb.const_data_ptr<float>(), m, p, mean.const_data_ptr<float>(),
@@ -168,7 +178,8 @@ std::vector<Tensor> local_gaussian_epoch(const std::vector<Tensor>& params, cons
             g_mu.mutable_data_ptr<float>(), g_rho.mutable_data_ptr<float>(),
             g_alpha.mutable_data_ptr<float>(), T);
         // backward_without_graph's gradients (the noise level's 1 - q, summed), Adam
-        grads = {g_mu, g_rho, g_alpha, at::sum(at::rsub(q, 1.0))};
+        grads = {g_mu, g_rho, g_alpha,
+                 at::sum(wb.defined() ? at::sub(wb.mean(), q) : at::rsub(q, 1.0))};
         adam_step(params, grads, adam, schedule.lr[b]);
         sums.add(nll, kl, schedule.n_train[b], schedule.kl_weight[b]);
     }
@@ -189,7 +200,7 @@ std::vector<Tensor> gumbel_categorical_epoch(const std::vector<Tensor>& params, 
     Sums sums(opts);
     std::vector<Tensor> grads;
     for (int64_t b = 0; b < n_batches(data); ++b) {
-        const auto [xb, yb] = minibatch(data, b);
+        const auto [xb, yb, wb] = minibatch(data, b);
         const int64_t m = xb.size(0);
         // FusedEngine's counter seed, then NativeNegativeElbo.forward: the draw and KL
         const Tensor seed = at::randint(-(int64_t{1} << 31), (int64_t{1} << 31) - 1, {2}, gen,
@@ -224,8 +235,16 @@ std::vector<Tensor> gumbel_categorical_epoch(const std::vector<Tensor>& params, 
         const Tensor log_p = at::log_softmax(out.transpose(1, 2), -1);  // (1, m, C)
         const Tensor target = yb.view({1, m}).unsqueeze(-1);
         const int64_t last[] = {-1};  // (an IntArrayRef: a braced {-1} could be a dtype)
-        const Tensor nll = at::gather(log_p, -1, target).squeeze(-1).mean(last).neg();
-        Tensor g = at::zeros_like(log_p).scatter_(-1, target, g_mean);
+        const Tensor log_lik = at::gather(log_p, -1, target).squeeze(-1);
+        Tensor nll, g;
+        if (wb.defined()) {  // each row's term and its gradient times the row's weight
+            const Tensor w = wb.view({1, m});
+            nll = at::mul(w, log_lik).mean(last).neg();
+            g = at::zeros_like(log_p).scatter_(-1, target, at::mul(w, g_mean).unsqueeze(-1));
+        } else {
+            nll = log_lik.mean(last).neg();
+            g = at::zeros_like(log_p).scatter_(-1, target, g_mean);
+        }
         g = at::_log_softmax_backward_data(g, log_p, -1, log_p.scalar_type());
         const Tensor g_out = g.transpose(1, 2).contiguous();
         Tensor grad = at::empty({1, T}, opts);

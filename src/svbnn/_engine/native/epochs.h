@@ -27,12 +27,15 @@ struct Schedule {
     const std::vector<double>& lr;
 };
 
-// The minibatches: X (n, p), y (n,), the rows in order (int64), batch_size rows a step.
+// The minibatches: X (n, p), y (n,), the rows in order (int64), batch_size rows a step; w the
+// rows' weights (n,) of a weighted likelihood (svbnn.objectives.RowWeightedLikelihood), or
+// nullptr.
 struct Batches {
     const at::Tensor& X;
     const at::Tensor& y;
     const at::Tensor& order;
     int64_t batch_size;
+    const at::Tensor* w;
 };
 
 // The slab prior and the inclusion prior of the KL.
