@@ -472,3 +472,26 @@ def test_temperature_draws_are_predict_probas() -> None:
     assert all(
         log_loss(tempered(logits, T), y) <= log_loss(tempered(logits, t), y) + 1e-12 for t in grid
     )
+
+
+def test_weighted_fits_times_its_three_arms(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import weighted_fits as wf
+
+    wf.main(["--repeats", "1", "--max-iter", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| data")]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| diabetes",
+        "| breast cancer",
+        "| 3 classes, 70/20/10",
+    ]
+    for r in rows:
+        cells = r.strip("|").split(" | ")
+        assert all(float(c) > 0 for c in cells[2:5])  # the three arms' times
+        assert all(1 <= int(e) <= 2 for e in cells[7].split(" / "))  # within the budget
+    # The regressor's rows are weighted by sample_weight, the classifiers' by class.
+    tables = wf.tables()
+    assert tables["diabetes"][4] is not None and tables["breast cancer"][4] is None
+    with pytest.raises(SystemExit) as bad:
+        wf.main(["--repeats", "0"])
+    assert bad.value.code == 2
