@@ -298,11 +298,12 @@ class NativeNegativeElbo(_GraphFreeStep):
 
     Notes
     -----
-    Shapes: ``mu``, ``rho``, ``alpha`` ``(R, T)``; ``x`` ``(R, m, p)``; ``y`` ``(R, m)``;
-    one network: ``(T,)``, ``(m, p)``, ``(m,)`` and scalar losses (run as one replicate).
-    ``consts``: ``(log_sigma0, 1 / sigma_0^2, 1 / tau)`` as :class:`FusedGumbelKL` passes
-    them to the kernel; ``n_train``: the KL's divisor; ``kind, noise``: the likelihood's
-    :data:`StepLoss` (a learned ``log_noise_std`` gets its gradient).
+    Shapes: ``mu``, ``rho``, ``alpha`` ``(R, T)``; ``x`` ``(R, m, p)``; ``y`` ``(R, m)``
+    (weighted: ``(R, m, 2)``); one network: ``(T,)``, ``(m, p)``, ``(m,)`` (``(m, 2)``) and
+    scalar losses (run as one replicate). ``consts``: ``(log_sigma0, 1 / sigma_0^2, 1 /
+    tau)`` as :class:`FusedGumbelKL` passes them to the kernel; ``n_train``: the KL's
+    divisor; ``kind, noise, weighted``: the likelihood's :data:`StepLoss` (a learned
+    ``log_noise_std`` gets its gradient).
     """
 
     @staticmethod
@@ -502,9 +503,11 @@ class NativeLocalNegativeElbo(_GraphFreeStep):
 
     Notes
     -----
-    Shapes: ``mu``, ``rho``, ``alpha`` ``(T,)``; ``x`` ``(m, p)``; ``y`` ``(m,)``; scalar
-    losses. ``outs``: each layer's output width; ``generators``: each layer's generator;
-    ``log_sigma0``: the slab's log sd; ``n_train``: the KL's divisor; ``kind, noise``: the
+    Shapes: ``mu``, ``rho``, ``alpha`` ``(T,)``; ``x`` ``(m, p)``; ``y`` ``(m,)`` (weighted:
+    ``(m, 2)``, each row's response and weight: the residual's gradient and the noise
+    level's ``1 - q`` become ``w r`` and ``mean(w) - q``); scalar losses. ``outs``: each
+    layer's output width; ``generators``: each layer's generator; ``log_sigma0``: the
+    slab's log sd; ``n_train``: the KL's divisor; ``kind, noise, weighted``: the
     likelihood's :data:`StepLoss`.
     """
 
