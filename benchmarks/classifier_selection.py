@@ -1,4 +1,4 @@
-"""The classifier's selecting fit against one fit, on generated problems of 300 to 1,500 rows.
+"""The classifier's selecting fit against one fit, on generated problems of 300 to 2,250 rows.
 
 Run ``python -m benchmarks.classifier_selection --out DIR [--problems K ...]
 [--arm NAME=JSON ...]`` (one thread); ``--report-only`` rewrites ``report.md`` from the
@@ -12,8 +12,8 @@ and was more accurate on both, but on tables of 127 rows it pruned real inputs. 
 tables say little about where such a rule should start; these problems are many, of
 known informative inputs, and outside that benchmark.
 
-What: ``PROBLEMS``, 48 ``make_classification`` problems: 300, 500, 900 or 1,500 training
-rows; 2, 3 or 5 classes; ``class_sep`` 0.7, 1.0 or 1.5; the binary ones also with classes
+What: ``PROBLEMS``, 60 ``make_classification`` problems: 300, 500, 900, 1,500 or 2,250
+training rows; 2, 3 or 5 classes; ``class_sep`` 0.7, 1.0 or 1.5; the binary ones also with classes
 85/15; 10 features of which the first 5 informative (``shuffle=False``, the rows then
 permuted), ``n_clusters_per_class=1``, scikit-learn's default 1% flipped labels, 10 added
 N(0, 1) columns: 5 informative inputs and 15 noise ones. 2,000 test rows each; seed
@@ -67,7 +67,7 @@ TEST_ROWS = 2000
 PROBLEMS = [  # (training rows, classes, class_sep, majority share or None) of problem k
     (n, c, sep, w)
     for n, c, sep, w in itertools.product(
-        (300, 500, 900, 1500), (2, 3, 5), (0.7, 1.0, 1.5), (None, 0.85)
+        (300, 500, 900, 1500, 2250), (2, 3, 5), (0.7, 1.0, 1.5), (None, 0.85)
     )
     if w is None or c == 2
 ]

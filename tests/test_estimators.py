@@ -661,10 +661,8 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     [
         (499, 0.2, [None]),
         (500, 0.2, [0.35, 0.2]),
-        (1600, 0.2, [0.35, 0.2]),
-        (1601, 0.2, [None]),
-        (3000, 0.2, [None]),
-        (3001, 0.2, [0.35, 0.2]),
+        (1601, 0.2, [0.35, 0.2]),  # unlike the regressor's refit, from 1,600 to 3,000 too
+        (3000, 0.2, [0.35, 0.2]),
         (500, 0.1, [0.35, 0.1]),
         (500, 0.35, [None]),  # kl_weight not below the selecting weight: one fit
     ],
@@ -673,8 +671,8 @@ def test_classifier_selects_at_0_35_and_refits_at_kl_weight_by_default(
     monkeypatch: pytest.MonkeyPatch, n: int, kl_weight: float, weights: list[object]
 ) -> None:
     """The classifier's refit_kl_weight="auto" (its default): on tables of at least
-    CLASSIFIER_SELECT_ROWS rows, in the regressor's refit's size bands, a first fit at
-    SELECT_KL_WEIGHT selects and the refit at kl_weight predicts; one fit otherwise."""
+    CLASSIFIER_SELECT_ROWS rows a first fit at SELECT_KL_WEIGHT selects and the refit at
+    kl_weight predicts; one fit otherwise."""
     from svbnn import estimators as E
 
     assert E.CLASSIFIER_SELECT_ROWS == 500 and E.SELECT_KL_WEIGHT == 0.35
