@@ -86,10 +86,10 @@ def native_epoch_kind(
     """The kind of epoch :func:`native_epoch` runs for ``model`` on ``X`` ``(n, p)`` and
     ``y`` ``(n,)`` (under a :class:`~svbnn.objectives.RowWeightedLikelihood`, ``(n, 2)``:
     each row's response and weight) in minibatches of ``batch_size`` rows, or ``None``:
-    ``"local"`` where
-    every step would be :class:`~svbnn._engine.native_step.NativeLocalNegativeElbo` (the
-    local sampler's training forward on flat storage under the ``auto`` or ``native``
-    backend, :func:`~svbnn._engine.native_step.native_local_step_ok`) under a Gaussian
+    ``"local"`` where every step would be
+    :class:`~svbnn._engine.native_step.NativeLocalNegativeElbo` (the local sampler's
+    training forward on flat storage under the ``auto`` or ``native`` backend,
+    :func:`~svbnn._engine.native_step.native_local_step_ok`) under a Gaussian
     likelihood of one output with a learned noise level (``GaussianLikelihood(
     learn_noise=True)``); ``"categorical"`` where every step would be
     :class:`~svbnn._engine.native_step.NativeNegativeElbo` of one network
@@ -168,10 +168,9 @@ def native_epochs(
     place, their ``.grad`` left at the last step's gradients. Under a
     :class:`~svbnn.objectives.RowWeightedLikelihood` ``y`` is ``(n, 2)``, each row's
     response and weight, and each step's log-likelihood is weighted by its rows' weights.
-    Returns each epoch's means
-    over its steps of ``(loss, nll, kl / n)``, ``(E, 3)``, the last weighted as
-    :func:`svbnn.training.negative_elbo` returns it, and with ``gates`` the mean ``phi``
-    and the unresolved fraction after each epoch, ``(E, 2)``, as
+    Returns each epoch's means over its steps of ``(loss, nll, kl / n)``, ``(E, 3)``, the
+    last weighted as :func:`svbnn.training.negative_elbo` returns it, and with ``gates``
+    the mean ``phi`` and the unresolved fraction after each epoch, ``(E, 2)``, as
     :func:`svbnn.selection.gate_statistics` computes them (else ``None``). ``E`` is
     ``n_epochs``, or fewer where an epoch's mean loss is not finite (the epochs stop after
     it)."""
@@ -197,11 +196,9 @@ def native_epochs(
     options = (beta1, beta2, group["eps"], group["weight_decay"])
     outs = [layer.out_features for layer in layers]
     run = (generator, int(n_epochs), bool(gates), batch_size, outs)
-    weighted = step_likelihood(likelihood, model.out_features)
-    assert weighted is not None  # native_epoch_kind named a kind
-    y, w = split_targets(y, weighted[2], classes=kind == "categorical")
-    y = y.contiguous()
-    w = None if w is None else w.contiguous()
+    spec = step_likelihood(likelihood, model.out_features)
+    assert spec is not None  # native_epoch_kind named a kind
+    y, w = split_targets(y, spec[2], classes=kind == "categorical")  # contiguous, as checked
     with torch.no_grad():  # as Adam's step: the parameters are leaves that need gradients
         if kind == "local":
             gens = [layer.generator for layer in layers]
