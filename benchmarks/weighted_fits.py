@@ -10,18 +10,20 @@ three fits, alternating so that machine noise hits them alike: the estimator's d
 unweighted, weighted (the ``auto`` backend: the native loops), and weighted on the eager
 kernels (``kernel_backend="eager"``, the path a weighted fit took before the native loops
 took weights); one warm-up round first (it builds the native loops once per machine).
-Printed: a Markdown table of the median fit times, the medians of the per-round ratios,
-each fit's epochs and the held-out score (R^2 or accuracy) of the last round. The two
-weighted fits optimise the same objective; they draw different noise (the two backends'
-draws differ), so their scores differ by the fit's own spread.
+The rounds are :func:`benchmarks.timing.time_interleaved`'s (one call a block).
+Printed: a Markdown table of the median fit times, the median and quartiles of the
+per-round ratios (:func:`benchmarks.timing.paired_ratio`), each fit's epochs and the
+held-out score (R^2 or accuracy) of the last round. The two weighted fits optimise the
+same objective; they draw different noise (the two backends' draws differ), so their
+scores differ by the fit's own spread.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes, make_classificat
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
+from benchmarks.timing import Timing, paired_ratio, time_interleaved
 from svbnn import SVBNNClassifier, SVBNNRegressor
 
 Table = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, bool]
@@ -61,8 +64,8 @@ def tables() -> dict[str, Table]:
     return out
 
 
-def fit(table: Table, arm: str, seed: int, max_iter: int | str) -> tuple[float, int, float]:
-    """One fit of ``arm``: its time (s), epochs and held-out score."""
+def fit(table: Table, arm: str, seed: int, max_iter: int | str) -> tuple[int, float]:
+    """One fit of ``arm``: its epochs and held-out score."""
     X_tr, X_te, y_tr, y_te, weights, clf = table
     weighted = arm != "unweighted"
     params: dict[str, Any] = {"random_state": seed, "max_iter": max_iter}
@@ -74,22 +77,34 @@ def fit(table: Table, arm: str, seed: int, max_iter: int | str) -> tuple[float, 
     fit_params = {"sample_weight": weights} if weighted and weights is not None else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a smoke test's short budget has not converged
-        t0 = time.perf_counter()
         est.fit(X_tr, y_tr, **fit_params)
-        seconds = time.perf_counter() - t0
-    return seconds, int(est.n_iter_), float(est.score(X_te, y_te))
+    return int(est.n_iter_), float(est.score(X_te, y_te))
 
 
-def _ratio(a: list[float], b: list[float]) -> str:
-    q = [x / y for x, y in zip(a, b, strict=True)]
-    return f"{statistics.median(q):.2f} [{min(q):.2f}, {max(q):.2f}]"
+def arm_fits(
+    table: Table, max_iter: int | str, last: dict[str, tuple[int, float]]
+) -> dict[str, Callable[[], None]]:
+    """The three arms' fits of ``table``, each call seeded by the arm's count of calls
+    (the warm-up 0, round ``r`` ``r``) and leaving its epochs and score in ``last``."""
+    calls = dict.fromkeys(ARMS, 0)
+
+    def call(arm: str) -> None:
+        last[arm] = fit(table, arm, calls[arm], max_iter)
+        calls[arm] += 1
+
+    return {arm: partial(call, arm) for arm in ARMS}
+
+
+def _ratio(num: Timing, den: Timing) -> str:
+    median, q1, q3 = paired_ratio(num, den)
+    return f"{median:.2f} [{q1:.2f}, {q3:.2f}]"
 
 
 def run(repeats: int, max_iter: int | str = "auto") -> str:
     """The Markdown report of :func:`main`'s rounds."""
     lines = [
         f"Defaults, {torch.get_num_threads()} thread(s), {repeats} rounds after a warm-up; "
-        "fit s: medians; ratios: median [min, max] of the per-round ratios",
+        "fit s: medians; ratios: median [quartiles] of the per-round ratios",
         "",
         "| data | n x p | unweighted, s | weighted, s | weighted, eager, s | "
         "weighted / unweighted | eager / weighted | epochs (last round) | "
@@ -97,22 +112,17 @@ def run(repeats: int, max_iter: int | str = "auto") -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, table in tables().items():
-        times: dict[str, list[float]] = {arm: [] for arm in ARMS}
-        last: dict[str, tuple[float, int, float]] = {}
-        for r in range(repeats + 1):  # round 0 warms up
-            for arm in ARMS:
-                last[arm] = fit(table, arm, r, max_iter)
-                if r:
-                    times[arm].append(last[arm][0])
-        med = {arm: statistics.median(times[arm]) for arm in ARMS}
+        last: dict[str, tuple[int, float]] = {}
+        fits = arm_fits(table, max_iter, last)
+        times = time_interleaved(fits, rounds=repeats, min_block_s=0.0, warmup=1)
         lines.append(
             f"| {name} | {table[0].shape[0]} x {table[0].shape[1]} | "
-            + " | ".join(f"{med[arm]:.2f}" for arm in ARMS)
+            + " | ".join(f"{times[arm].median:.2f}" for arm in ARMS)
             + f" | {_ratio(times['weighted'], times['unweighted'])} | "
             f"{_ratio(times['weighted, eager'], times['weighted'])} | "
-            + " / ".join(str(last[arm][1]) for arm in ARMS)
+            + " / ".join(str(last[arm][0]) for arm in ARMS)
             + " | "
-            + " / ".join(f"{last[arm][2]:.3f}" for arm in ARMS)
+            + " / ".join(f"{last[arm][1]:.3f}" for arm in ARMS)
             + " |"
         )
     return "\n".join(lines)
