@@ -495,3 +495,26 @@ def test_weighted_fits_times_its_three_arms(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit) as bad:
         wf.main(["--repeats", "0"])
     assert bad.value.code == 2
+
+
+def test_noise_tables_prints_both_arms_per_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import noise_tables as nt
+
+    nt.main(["--sizes", "40", "--seeds", "1", "--max-iter", "2"])
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 40 ")]
+    assert [r.split(" | ")[1:3] for r in rows] == [
+        ["2", "defaults"],
+        ["2", "one fit at 0.2"],
+        ["3", "defaults"],
+        ["3", "one fit at 0.2"],
+    ]
+    for r in rows:
+        cells = r.strip("|").split(" | ")
+        assert 0 <= float(cells[4]) <= 20 and 0 <= float(cells[5]) <= 1
+        # The defaults check their fit on held-out rows below 500 rows; one fit does not.
+        assert (cells[6] != "-") == (cells[2] == "defaults")
+    X_tr, y_tr, X_te, y_te = nt.table(40, 3, 0)
+    assert X_tr.shape == (40, 20) and X_te.shape == (nt.N_TEST, 20) and set(y_tr) <= {0, 1, 2}
+    with pytest.raises(SystemExit) as bad:
+        nt.main(["--seeds", "0"])
+    assert bad.value.code == 2

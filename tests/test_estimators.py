@@ -24,6 +24,7 @@ from svbnn import (
     mlp_log_lambda_auto,
     mlp_log_lambda_opt,
 )
+from svbnn.estimators import CollapseWarning
 
 SMALL = dict(
     hidden_layer_sizes=(8,),
@@ -659,7 +660,7 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
 @pytest.mark.parametrize(
     "n, kl_weight, weights",
     [
-        (499, 0.2, [None]),
+        (499, 0.2, [None, 0.2]),  # one fit, and its run checked on held-out rows
         (500, 0.2, [0.35, 0.2]),
         (1601, 0.2, [0.35, 0.2]),  # unlike the regressor's refit, from 1,600 to 3,000 too
         (3000, 0.2, [0.35, 0.2]),
@@ -672,9 +673,15 @@ def test_classifier_selects_at_0_35_and_refits_at_kl_weight_by_default(
 ) -> None:
     """The classifier's refit_kl_weight="auto" (its default): on tables of at least
     CLASSIFIER_SELECT_ROWS rows a first fit at SELECT_KL_WEIGHT selects and the refit at
-    kl_weight predicts; one fit otherwise."""
+    kl_weight predicts; one fit otherwise (below those rows, at a tempered kl_weight,
+    checked on held-out rows: a check that passes here)."""
     from svbnn import estimators as E
+    from svbnn._estimator_tasks import _Classification
 
+    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: 1.0)
+    # The selecting fit keeps input 0 (two epochs select nothing on their own; the case
+    # of no input kept is the next test's).
+    monkeypatch.setattr(E, "_selected", lambda inclusion: np.arange(inclusion.size) == 0)
     assert E.CLASSIFIER_SELECT_ROWS == 500 and E.SELECT_KL_WEIGHT == 0.35
     assert SVBNNClassifier().refit_kl_weight == "auto"
     rng = np.random.default_rng(0)
@@ -686,21 +693,26 @@ def test_classifier_selects_at_0_35_and_refits_at_kl_weight_by_default(
         warnings.simplefilter("ignore")
         est = SVBNNClassifier(**kw, kl_weight=kl_weight, random_state=0).fit(X, y)
         assert seen == weights
-        assert (est.screened_features_ is not None) == (len(weights) == 2)
+        assert (est.screened_features_ is not None) == (weights[0] == 0.35)
         # refit_kl_weight=None is one fit at kl_weight at any size.
         seen.clear()
         SVBNNClassifier(**kw, refit_kl_weight=None, random_state=0).fit(X, y)
     assert seen == [None]
 
 
+@pytest.mark.parametrize("gain", [1.0, -1.0])
 def test_classifier_refits_every_input_when_the_selecting_fit_keeps_none(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, gain: float
 ) -> None:
-    """A selecting fit at 0.35 that keeps no input is not the model: the refit at
-    kl_weight runs on every input (what one fit would have been trained at)."""
+    """A selecting fit at 0.35 that keeps no input: the refit at kl_weight runs on every
+    input (what one fit would have been trained at) and is checked on held-out rows; one
+    that predicts them no better than the class frequencies gives way to the selecting
+    fit, without another fit."""
     from svbnn import estimators as E
+    from svbnn._estimator_tasks import _Classification
 
     monkeypatch.setattr(E, "_selected", lambda inclusion: np.zeros(inclusion.shape, bool))
+    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: gain)
     rng = np.random.default_rng(1)
     X = rng.standard_normal((600, 3))
     y = (X[:, 0] > 0).astype(int)
@@ -709,8 +721,57 @@ def test_classifier_refits_every_input_when_the_selecting_fit_keeps_none(
         warnings.simplefilter("ignore")
         est = SVBNNClassifier(hidden_layer_sizes=(4,), max_iter=2, tol=None, random_state=0)
         est.fit(X, y)
-    assert seen == [0.35, 0.2]
-    np.testing.assert_array_equal(est.screened_features_, [0, 1, 2])
+    assert seen == [0.35, 0.2, 0.2]  # the selecting fit, the refit, the check's run
+    assert est.held_out_gain_ == gain
+    if gain > 0:
+        np.testing.assert_array_equal(est.screened_features_, [0, 1, 2])
+    else:
+        assert est.screened_features_ is None
+
+
+@pytest.mark.parametrize("gain", [1.0, -1.0])
+def test_small_classifier_fit_is_checked_against_the_class_frequencies(
+    monkeypatch: pytest.MonkeyPatch, gain: float
+) -> None:
+    """Below 500 rows the default classifier's one fit at kl_weight is run again on 80%
+    of the rows; where that run predicts the held-out rows better than the class
+    frequencies the fit is the one made without the check (refit_kl_weight=None), bit for
+    bit, else a fit at 0.35 replaces it. No check without refit_kl_weight="auto" or with
+    kl_weight at 0.35 or above."""
+    from svbnn._estimator_tasks import _Classification
+
+    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: gain)
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((120, 3))
+    y = (X[:, 0] + 0.5 * rng.standard_normal(120) > 0).astype(int)
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 3, "tol": None}
+    seen = _spy_kl_weights(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNClassifier(random_state=0, **kw).fit(X, y)
+        plain = SVBNNClassifier(refit_kl_weight=None, random_state=0, **kw).fit(X, y)
+        exact = SVBNNClassifier(kl_weight=0.35, random_state=0, **kw).fit(X, y)
+    assert est.held_out_gain_ == gain
+    assert plain.held_out_gain_ is None and exact.held_out_gain_ is None
+    if gain > 0:
+        assert seen[:2] == [None, 0.2]  # the fit, the check's run
+        np.testing.assert_array_equal(est.predict_proba(X), plain.predict_proba(X))
+    else:
+        assert seen[:3] == [None, 0.2, 0.35]  # the fit, the check's run, the replacement
+        assert est.n_iter_ == 3
+
+
+def test_classifier_on_a_table_without_signal_selects_nothing_and_warns() -> None:
+    """300 rows of 20 noise inputs and labels independent of them: one fit at 0.2 selects
+    noise inputs and predicts new rows worse than the class frequencies; the default
+    classifier's check catches it, and the model selects nothing and says so."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 20))
+    y = rng.integers(0, 3, 300)
+    with pytest.warns(CollapseWarning, match="held_out_gain_"):
+        est = SVBNNClassifier(random_state=0).fit(X, y)
+    assert est.held_out_gain_ is not None and est.held_out_gain_ < 0
+    assert est.selected_features_.size == 0 and est.collapsed_
 
 
 def _linear_or_not(n: int, linear: bool, seed: int = 0) -> tuple[NDArray[Any], NDArray[Any]]:

@@ -147,6 +147,15 @@ collapsed_ : bool
     least 99% of the training rows while another class has at least 10% of them, a
     posterior predictive training log-loss at least 0.98 of the class frequencies'
     entropy, or no input reaching the output).
+held_out_gain_ : float or None
+    A classifier's check of its fit against the class frequencies, made where
+    ``refit_kl_weight="auto"`` fits at a tempered ``kl_weight`` (below 0.35) on every
+    input (a table under 500 rows, or a selecting fit that kept no input): the held-out
+    log-loss of the class frequencies less that of a run of the fit on 80% of the rows
+    over half its budget (nats per held-out row, weighted as the fit). At most 0, the
+    fit predicted new rows no better than the class frequencies (it fitted noise) and
+    the fit at KL weight 0.35 replaced it (the selecting fit, where one was made);
+    ``None`` where no check was made (always for a regressor).
 fit_warnings_ : list of str
     Every warning the last ``fit`` raised, as ``"Category: message"`` (empty for a clean
     fit).
@@ -163,7 +172,11 @@ _S = TypeVar("_S", bound="_VariationalEstimator")
 
 HELD_OUT = 0.2
 """The fraction of the rows held out where a fit chooses or measures on held-out rows
-(``prior_inclusion="cv"``; a tempered regressor's noise level)."""
+(``prior_inclusion="cv"``; a tempered regressor's noise level; a classifier's check of
+its fit against the class frequencies)."""
+SIGNAL_SHARE = 0.25
+"""The share of the final fit's budget that the run of it checked on held-out rows gets
+(:meth:`_VariationalEstimator._fit_module`'s ``signal_gain``)."""
 
 
 @dataclass(eq=False)
@@ -461,6 +474,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         held_out_share: Callable[[float], float | None] = lambda kl_weight: None,
         refit: bool = True,
         first: _FirstFit | None = None,
+        signal_gain: Callable[[nn.Module, NDArray[np.intp], NDArray[np.intp], int], float]
+        | None = None,
     ) -> nn.Module:
         """Train; sets the fitted attributes and returns the likelihood as fitted.
 
@@ -481,6 +496,13 @@ class _VariationalEstimator(BaseEstimator, ABC):
         it; where it holds one, that fit is taken instead of training (and seeds drawn from
         ``first.seeds``), so ``fit(refit=False, first=f)`` followed by ``fit(first=f)``
         ends as one ``fit()`` does, with the first fit trained once.
+
+        ``signal_gain``, when given, where :meth:`_signal_check_kl` names a KL weight and
+        there are 10 rows or more: the final fit is run a second time on the rows that
+        :func:`_held_out_rows` keeps, over ``SIGNAL_SHARE`` of its budget, with a seed of
+        its own drawn after the prediction seed, and ``signal_gain(network, fit_rows,
+        held_rows, seed)`` scores it (``held_out_gain_``); at most 0, the final fit is
+        replaced by one at that KL weight on all rows (the first fit where it is one).
         """
         n, p = X.shape
         self.fit_warnings_: list[str] = []
@@ -550,12 +572,35 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 first.result, first.start = (model, lik, history, monitor), start
                 first.seeds = copy.deepcopy(seeds)
         final_kl, final_share = float(self.kl_weight), 1.0
+        first_fit, first_start = (model, lik, history, monitor), start
         plan = self._refit_plan(model, n, n_out, start, refit)
         if plan is not None:
             # Its own seed, drawn after the first fit's (and n_init's).
             start, final_kl, final_share = plan
             model, lik, history, monitor = fit_on(None, seeds.seed(), start, final_share, final_kl)
             epochs = max(round(epochs * final_share), 1)
+        predict_seed = seeds.seed()
+        self.held_out_gain_: float | None = None
+        check_kl = self._signal_check_kl(n, plan is not None) if refit else None
+        if signal_gain is not None and check_kl is not None and n >= 10:
+            # Its seeds drawn after the prediction seed: a fit that passes is the one made
+            # without the check, and predicts as it.
+            check_seed = seeds.seed()
+            fit_rows, held = _held_out_rows(target, check_seed)
+            part = fit_on(fit_rows, check_seed, start, SIGNAL_SHARE * final_share, final_kl)[0]
+            set_generator(part, None)
+            self.held_out_gain_ = signal_gain(part, fit_rows, held, check_seed)
+            if self.held_out_gain_ <= 0:
+                if self._first_kl_weight(n) == check_kl:
+                    # The selecting fit (at check_kl, on every input) is the model.
+                    model, lik, history, monitor = first_fit
+                else:
+                    model, lik, history, monitor = fit_on(
+                        None, seeds.seed(), first_start, kl_weight=check_kl
+                    )
+                plan, final_kl, final_share = None, check_kl, 1.0
+                epochs = self._epoch_budget(n)
+                self.screened_features_: NDArray[np.intp] | None = None
         # Generators are process-local state: keep the fitted estimator picklable.
         set_generator(model, None)
         self.module_ = model
@@ -573,7 +618,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             self.tol is not None and not self.converged_ and self.n_iter_ >= epochs
         )
         self.loss_curve_ = list(history.loss)
-        self._predict_seed_ = seeds.seed()
+        self._predict_seed_ = predict_seed
         self._summarize(model)
         held_share = held_out_share(final_kl)
         if held_out is not None and held_share is not None and n >= 10:
@@ -677,6 +722,13 @@ class _VariationalEstimator(BaseEstimator, ABC):
 
     def _first_kl_weight(self, n: int) -> float | None:
         """The first fit's KL weight on ``n`` rows (``None``, the base's: ``kl_weight``)."""
+        return None
+
+    def _signal_check_kl(self, n: int, refitted: bool) -> float | None:
+        """The KL weight of the fit that replaces a final fit on ``n`` rows (``refitted``:
+        a second fit was made) whose run on part of the rows predicts the held-out rows
+        no better than the family's baseline (:meth:`_fit_module`'s ``signal_gain``);
+        ``None``, the base's: no check."""
         return None
 
     def _small_table_refit(self, n: int) -> bool:

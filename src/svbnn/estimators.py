@@ -870,6 +870,18 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
             return None if self._first_kl_weight(n) is None else float(self.kl_weight)
         return super()._refit_kl_weight(n)
 
+    def _signal_check_kl(self, n: int, refitted: bool) -> float | None:
+        # refit_kl_weight="auto" with a tempered kl_weight: a final fit at kl_weight on
+        # every input (one fit on a table under CLASSIFIER_SELECT_ROWS, or a refit after a
+        # selecting fit that kept no input) is checked against the class frequencies on
+        # held-out rows; one that predicts them no better fitted noise, and the fit at
+        # SELECT_KL_WEIGHT replaces it (the parameter says why).
+        if self.refit_kl_weight != "auto" or self.kl_weight >= SELECT_KL_WEIGHT:
+            return None
+        screened = self.screened_features_
+        every_input = not refitted or screened is None or screened.size == self.n_features_in_
+        return SELECT_KL_WEIGHT if every_input else None
+
 
 @_fill_doc(**_FILL, task_attributes=_POISSON_ATTRIBUTES)
 @dataclass(eq=False, repr=False, kw_only=True)
