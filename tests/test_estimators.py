@@ -711,7 +711,15 @@ def test_classifier_refits_every_input_when_the_selecting_fit_keeps_none(
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Classification
 
-    monkeypatch.setattr(E, "_selected", lambda inclusion: np.zeros(inclusion.shape, bool))
+    calls: list[int] = []
+
+    def selected(inclusion: NDArray[Any]) -> NDArray[np.bool_]:
+        # The selecting fit keeps no input; the refit keeps every one (two epochs select
+        # nothing on their own, and a refit that selected nothing would not be checked).
+        calls.append(1)
+        return np.full(inclusion.shape, len(calls) > 1)
+
+    monkeypatch.setattr(E, "_selected", selected)
     monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: gain)
     rng = np.random.default_rng(1)
     X = rng.standard_normal((600, 3))
@@ -736,11 +744,13 @@ def test_small_classifier_fit_is_checked_against_the_class_frequencies(
     """Below 500 rows the default classifier's one fit at kl_weight is run again on 80%
     of the rows; where that run predicts the held-out rows better than the class
     frequencies the fit is the one made without the check (refit_kl_weight=None), bit for
-    bit, else a fit at 0.35 replaces it. No check without refit_kl_weight="auto" or with
-    kl_weight at 0.35 or above."""
+    bit, else a fit at 0.35 replaces it. No check without refit_kl_weight="auto", with
+    kl_weight at 0.35 or above, or for a fit that selected no input."""
+    from svbnn import estimators as E
     from svbnn._estimator_tasks import _Classification
 
     monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: gain)
+    monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
     rng = np.random.default_rng(2)
     X = rng.standard_normal((120, 3))
     y = (X[:, 0] + 0.5 * rng.standard_normal(120) > 0).astype(int)
@@ -753,6 +763,10 @@ def test_small_classifier_fit_is_checked_against_the_class_frequencies(
         exact = SVBNNClassifier(kl_weight=0.35, random_state=0, **kw).fit(X, y)
     assert est.held_out_gain_ == gain
     assert plain.held_out_gain_ is None and exact.held_out_gain_ is None
+    monkeypatch.setattr(E, "_selected", lambda inclusion: np.zeros(inclusion.shape, bool))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert SVBNNClassifier(random_state=0, **kw).fit(X, y).held_out_gain_ is None
     if gain > 0:
         assert seen[:2] == [None, 0.2]  # the fit, the check's run
         np.testing.assert_array_equal(est.predict_proba(X), plain.predict_proba(X))
