@@ -1,6 +1,7 @@
 """Tables without signal: does the classifier fit noise, and say so?
 
-Run ``python -m benchmarks.noise_tables [--sizes 110 300 600 1000] [--seeds 3]``. Each
+Run ``python -m benchmarks.noise_tables [--sizes 110 300 600 1000] [--seeds 3] [--arm
+NAME=JSON ...]``. Each
 table is ``n`` training rows and 2,000 test rows of 20 independent N(0, 1) inputs and a
 label drawn uniformly from 2 or 3 classes, independent of the inputs (``numpy``'s
 ``default_rng(seed)``), scaled by a ``StandardScaler`` fitted on the training rows. Two
@@ -9,7 +10,8 @@ arms, one thread, each fitted on every table: the classifier's defaults
 against the class frequencies on held-out rows, from 500 rows a selecting fit at 0.35 and
 a refit at 0.2), and ``one fit at 0.2`` (``refit_kl_weight=None``: the fit the defaults
 made below 500 rows before that check). The best model of such a table predicts the
-training rows' class frequencies.
+training rows' class frequencies. ``--arm NAME=JSON`` (repeatable) replaces the two arms
+by ``SVBNNClassifier(random_state=seed, **JSON)`` each.
 
 Printed: a Markdown table, per size and number of classes, of the mean over seeds of the
 test log-loss less that of the training rows' class frequencies (nats a row; above 0:
@@ -31,6 +33,7 @@ import torch
 from sklearn.metrics import log_loss
 from sklearn.preprocessing import StandardScaler
 
+from benchmarks.tabular_peers import parse_variants
 from svbnn import SVBNNClassifier
 from svbnn.estimators import CollapseWarning
 
@@ -78,7 +81,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-iter", type=int, default=None, help="a fixed budget (smoke tests)")
+    ap.add_argument("--arm", action="append", default=None, metavar="NAME=JSON")
     args = ap.parse_args(argv)
+    try:
+        arms = parse_variants(args.arm, ARMS)
+    except ValueError as err:
+        ap.error(f"--arm {err}")
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
     if min(args.sizes) < 20:
@@ -92,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         for k in (2, 3):
-            for name, kwargs in ARMS.items():
+            for name, kwargs in arms.items():
                 fits = [
                     fit_arm(kwargs, table(n, k, seed), k, seed, max_iter)
                     for seed in range(args.seeds)

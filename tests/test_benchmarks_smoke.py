@@ -515,6 +515,21 @@ def test_noise_tables_prints_both_arms_per_size(capsys: pytest.CaptureFixture[st
         assert (cells[6] != "-") == (cells[2] == "defaults")
     X_tr, y_tr, X_te, y_te = nt.table(40, 3, 0)
     assert X_tr.shape == (40, 20) and X_te.shape == (nt.N_TEST, 20) and set(y_tr) <= {0, 1, 2}
-    with pytest.raises(SystemExit) as bad:
-        nt.main(["--seeds", "0"])
-    assert bad.value.code == 2
+    for bad_args in (["--seeds", "0"], ["--arm", "eb={"]):
+        with pytest.raises(SystemExit) as bad:
+            nt.main(bad_args)
+        assert bad.value.code == 2
+    nt.main(
+        [
+            "--sizes",
+            "40",
+            "--seeds",
+            "1",
+            "--max-iter",
+            "2",
+            "--arm",
+            'eb={"prior_inclusion": "eb"}',
+        ]
+    )
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 40 ")]
+    assert [r.split(" | ")[2] for r in rows] == ["eb", "eb"]
