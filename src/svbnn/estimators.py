@@ -165,8 +165,8 @@ refit_kl_weight : float, "auto" or None, default None (the regressor and classif
     better, it has fitted noise, and the fit at 0.35 replaces it (the selecting fit where
     one was made): on tables whose labels are independent of 20 inputs, one fit at 0.2
     on 300-1,000 rows selected most of them and predicted new rows worse than the
-    frequencies (user guide, "The classifier's check against the class frequencies,
-    measured"). On 48 generated problems of 500 to 2,250 rows
+    frequencies (user guide, "Reading the diagnostics and warnings", labels unrelated
+    to the inputs). On 48 generated problems of 500 to 2,250 rows
     the log loss was lower on 36 and higher on 1, with 0.1-1.6 of 15 noise inputs kept
     against 2.4-9.6, at about twice the fit time; on the benchmark's 2- and 10-class
     tables of 750 rows it kept 0 and 2.7 of 10 noise inputs against 4.3 and 10; on tables
