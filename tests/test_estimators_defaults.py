@@ -505,7 +505,10 @@ def test_small_networks_fit_on_the_native_loops_without_compiling(
         monkeypatch.setattr(
             training, "native_epochs", lambda kind, *a: epochs.append(kind) or real_epoch(kind, *a)
         )
-        SVBNNClassifier(max_iter=3, tol=None, random_state=0).fit(X, y > np.median(y))
+        # refit_kl_weight=None: the one fit alone (the default adds its held-out check).
+        SVBNNClassifier(max_iter=3, tol=None, random_state=0, refit_kl_weight=None).fit(
+            X, y > np.median(y)
+        )
         # The first epoch's 3 steps draw natively; the other two epochs run whole in the
         # native loops, in one call (tests/test_native_epoch.py).
         assert len(native_steps) == 14 and len(draws) == 3
