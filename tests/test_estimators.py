@@ -775,6 +775,31 @@ def test_small_classifier_fit_is_checked_against_the_class_frequencies(
         assert est.n_iter_ == 3
 
 
+def test_held_out_gain_is_the_weighted_log_loss_difference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """held_out_gain_'s score: the held-out rows' weighted log-loss under the fit rows'
+    weighted class frequencies less that under the run's predictive, exactly."""
+    from svbnn import _estimator_tasks as T
+
+    proba = np.array([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]])
+    monkeypatch.setattr(T, "predict_proba", lambda *args, **kwargs: torch.tensor(proba))
+    est = SVBNNClassifier(dtype="float64")
+    est.classes_ = np.array(["a", "b", "c"])
+    codes = np.array([0, 0, 1, 2, 0, 1, 2, 1])
+    w = np.array([1.0, 2.0, 1.0, 1.0, 0.5, 1.5, 1.0, 0.5])
+    fit_rows, held = np.array([0, 1, 2, 3, 4]), np.array([5, 6, 7])
+    X = np.zeros((8, 2))
+    freq = np.array([1.0 + 2.0 + 0.5, 1.0, 1.0]) / 5.5  # the fit rows' weighted frequencies
+    y, wh = codes[held], w[held]
+    expected = np.sum(wh * (np.log(proba[np.arange(3), y]) - np.log(freq[y]))) / wh.sum()
+    got = est._held_out_gain(torch.nn.Identity(), X, codes, w, fit_rows, held, seed=0)
+    assert got == pytest.approx(expected, rel=1e-12)
+    unweighted = np.mean(np.log(proba[np.arange(3), y]) - np.log(np.array([3, 1, 1])[y] / 5))
+    got = est._held_out_gain(torch.nn.Identity(), X, codes, None, fit_rows, held, seed=0)
+    assert got == pytest.approx(unweighted, rel=1e-12)
+
+
 def test_classifier_on_a_table_without_signal_selects_nothing_and_warns() -> None:
     """300 rows of 20 noise inputs and labels independent of them: one fit at 0.2 selects
     noise inputs and predicts new rows worse than the class frequencies; the default
