@@ -533,3 +533,7 @@ def test_noise_tables_prints_both_arms_per_size(capsys: pytest.CaptureFixture[st
     )
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 40 ")]
     assert [r.split(" | ")[2] for r in rows] == ["eb", "eb"]
+    nt.main(["--regression", "--sizes", "40", "--seeds", "1", "--max-iter", "2"])
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 40 ")]
+    assert [r.split(" | ")[1:3] for r in rows] == [["-", "defaults"], ["-", "first fit alone"]]
+    assert all(r.strip("|").split(" | ")[6] == "-" for r in rows)  # no held-out check

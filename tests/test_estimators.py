@@ -637,7 +637,11 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     held-out noise run, on tables of at most SMALL_TABLE_ROWS or more than
     LARGE_TABLE_ROWS rows; the first fit alone between."""
     from svbnn import estimators as E
+    from svbnn._estimator_tasks import _Regression
 
+    # Two epochs explain little: the rule against refitting a fit that explains nothing is
+    # the next test's.
+    monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
     assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
     assert E.SMALL_TABLE_ROWS == 1600
     assert SVBNNRegressor().refit_kl_weight == "auto"
@@ -655,6 +659,58 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     else:
         assert weights == [None]
         assert est.screened_features_ is None and est.noise_std_held_out_ is None
+
+
+@pytest.mark.parametrize("nothing", [True, False])
+def test_regressor_does_not_refit_inputs_selected_by_a_fit_that_explains_nothing(
+    monkeypatch: pytest.MonkeyPatch, nothing: bool
+) -> None:
+    """A first fit whose training R^2 is at most 0.02 explains nothing, and the inputs it
+    selected are noise: no refit follows it (a refit with less shrinkage fits them)."""
+    from svbnn import estimators as E
+    from svbnn._estimator_tasks import _Regression
+
+    monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
+    monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: nothing)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 4))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(200)
+    weights = _spy_kl_weights(monkeypatch)
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 2, "tol": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNRegressor(**kw, mean_function="zero", random_state=0).fit(X, y)
+    if nothing:
+        assert weights == [None, 1.0]  # the first fit; its few rows' noise run
+        assert est.screened_features_ is None
+    else:
+        assert weights == [None, 0.2, 0.2]  # the first fit, the refit, its noise run
+        assert est.screened_features_ is not None
+
+
+def test_regressor_explains_nothing_by_the_training_r2() -> None:
+    """_explains_nothing is the collapse warning's measure on the first fit: true for a
+    network that predicts a constant (every gate into the output closed), false for one
+    that fits y."""
+    import copy
+
+    from svbnn._estimator_tasks import _Regression
+    from svbnn.selection import spike_slab_layers
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 3))
+    y = 2.0 * X[:, 0] + 0.1 * rng.standard_normal(300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNRegressor(mean_function="zero", refit_kl_weight=None, random_state=0)
+        est.fit(X, y)
+    z = torch.as_tensor((y - y.mean()) / y.std(), dtype=torch.float32)
+    assert not _Regression._explains_nothing(est, est.module_, X, z)
+    constant = copy.deepcopy(est.module_)
+    with torch.no_grad():
+        for layer in spike_slab_layers(constant)[-1:]:
+            layer.alpha.fill_(-200.0)  # no edge into the output: the bias alone
+    assert _Regression._explains_nothing(est, constant, X, z)
 
 
 @pytest.mark.parametrize(

@@ -573,7 +573,9 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 first.seeds = copy.deepcopy(seeds)
         final_kl, final_share = float(self.kl_weight), 1.0
         first_fit, first_start = (model, lik, history, monitor), start
-        plan = self._refit_plan(model, n, n_out, start, refit)
+        plan = self._refit_plan(
+            model, n, n_out, start, refit, lambda: self._explains_nothing(model, X, target)
+        )
         if plan is not None:
             # Its own seed, drawn after the first fit's (and n_init's).
             start, final_kl, final_share = plan
@@ -714,11 +716,18 @@ class _VariationalEstimator(BaseEstimator, ABC):
         n_out: int,
         start: Callable[[nn.Module, nn.Module], None] | None,
         refit: bool = True,
+        explains_nothing: Callable[[], bool] = lambda: False,
     ) -> tuple[Callable[[nn.Module, nn.Module], None], float, float] | None:
         """A second fit after the fit of ``model`` on ``n`` rows (``start``: that fit's
-        starting point), on all rows: its starting point, KL weight and share of the
-        budget; or ``None`` (the default, and always without ``refit``), no second fit."""
+        starting point; ``explains_nothing()``: :meth:`_explains_nothing` of it), on all
+        rows: its starting point, KL weight and share of the budget; or ``None`` (the
+        default, and always without ``refit``), no second fit."""
         return None
+
+    def _explains_nothing(self, model: nn.Module, X: NDArray[Any], target: Tensor) -> bool:
+        """Whether ``model``, fitted to ``target`` on the rows ``X``, explains nothing of
+        it by the task's measure (the base's: never)."""
+        return False
 
     def _first_kl_weight(self, n: int) -> float | None:
         """The first fit's KL weight on ``n`` rows (``None``, the base's: ``kl_weight``)."""

@@ -538,6 +538,22 @@ class _Regression(RegressorMixin, _VariationalEstimator):
             return draws
         return draws + lin.draws(Xt.to(draws.dtype), n_draws, gen)
 
+    def _explains_nothing(self, model: nn.Module, X: NDArray[Any], target: Tensor) -> bool:
+        # The collapse warning's measure: a training R^2 in [DIVERGED_R2, _COLLAPSED_R2],
+        # of the mean of _CHECK_DRAWS draws on up to _CHECK_ROWS rows (a generator of its
+        # own: the fit's seeds are untouched).
+        idx = _check_rows(len(X))
+        z = target.detach().cpu().double().numpy()[idx]
+        var = float(np.var(z)) if idx.size else 0.0
+        if not var > 0:
+            return False
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(0)
+        draws = sample_outputs(model, self._tensor(X[idx], "X"), _CHECK_DRAWS, generator=gen)
+        pred = draws[..., 0].mean(0).double().cpu().numpy()
+        r2 = 1.0 - float(np.mean((z - pred) ** 2)) / var
+        return DIVERGED_R2 <= r2 <= _COLLAPSED_R2
+
     def _training_r2(self, X: NDArray[Any], z: NDArray[Any]) -> float | None:
         """R^2 of the posterior mean on (up to ``_CHECK_ROWS`` evenly spaced) training rows,
         in the standardised units; ``-inf`` for non-finite outputs, ``None`` for a

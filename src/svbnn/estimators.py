@@ -299,10 +299,12 @@ class _SpikeSlabFamily(_VariationalEstimator):
         n_out: int,
         start: Callable[[nn.Module, nn.Module], None] | None,
         refit: bool = True,
+        explains_nothing: Callable[[], bool] = lambda: False,
     ) -> tuple[Callable[[nn.Module, nn.Module], None], float, float] | None:
         """``refit_kl_weight``: a second fit, at that KL weight and over ``refit_budget`` of
         the budget, in which the inputs the first did not select start (and stay) closed;
-        none without a selected input (or without ``refit``)."""
+        none without a selected input, after a first fit at ``kl_weight`` that explains
+        nothing (its selection is noise's), or without ``refit``."""
         self.screened_features_: NDArray[np.intp] | None = None
         refit_kl = self._refit_kl_weight(n) if refit else None
         if refit_kl is None:
@@ -313,6 +315,10 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 return None
             # The selecting fit kept nothing: the refit at kl_weight on every input.
             screened = np.ones_like(screened)
+        elif self._first_kl_weight(n) is None and explains_nothing():
+            # Inputs "selected" by a fit that explains nothing are noise: a refit with less
+            # shrinkage would fit them (user guide, "Reading the diagnostics and warnings").
+            return None
         self.screened_features_ = np.flatnonzero(screened)
         closed = torch.as_tensor(~screened, device=self.device)
         if self.log_prior_inclusion is None and self.prior_inclusion in ("auto", "opt"):
