@@ -84,7 +84,7 @@ def fit_arm(
     else:
         mse = np.mean((y_te - est.predict(X_te)) ** 2)
         excess = mse / np.mean((y_te - y_tr.mean()) ** 2) - 1.0
-    gain = est.held_out_gain_
+    gain = getattr(est, "held_out_gain_", None)  # None where the library predates it
     return {
         "excess": float(excess),
         "kept": float(len(est.selected_features_)),

@@ -142,7 +142,10 @@ refit_kl_weight : float, "auto" or None, default None (the regressor and classif
     ``refit_budget`` of the first's ``max_iter`` budget; ``n_iter_``, ``history_``,
     ``loss_curve_`` and ``converged_`` are its, and below 1 a regressor's noise level is
     fitted on held-out rows by a run of it on 80% of them, over half its budget
-    (``noise_std``). No second fit when the first selects no input. ``None``: the first
+    (``noise_std``). No second fit when the first selects no input, nor, where the first
+    fit is at ``kl_weight``, when it explains nothing (a regressor's training R^2 at most
+    0.02: the inputs it selected are noise's, which a refit with less shrinkage would
+    fit). ``None``: the first
     fit only. ``"auto"``: ``REFIT_AUTO_KL_WEIGHT`` (0.2) on tables of at most
     ``SMALL_TABLE_ROWS`` (1,600) or more than ``LARGE_TABLE_ROWS`` (3,000) rows, ``None``
     between, where the refit would take a fit past about 3 s. Up to 3,000 rows a
