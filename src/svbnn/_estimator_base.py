@@ -583,7 +583,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             epochs = max(round(epochs * final_share), 1)
         predict_seed = seeds.seed()
         self.held_out_gain_: float | None = None
-        check_kl = self._signal_check_kl(n, model, plan is not None) if refit else None
+        check_kl = self._signal_check_kl(n, model) if refit else None
         if signal_gain is not None and check_kl is not None and n >= 10:
             # Its seeds drawn after the prediction seed: a fit that passes is the one made
             # without the check, and predicts as it.
@@ -733,11 +733,11 @@ class _VariationalEstimator(BaseEstimator, ABC):
         """The first fit's KL weight on ``n`` rows (``None``, the base's: ``kl_weight``)."""
         return None
 
-    def _signal_check_kl(self, n: int, model: nn.Module, refitted: bool) -> float | None:
-        """The KL weight of the fit that replaces ``model``, the final fit on ``n`` rows
-        (``refitted``: a second fit was made), where its run on part of the rows predicts
-        the held-out rows no better than the family's baseline (:meth:`_fit_module`'s
-        ``signal_gain``); ``None``, the base's: no check."""
+    def _signal_check_kl(self, n: int, model: nn.Module) -> float | None:
+        """The KL weight of the fit that replaces ``model``, the final fit on ``n`` rows,
+        where its run on part of the rows predicts the held-out rows no better than the
+        family's baseline (:meth:`_fit_module`'s ``signal_gain``); ``None``, the base's: no
+        check."""
         return None
 
     def _small_table_refit(self, n: int) -> bool:

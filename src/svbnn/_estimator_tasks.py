@@ -105,6 +105,34 @@ def _check_rows(n: int) -> NDArray[np.intp]:
     return np.unique(np.linspace(0, n - 1, _CHECK_ROWS).round().astype(np.intp))
 
 
+def _r_squared(z: NDArray[Any], predict: Callable[[], NDArray[Any]]) -> float | None:
+    """R^2 of the predictions ``predict()`` of ``z`` (both ``(m,)``; not called for a
+    constant ``z``, whose R^2 is ``None``); ``-inf`` for non-finite predictions or
+    squared errors."""
+    var = float(np.var(z)) if z.size else 0.0
+    if not var > 0:
+        return None
+    pred = predict()
+    if not np.all(np.isfinite(pred)):
+        return -math.inf
+    with np.errstate(over="ignore"):
+        mse = float(np.mean((z - pred) ** 2))
+    return 1.0 - mse / var if math.isfinite(mse) else -math.inf
+
+
+def _explains_nothing_r2(r2: float | None) -> bool:
+    """The collapse rule of a regressor's training R^2: in ``[DIVERGED_R2,
+    _COLLAPSED_R2]`` (below, it diverged; ``None``, a constant ``y``, says nothing)."""
+    return r2 is not None and DIVERGED_R2 <= r2 <= _COLLAPSED_R2
+
+
+def _log_loss(proba: NDArray[Any], y: NDArray[np.intp], w: NDArray[Any]) -> float:
+    """The mean of ``-log proba[i, y_i]`` over the rows, weighted by ``w``; ``proba``
+    ``(m, C)``, probabilities clipped at the smallest positive float64."""
+    picked = np.clip(proba[np.arange(y.size), y], np.finfo(np.float64).tiny, None)
+    return float(np.sum(w * -np.log(picked)) / w.sum())
+
+
 def _check_class_weight(class_weight: Any) -> None:
     """``class_weight`` is None, ``"balanced"`` or a dict of finite non-negative weights
     (its labels are checked against ``y`` in ``fit``)."""
@@ -426,7 +454,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         self._warn_if_unconverged()
         self._warn_if_collapsed(
             []
-            if r2 is None or not (DIVERGED_R2 <= r2 <= _COLLAPSED_R2)
+            if not _explains_nothing_r2(r2)
             else [
                 f"its training R^2 is {r2:.3g} (at most {_COLLAPSED_R2:g}: the predictions "
                 "explain next to none of the variance of y, as a constant would)"
@@ -543,33 +571,29 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         # of the mean of _CHECK_DRAWS draws on up to _CHECK_ROWS rows (a generator of its
         # own: the fit's seeds are untouched).
         idx = _check_rows(len(X))
-        z = target.detach().cpu().double().numpy()[idx]
-        var = float(np.var(z)) if idx.size else 0.0
-        if not var > 0:
-            return False
         gen = torch.Generator(device=self.device)
         gen.manual_seed(0)
-        draws = sample_outputs(model, self._tensor(X[idx], "X"), _CHECK_DRAWS, generator=gen)
-        pred = draws[..., 0].mean(0).double().cpu().numpy()
-        r2 = 1.0 - float(np.mean((z - pred) ** 2)) / var
-        return DIVERGED_R2 <= r2 <= _COLLAPSED_R2
+
+        def predict() -> NDArray[Any]:
+            Xt = self._tensor(X[idx], "X")
+            draws = sample_outputs(model, Xt, _CHECK_DRAWS, generator=gen)
+            return draws[..., 0].mean(0).double().cpu().numpy()
+
+        z = target.detach().cpu().double().numpy()[idx]
+        return _explains_nothing_r2(_r_squared(z, predict))
 
     def _training_r2(self, X: NDArray[Any], z: NDArray[Any]) -> float | None:
         """R^2 of the posterior mean on (up to ``_CHECK_ROWS`` evenly spaced) training rows,
         in the standardised units; ``-inf`` for non-finite outputs, ``None`` for a
         constant ``y``."""
         idx = _check_rows(len(X))
-        var = float(np.var(z[idx])) if idx.size else 0.0
-        if not var > 0:
-            return None
-        Xt = self._tensor(X[idx], "X", fitted=True)
-        draws = self._output_draws(Xt, _CHECK_DRAWS, self._predict_generator(), check=False)
-        pred = draws.mean(0).double().cpu().numpy()
-        if not np.all(np.isfinite(pred)):
-            return -math.inf
-        with np.errstate(over="ignore"):
-            mse = float(np.mean((z[idx] - pred) ** 2))
-        return 1.0 - mse / var if math.isfinite(mse) else -math.inf
+
+        def predict() -> NDArray[Any]:
+            Xt = self._tensor(X[idx], "X", fitted=True)
+            draws = self._output_draws(Xt, _CHECK_DRAWS, self._predict_generator(), check=False)
+            return draws.mean(0).double().cpu().numpy()
+
+        return _r_squared(z[idx], predict)
 
     def _output_moments(
         self,
@@ -767,7 +791,7 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         # the expected log-loss under q, above the predictive's (Jensen), so a fit whose
         # predictions carry a signal could read as collapsed.
         reasons = self._collapse_reasons(Xv, codes, w)
-        gain = getattr(self, "held_out_gain_", None)
+        gain = self.held_out_gain_  # set by _fit_module: None where no check was made
         if reasons and gain is not None and gain <= 0:
             reasons.append(
                 f"a fit at kl_weight={self.kl_weight!r} on every input predicted held-out "
@@ -825,10 +849,8 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         w_held = np.ones(held.size) if w is None else np.asarray(w, float)[held]
         freq = np.bincount(codes[fit_rows], w_fit, k) / w_fit.sum()
         y = codes[held]
-        tiny = np.finfo(np.float64).tiny
-        loss_model = -np.log(np.clip(p[np.arange(held.size), y], tiny, None))
-        loss_freq = -np.log(np.clip(freq[y], tiny, None))
-        return float(np.sum(w_held * (loss_freq - loss_model)) / w_held.sum())
+        frequencies = np.broadcast_to(freq, (held.size, k))
+        return _log_loss(frequencies, y, w_held) - _log_loss(p, y, w_held)
 
     def _collapse_reasons(
         self, X: NDArray[Any], codes: NDArray[np.intp], w: NDArray[Any] | None
@@ -852,8 +874,7 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         rw = np.ones(idx.size) if w is None else np.asarray(w, float)[idx]
         wfreq = np.bincount(y, rw, k) / rw.sum()
         entropy = float(-np.sum(wfreq[wfreq > 0] * np.log(wfreq[wfreq > 0])))
-        picked = np.clip(p[np.arange(idx.size), y], np.finfo(float).tiny, None)
-        log_loss = float(np.sum(rw * -np.log(picked)) / rw.sum())
+        log_loss = _log_loss(p, y, rw)
         reasons = []
         if log_loss >= _COLLAPSED_LOG_LOSS * entropy:
             reasons.append(

@@ -889,7 +889,7 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
             return None if self._first_kl_weight(n) is None else float(self.kl_weight)
         return super()._refit_kl_weight(n)
 
-    def _signal_check_kl(self, n: int, model: nn.Module, refitted: bool) -> float | None:
+    def _signal_check_kl(self, n: int, model: nn.Module) -> float | None:
         # refit_kl_weight="auto" with a tempered kl_weight: a final fit at kl_weight on
         # every input (one fit on a table under CLASSIFIER_SELECT_ROWS, or a refit after a
         # selecting fit that kept no input) is checked against the class frequencies on
@@ -900,8 +900,9 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
             return None
         if not _selected(feature_inclusion(model)).any():
             return None
+        # screened_features_: None without a refit (_refit_plan), else the refit's inputs.
         screened = self.screened_features_
-        every_input = not refitted or screened is None or screened.size == self.n_features_in_
+        every_input = screened is None or screened.size == self.n_features_in_
         return SELECT_KL_WEIGHT if every_input else None
 
 
