@@ -636,12 +636,14 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     """refit_kl_weight="auto" (the regressor's default): the refit at 0.2, and its
     held-out noise run, on tables of at most SMALL_TABLE_ROWS or more than
     LARGE_TABLE_ROWS rows; the first fit alone between."""
+    from svbnn import _estimator_tasks as T
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Regression
 
-    # Two epochs explain little: the rule against refitting a fit that explains nothing is
-    # the next test's.
+    # Two epochs explain little: the rule against refitting a fit that explains nothing,
+    # and the refit's check against the mean, are the next tests'.
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
+    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: 1.0)
     assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
     assert E.SMALL_TABLE_ROWS == 1600
     assert SVBNNRegressor().refit_kl_weight == "auto"
@@ -667,10 +669,12 @@ def test_regressor_does_not_refit_inputs_selected_by_a_fit_that_explains_nothing
 ) -> None:
     """A first fit whose training R^2 is at most 0.02 explains nothing, and the inputs it
     selected are noise: no refit follows it (a refit with less shrinkage fits them)."""
+    from svbnn import _estimator_tasks as T
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Regression
 
     monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
+    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: 1.0)
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: nothing)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((200, 4))
@@ -686,6 +690,97 @@ def test_regressor_does_not_refit_inputs_selected_by_a_fit_that_explains_nothing
     else:
         assert weights == [None, 0.2, 0.2]  # the first fit, the refit, its noise run
         assert est.screened_features_ is not None
+
+
+@pytest.mark.parametrize("gain", [1.0, -1.0])
+def test_regressor_refit_is_checked_against_the_mean(
+    monkeypatch: pytest.MonkeyPatch, gain: float
+) -> None:
+    """refit_kl_weight="auto": the refit's held-out noise run is also its check against
+    the mean of y. Where it predicts the held-out rows better, the fit is the one made
+    without the check (refit_kl_weight=0.2), bit for bit; else the first fit replaces the
+    refit, with the noise run of a first fit on few rows. No check for a refit at an
+    explicit weight, or at one not below kl_weight."""
+    from svbnn import _estimator_tasks as T
+    from svbnn import estimators as E
+    from svbnn._estimator_tasks import _Regression
+
+    monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
+    monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
+    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: gain)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 4))
+    y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(200)
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 3, "tol": None}
+    kw |= {"mean_function": "zero", "random_state": 0}
+    weights = _spy_kl_weights(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNRegressor(**kw).fit(X, y)
+        checked = list(weights)
+        explicit = SVBNNRegressor(**kw, refit_kl_weight=0.2).fit(X, y)
+        alone = SVBNNRegressor(**kw, refit_kl_weight=None).fit(X, y)
+        tempered = SVBNNRegressor(**kw, kl_weight=0.2).fit(X, y)
+    assert est.held_out_gain_ == gain
+    assert explicit.held_out_gain_ is None and tempered.held_out_gain_ is None
+    assert alone.held_out_gain_ is None
+    if gain > 0:
+        assert checked == [None, 0.2, 0.2]  # the first fit, the refit, its noise run
+        np.testing.assert_array_equal(est.predict(X), explicit.predict(X))
+        assert est.noise_std_ == explicit.noise_std_
+    else:
+        # The first fit, the refit, its noise run; the first fit's noise run (few rows).
+        assert checked == [None, 0.2, 0.2, 1.0]
+        assert est.screened_features_ is None and est.n_iter_ == 3
+        for a, b in zip(est.module_.parameters(), alone.module_.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+        assert est.noise_std_held_out_ is not None
+
+
+def test_gain_over_the_mean_is_half_the_log_mse_ratio() -> None:
+    """The regressor's held_out_gain_ score: half the log of the held-out rows' weighted
+    mean squared error about the fit rows' weighted mean over that of the predictions,
+    exactly; -inf for non-finite predictions."""
+    from svbnn._estimator_tasks import _gain_over_the_mean
+
+    z = np.array([1.0, -2.0, 0.5, 3.0, 0.0, 1.5, -1.0, 2.0])
+    w = np.array([1.0, 2.0, 1.0, 1.0, 0.5, 1.5, 1.0, 0.5])
+    fit_rows, held = np.array([0, 1, 2, 3, 4]), np.array([5, 6, 7])
+    m = np.array([1.0, -0.5, 1.0])
+    mean = (1.0 - 4.0 + 0.5 + 3.0 + 0.0) / 5.5
+    wh = w[held]
+    mse_mean = np.sum(wh * (z[held] - mean) ** 2) / wh.sum()
+    mse = np.sum(wh * (z[held] - m) ** 2) / wh.sum()
+    got = _gain_over_the_mean(m, z, w, fit_rows, held)
+    assert got == pytest.approx(0.5 * np.log(mse_mean / mse), rel=1e-12)
+    unweighted = 0.5 * np.log(
+        np.mean((z[held] - z[fit_rows].mean()) ** 2) / np.mean((z[held] - m) ** 2)
+    )
+    assert _gain_over_the_mean(m, z, None, fit_rows, held) == pytest.approx(unweighted, rel=1e-12)
+    assert _gain_over_the_mean(np.array([np.nan, 0, 0]), z, None, fit_rows, held) == -np.inf
+
+
+def test_regressor_on_a_table_without_signal_does_not_fit_noise() -> None:
+    """300 rows of 20 noise inputs and a target independent of them: the first fit selects
+    a few noise inputs and the refit at 0.2 on them fits them, predicting the held-out
+    rows worse than the mean; the check catches it and the first fit is the model."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((2300, 20))
+    y = rng.standard_normal(2300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNRegressor(random_state=1).fit(X[:300], y[:300])
+        refit = SVBNNRegressor(refit_kl_weight=0.2, random_state=1)
+        refit.fit(X[:300], y[:300])
+    assert est.held_out_gain_ is not None and est.held_out_gain_ < 0
+    assert est.screened_features_ is None
+    excess = np.mean((est.predict(X[300:]) - y[300:]) ** 2) / np.mean(
+        (y[:300].mean() - y[300:]) ** 2
+    )
+    refit_excess = np.mean((refit.predict(X[300:]) - y[300:]) ** 2) / np.mean(
+        (y[:300].mean() - y[300:]) ** 2
+    )
+    assert excess < 1.05 < refit_excess
 
 
 def test_regressor_explains_nothing_by_the_training_r2() -> None:

@@ -148,14 +148,19 @@ collapsed_ : bool
     posterior predictive training log-loss at least 0.98 of the class frequencies'
     entropy, or no input reaching the output).
 held_out_gain_ : float or None
-    A classifier's check of its fit against the class frequencies, made where
-    ``refit_kl_weight="auto"`` fits at a tempered ``kl_weight`` (below 0.35) on every
-    input (a table under 500 rows, or a selecting fit that kept no input): the held-out
-    log-loss of the class frequencies less that of a run of the fit on 80% of the rows
-    over a quarter of its budget (nats per held-out row, weighted as the fit). At most 0, the
-    fit predicted new rows no better than the class frequencies (it fitted noise) and
-    the fit at KL weight 0.35 replaced it (the selecting fit, where one was made);
-    ``None`` where no check was made (always for a regressor).
+    The check of a tempered fit against the family's baseline on held-out rows, made
+    with ``refit_kl_weight="auto"``: how much better a run of the fit on 80% of the rows
+    predicts the other 20% than the baseline, fitted on the same 80%, does (nats per
+    held-out row, weighted as the fit). A classifier's is made where it fits at a
+    tempered ``kl_weight`` (below 0.35) on every input (a table under 500 rows, or a
+    selecting fit that kept no input), over a quarter of the fit's budget, against the
+    class frequencies (the difference of their log-losses); at most 0, the fit at KL
+    weight 0.35 replaced it (the selecting fit, where one was made). A regressor's is
+    made where it refits the selected inputs at a KL weight below ``kl_weight``, on the
+    refit's held-out noise run (``noise_std_held_out_``), against the mean of ``y``
+    (half the log of the ratio of their mean squared errors); at most 0, the first fit
+    replaced the refit. Either way, at most 0 says the fit predicted new rows no better
+    than the baseline: it fitted noise. ``None`` where no check was made.
 fit_warnings_ : list of str
     Every warning the last ``fit`` raised, as ``"Category: message"`` (empty for a clean
     fit).
@@ -176,7 +181,8 @@ HELD_OUT = 0.2
 its fit against the class frequencies)."""
 SIGNAL_SHARE = 0.25
 """The share of the final fit's budget that the run of it checked on held-out rows gets
-(:meth:`_VariationalEstimator._fit_module`'s ``signal_gain``)."""
+where the fit makes no held-out run of its own (:meth:`_VariationalEstimator._fit_module`'s
+``held_out``)."""
 
 
 @dataclass(eq=False)
@@ -470,39 +476,40 @@ class _VariationalEstimator(BaseEstimator, ABC):
         make_likelihood: Any,
         seeds: _SeedSource,
         weights: NDArray[Any] | None = None,
-        held_out: Callable[[nn.Module, NDArray[np.intp], int], None] | None = None,
+        held_out: Callable[[nn.Module, NDArray[np.intp], NDArray[np.intp], int], tuple[float, Any]]
+        | None = None,
         held_out_share: Callable[[float], float | None] = lambda kl_weight: None,
         refit: bool = True,
         first: _FirstFit | None = None,
-        signal_gain: Callable[[nn.Module, NDArray[np.intp], NDArray[np.intp], int], float]
-        | None = None,
-    ) -> nn.Module:
-        """Train; sets the fitted attributes and returns the likelihood as fitted.
+    ) -> tuple[nn.Module, Any]:
+        """Train; sets the fitted attributes and returns the likelihood as fitted and what
+        ``held_out`` said of the model's held-out run (``None`` without one).
 
         ``make_likelihood()`` builds a fresh likelihood (one with a learnable noise level
         is trained with the network; ``make_likelihood(R)`` one for ``R`` replicates).
         ``weights``: per row, positive and of mean 1
         (:func:`_row_weights`), the weight of its likelihood term; ``None`` weighs every
-        row alike (and keeps the model's fused step). ``held_out``, when given and there
-        are 10 rows or more and ``held_out_share(kl_weight)`` (``kl_weight``: the final
-        fit's) is not ``None``: the final fit is run a second time on the rows that
-        :func:`_held_out_rows` keeps, over that share of its budget, with a seed of its
-        own drawn after the fit's, and ``held_out(network, held_rows, seed)`` is called
-        with it (the fitted attributes are the fit on all rows'). The final fit is the
-        refit on the selected inputs where the family makes one (:meth:`_refit_plan`) and
-        ``refit``; without ``refit`` it is the first fit.
+        row alike (and keeps the model's fused step). The final fit is the refit on the
+        selected inputs where the family makes one (:meth:`_refit_plan`) and ``refit``;
+        without ``refit`` it is the first fit.
+
+        ``held_out``, when given, on 10 rows or more: the final fit is run a second time
+        on the rows that :func:`_held_out_rows` keeps, with a seed of its own drawn after
+        the prediction seed, over ``held_out_share(kl_weight)`` of its budget
+        (``kl_weight``: the final fit's); where that is ``None``, only where
+        :meth:`_signal_check_kl` names a KL weight, over ``SIGNAL_SHARE`` of it.
+        ``held_out(network, fit_rows, held_rows, seed)`` scores the run: its gain over
+        the family's baseline on the held-out rows, and what the family keeps of it (the
+        fitted attributes are the fit on all rows'). Where :meth:`_signal_check_kl`
+        names a KL weight, the gain is ``held_out_gain_``; at most 0, the final fit
+        fitted noise and is replaced by one at that KL weight on every input (the first
+        fit where it is one), whose own held-out run, where ``held_out_share`` gives it
+        one, is the one returned.
 
         ``first``: where it holds no fit yet, the first fit (before any refit) is kept in
         it; where it holds one, that fit is taken instead of training (and seeds drawn from
         ``first.seeds``), so ``fit(refit=False, first=f)`` followed by ``fit(first=f)``
         ends as one ``fit()`` does, with the first fit trained once.
-
-        ``signal_gain``, when given, where :meth:`_signal_check_kl` names a KL weight and
-        there are 10 rows or more: the final fit is run a second time on the rows that
-        :func:`_held_out_rows` keeps, over ``SIGNAL_SHARE`` of its budget, with a seed of
-        its own drawn after the prediction seed, and ``signal_gain(network, fit_rows,
-        held_rows, seed)`` scores it (``held_out_gain_``); at most 0, the final fit is
-        replaced by one at that KL weight on all rows (the first fit where it is one).
         """
         n, p = X.shape
         self.fit_warnings_: list[str] = []
@@ -582,27 +589,58 @@ class _VariationalEstimator(BaseEstimator, ABC):
             model, lik, history, monitor = fit_on(None, seeds.seed(), start, final_share, final_kl)
             epochs = max(round(epochs * final_share), 1)
         predict_seed = seeds.seed()
+        self._set_fit(model, history, monitor, epochs, predict_seed)
         self.held_out_gain_: float | None = None
         check_kl = self._signal_check_kl(n, model) if refit else None
-        if signal_gain is not None and check_kl is not None and n >= 10:
-            # Its seeds drawn after the prediction seed: a fit that passes is the one made
-            # without the check, and predicts as it.
-            check_seed = seeds.seed()
-            fit_rows, held = _held_out_rows(target, check_seed)
-            part = fit_on(fit_rows, check_seed, start, SIGNAL_SHARE * final_share, final_kl)[0]
-            set_generator(part, None)
-            self.held_out_gain_ = signal_gain(part, fit_rows, held, check_seed)
-            if self.held_out_gain_ <= 0:
-                if self._first_kl_weight(n) == check_kl:
-                    # The selecting fit (at check_kl, on every input) is the model.
-                    model, lik, history, monitor = first_fit
-                else:
-                    model, lik, history, monitor = fit_on(
-                        None, seeds.seed(), first_start, kl_weight=check_kl
-                    )
-                plan, final_kl, final_share = None, check_kl, 1.0
-                epochs = self._epoch_budget(n)
-                self.screened_features_: NDArray[np.intp] | None = None
+        share = held_out_share(final_kl)
+        if check_kl is not None and share is None:
+            share = SIGNAL_SHARE
+        if held_out is None or share is None or n < 10:
+            return lik, None
+        # The run's seeds are drawn after the prediction seed: a fit that passes the check
+        # is the one made without it, and predicts as it. Started as the final fit only
+        # where that is a refit (a "cv" start was chosen with other rows held out).
+        held_seed = seeds.seed()
+        fit_rows, held = _held_out_rows(target, held_seed)
+        run_start = start if plan is not None else None
+        part = fit_on(fit_rows, held_seed, run_start, share * final_share, final_kl)[0]
+        set_generator(part, None)
+        gain, scored = held_out(part, fit_rows, held, held_seed)
+        if check_kl is None:
+            return lik, scored
+        self.held_out_gain_ = gain
+        if gain > 0:
+            return lik, scored
+        first_kl = self._first_kl_weight(n)
+        if (float(self.kl_weight) if first_kl is None else first_kl) == check_kl:
+            # The first fit (at check_kl, on every input) is the model.
+            model, lik, history, monitor = first_fit
+        else:
+            model, lik, history, monitor = fit_on(
+                None, seeds.seed(), first_start, kl_weight=check_kl
+            )
+        self.screened_features_: NDArray[np.intp] | None = None
+        self._prior_for_inputs(n, p, n_out)
+        self._set_fit(model, history, monitor, self._epoch_budget(n), predict_seed)
+        share = held_out_share(check_kl)
+        if share is None:
+            return lik, None
+        held_seed = seeds.seed()
+        fit_rows, held = _held_out_rows(target, held_seed)
+        part = fit_on(fit_rows, held_seed, None, share, check_kl)[0]
+        set_generator(part, None)
+        return lik, held_out(part, fit_rows, held, held_seed)[1]
+
+    def _set_fit(
+        self,
+        model: nn.Module,
+        history: History,
+        monitor: ConvergenceMonitor,
+        epochs: int,
+        predict_seed: int,
+    ) -> None:
+        """Set the fitted attributes of ``model``, trained with ``history`` and stopped by
+        ``monitor`` within a budget of ``epochs``; it predicts from ``predict_seed``."""
         # Generators are process-local state: keep the fitted estimator picklable.
         set_generator(model, None)
         self.module_ = model
@@ -622,20 +660,6 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self.loss_curve_ = list(history.loss)
         self._predict_seed_ = predict_seed
         self._summarize(model)
-        held_share = held_out_share(final_kl)
-        if held_out is not None and held_share is not None and n >= 10:
-            held_seed = seeds.seed()
-            fit_rows, held = _held_out_rows(target, held_seed)
-            part = fit_on(
-                fit_rows,
-                held_seed,
-                start if plan is not None else None,
-                held_share * final_share,
-                final_kl,
-            )[0]
-            set_generator(part, None)
-            held_out(part, held, held_seed)
-        return lik
 
     def _train(
         self,
@@ -724,6 +748,10 @@ class _VariationalEstimator(BaseEstimator, ABC):
         default, and always without ``refit``), no second fit."""
         return None
 
+    def _prior_for_inputs(self, n: int, p: int, n_out: int) -> None:
+        """Set the prior of a network on ``p`` of the inputs, fitted on ``n`` rows, where
+        it depends on them (the base's: it does not)."""
+
     def _explains_nothing(self, model: nn.Module, X: NDArray[Any], target: Tensor) -> bool:
         """Whether ``model``, fitted to ``target`` on the rows ``X``, explains nothing of
         it by the task's measure (the base's: never)."""
@@ -736,7 +764,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
     def _signal_check_kl(self, n: int, model: nn.Module) -> float | None:
         """The KL weight of the fit that replaces ``model``, the final fit on ``n`` rows,
         where its run on part of the rows predicts the held-out rows no better than the
-        family's baseline (:meth:`_fit_module`'s ``signal_gain``); ``None``, the base's: no
+        family's baseline (:meth:`_fit_module`'s ``held_out``); ``None``, the base's: no
         check."""
         return None
 

@@ -133,6 +133,28 @@ def _log_loss(proba: NDArray[Any], y: NDArray[np.intp], w: NDArray[Any]) -> floa
     return float(np.sum(w * -np.log(picked)) / w.sum())
 
 
+def _gain_over_the_mean(
+    m: NDArray[Any],
+    z: NDArray[Any],
+    w: NDArray[Any] | None,
+    fit_rows: NDArray[np.intp],
+    held: NDArray[np.intp],
+) -> float:
+    """How much better the predictions ``m`` of the ``held`` rows, by a network fitted on
+    ``fit_rows``, are than the mean of ``z`` over ``fit_rows``: half the log of the ratio
+    of their mean squared errors there (nats per row: the Gaussian log-likelihood gain at
+    each one's own noise level; ``w``: the rows' weights, ``None`` for equal, weighing the
+    mean and the errors alike)."""
+    w_fit = None if w is None else np.asarray(w, float)[fit_rows]
+    w_held = None if w is None else np.asarray(w, float)[held]
+    mean = float(np.average(z[fit_rows], weights=w_fit))
+    mse_mean = float(np.average((z[held] - mean) ** 2, weights=w_held))
+    mse = float(np.average((z[held] - np.asarray(m, float).reshape(-1)) ** 2, weights=w_held))
+    if not math.isfinite(mse) or mse_mean == 0.0:
+        return -math.inf  # a diverged run; or a constant target, which the mean predicts
+    return math.inf if mse == 0.0 else 0.5 * math.log(mse_mean / mse)
+
+
 def _check_class_weight(class_weight: Any) -> None:
     """``class_weight`` is None, ``"balanced"`` or a dict of finite non-negative weights
     (its labels are checked against ``y`` in ``fit``)."""
@@ -395,9 +417,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
             ) -> None:
                 """The network on ``target`` (z, or z less the linear mean), noise included
                 (``refit``, ``first``: :meth:`_fit_module`'s)."""
-                held_noise: list[tuple[float, float]] = []
 
-                def score_held_out(part: nn.Module, held: NDArray[np.intp], seed: int) -> None:
+                def score_held_out(
+                    part: nn.Module, fit_rows: NDArray[np.intp], held: NDArray[np.intp], seed: int
+                ) -> tuple[float, tuple[float, float]]:
                     gen = torch.Generator(device=next(part.parameters()).device)
                     gen.manual_seed(seed)
                     held = held[:_NOISE_ROWS]
@@ -409,9 +432,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     # shorter or smaller fit's spread, larger, would lower it).
                     v_fitted = self._output_moments(Xv[held])[1]
                     cover = _covering_noise(m, v_fitted, target[held], wh, COVER_LEVEL)
-                    held_noise.append((fit, cover))
+                    gain = _gain_over_the_mean(m.numpy(), target, w, fit_rows, held)
+                    return gain, (fit, cover)
 
-                lik = self._fit_module(
+                lik, held_noise = self._fit_module(
                     Xv,
                     self._tensor(target, "y"),
                     1,
@@ -422,7 +446,8 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     seeds,
                     w,
                     # A tempered fit's training rows understate the noise, and so do few
-                    # rows (noise_std_held_out_).
+                    # rows (noise_std_held_out_); the tempered refit's run is also its
+                    # check against the mean (held_out_gain_).
                     held_out=score_held_out if learn else None,
                     held_out_share=lambda kl_weight: (
                         _TEMPERED_SHARE if kl_weight < 1 else _FEW_ROWS_SHARE if few else None
@@ -431,8 +456,8 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     first=first,
                 )
                 scale = self._y_scale_
-                self.noise_std_held_out_ = held_noise[0][0] * scale if held_noise else None
-                self.noise_std_covering_ = held_noise[0][1] * scale if held_noise else None
+                self.noise_std_held_out_ = held_noise[0] * scale if held_noise else None
+                self.noise_std_covering_ = held_noise[1] * scale if held_noise else None
                 if learn:
                     self.noise_std_elbo_ = float(torch.as_tensor(lik.noise_std).detach()) * scale
                     self._noise_std_fitted_ = max(
@@ -778,8 +803,9 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 lambda r=None: CategoricalLikelihood(),
                 seeds,
                 w,
-                signal_gain=lambda part, fit_rows, held, seed: self._held_out_gain(
-                    part, Xv, codes, w, fit_rows, held, seed
+                held_out=lambda part, fit_rows, held, seed: (
+                    self._held_out_gain(part, Xv, codes, w, fit_rows, held, seed),
+                    None,
                 ),
             )
         self._warn_if_degenerate(self._fit_problem())

@@ -324,9 +324,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
             return None
         self.screened_features_ = np.flatnonzero(screened)
         closed = torch.as_tensor(~screened, device=self.device)
-        if self.log_prior_inclusion is None and self.prior_inclusion in ("auto", "opt"):
-            # The prior of a network on the screened inputs.
-            self._prepare(n, len(self.screened_features_), n_out)
+        self._prior_for_inputs(n, len(self.screened_features_), n_out)
 
         def refit_start(network: nn.Module, likelihood: nn.Module) -> None:
             if start is not None:
@@ -336,6 +334,11 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 gates[..., : closed.numel()][..., closed] = _CLOSED_LOGIT
 
         return refit_start, refit_kl, float(self.refit_budget)
+
+    def _prior_for_inputs(self, n: int, p: int, n_out: int) -> None:
+        # "auto" and "opt" depend on the network's inputs; "eb" and "cv" set their own.
+        if self.log_prior_inclusion is None and self.prior_inclusion in ("auto", "opt"):
+            self._prepare(n, p, n_out)
 
     def _refit_kl_weight(self, n: int) -> float | None:
         """The refit's KL weight on ``n`` rows (``None``: no refit); resolves ``"auto"``."""
@@ -828,6 +831,17 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     def _mean_function(self) -> str:
         _check_choice("mean_function", self.mean_function, list(MEAN_FUNCTIONS))
         return str(self.mean_function)
+
+    def _signal_check_kl(self, n: int, model: nn.Module) -> float | None:
+        # refit_kl_weight="auto": the tempered refit of the selected inputs is checked
+        # against the training rows' mean on its held-out noise run; one that predicts the
+        # held-out rows no better fitted noise, and the first fit replaces it (the
+        # parameter says why).
+        refit_kl = self._refit_kl_weight(n)
+        refitted = self.screened_features_ is not None
+        if self.refit_kl_weight != "auto" or not refitted or refit_kl is None:
+            return None
+        return float(self.kl_weight) if refit_kl < self.kl_weight else None
 
 
 @_fill_doc(
