@@ -536,4 +536,7 @@ def test_noise_tables_prints_both_arms_per_size(capsys: pytest.CaptureFixture[st
     nt.main(["--regression", "--sizes", "40", "--seeds", "1", "--max-iter", "2"])
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 40 ")]
     assert [r.split(" | ")[1:3] for r in rows] == [["-", "defaults"], ["-", "first fit alone"]]
-    assert all(r.strip("|").split(" | ")[6] == "-" for r in rows)  # no held-out check
+    gains = [r.strip("|").split(" | ")[6] for r in rows]
+    # The defaults' refit, where one is made, is checked on held-out rows; the first fit
+    # alone never is.
+    assert gains[1] == "-" and (gains[0] == "-" or not math.isnan(float(gains[0])))

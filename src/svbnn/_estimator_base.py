@@ -156,11 +156,12 @@ held_out_gain_ : float or None
     selecting fit that kept no input), over a quarter of the fit's budget, against the
     class frequencies (the difference of their log-losses); at most 0, the fit at KL
     weight 0.35 replaced it (the selecting fit, where one was made). A regressor's is
-    made where it refits the selected inputs at a KL weight below ``kl_weight``, on the
-    refit's held-out noise run (``noise_std_held_out_``), against the mean of ``y``
-    (half the log of the ratio of their mean squared errors); at most 0, the first fit
-    replaced the refit. Either way, at most 0 says the fit predicted new rows no better
-    than the baseline: it fitted noise. ``None`` where no check was made.
+    made where it refits the selected inputs at a KL weight below ``kl_weight`` with a
+    learned noise level, on the refit's held-out noise run (``noise_std_held_out_``),
+    against the mean of ``y`` (half the log of the ratio of their mean squared errors);
+    at most 0, the first fit replaced the refit. Either way, at most 0 says the fit
+    predicted new rows no better than the baseline: it fitted noise. ``None`` where no
+    check was made.
 fit_warnings_ : list of str
     Every warning the last ``fit`` raised, as ``"Category: message"`` (empty for a clean
     fit).

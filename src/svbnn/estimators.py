@@ -146,13 +146,14 @@ refit_kl_weight : float, "auto" or None, default None (the regressor and classif
     fit is at ``kl_weight``, when it explains nothing (a regressor's training R^2 at most
     0.02: the inputs it selected are noise's, which a refit with less shrinkage would
     fit). A regressor's ``"auto"`` refit, at a KL weight below ``kl_weight``, is checked
-    on its held-out noise run: where that run predicts the held-out rows no better than
-    the mean of ``y`` on its own rows (``held_out_gain_`` at most 0), the refit fitted
-    noise and the first fit replaces it; where it passes, the fit is the one made
-    without the check, in the same time (on tables of 300 rows whose target is
-    independent of 20 inputs, the test error fell from 1.45 to 1.01 times the training
-    mean's, over six seeds; user guide, "Reading the diagnostics and warnings", a
-    regression target unrelated to the inputs). ``None``: the first fit only.
+    on its held-out noise run (``noise_std="auto"``, which makes one): where that run
+    predicts the held-out rows no better than the mean of ``y`` on its own rows
+    (``held_out_gain_`` at most 0), the refit fitted noise and the first fit replaces
+    it; where it passes, the fit is the one made without the check, in the same time (on
+    tables of 300 rows whose target is independent of 20 inputs, the test error fell
+    from 1.45 to 1.01 times the training mean's, over six seeds; user guide, "Reading
+    the diagnostics and warnings", a regression target unrelated to the inputs).
+    ``None``: the first fit only.
     ``"auto"``: ``REFIT_AUTO_KL_WEIGHT`` (0.2) on tables of at most
     ``SMALL_TABLE_ROWS`` (1,600) or more than ``LARGE_TABLE_ROWS`` (3,000) rows, ``None``
     between, where the refit would take a fit past about 3 s. Up to 3,000 rows a
