@@ -643,7 +643,7 @@ def test_regressor_refits_by_default_outside_1600_to_3000_rows(
     # Two epochs explain little: the rule against refitting a fit that explains nothing,
     # and the refit's check against the mean, are the next tests'.
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
-    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: 1.0)
+    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: (1.0, 0.0))
     assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
     assert E.SMALL_TABLE_ROWS == 1600
     assert SVBNNRegressor().refit_kl_weight == "auto"
@@ -674,7 +674,7 @@ def test_regressor_does_not_refit_inputs_selected_by_a_fit_that_explains_nothing
     from svbnn._estimator_tasks import _Regression
 
     monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
-    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: 1.0)
+    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: (1.0, 0.0))
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: nothing)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((200, 4))
@@ -692,22 +692,23 @@ def test_regressor_does_not_refit_inputs_selected_by_a_fit_that_explains_nothing
         assert est.screened_features_ is not None
 
 
-@pytest.mark.parametrize("gain", [1.0, -1.0])
+@pytest.mark.parametrize("gain, se", [(1.0, 0.0), (-0.05, 0.1), (-1.0, 0.5)])
 def test_regressor_refit_is_checked_against_the_mean(
-    monkeypatch: pytest.MonkeyPatch, gain: float
+    monkeypatch: pytest.MonkeyPatch, gain: float, se: float
 ) -> None:
     """refit_kl_weight="auto": the refit's held-out noise run is also its check against
-    the mean of y. Where it predicts the held-out rows better, the fit is the one made
-    without the check (refit_kl_weight=0.2), bit for bit; else the first fit replaces the
-    refit, with the noise run of a first fit on few rows. No check for a refit at an
-    explicit weight, or at one not below kl_weight."""
+    the mean of y. Where it predicts the held-out rows better, or worse by less than the
+    gain's standard error, the fit is the one made without the check
+    (refit_kl_weight=0.2), bit for bit; else the first fit replaces the refit, with the
+    noise run of a first fit on few rows. No check for a refit at an explicit weight, or
+    at one not below kl_weight."""
     from svbnn import _estimator_tasks as T
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Regression
 
     monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
-    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: gain)
+    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: (gain, se))
     rng = np.random.default_rng(0)
     X = rng.standard_normal((200, 4))
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(200)
@@ -724,7 +725,7 @@ def test_regressor_refit_is_checked_against_the_mean(
     assert est.held_out_gain_ == gain
     assert explicit.held_out_gain_ is None and tempered.held_out_gain_ is None
     assert alone.held_out_gain_ is None
-    if gain > 0:
+    if gain + se > 0:
         assert checked == [None, 0.2, 0.2]  # the first fit, the refit, its noise run
         np.testing.assert_array_equal(est.predict(X), explicit.predict(X))
         assert est.noise_std_ == explicit.noise_std_
@@ -740,7 +741,8 @@ def test_regressor_refit_is_checked_against_the_mean(
 def test_gain_over_the_mean_is_half_the_log_mse_ratio() -> None:
     """The regressor's held_out_gain_ score: half the log of the held-out rows' weighted
     mean squared error about the fit rows' weighted mean over that of the predictions,
-    exactly; -inf for non-finite predictions."""
+    exactly; its standard error the delta method's, which matches the spread of the
+    score over resampled held-out rows; -inf for non-finite predictions."""
     from svbnn._estimator_tasks import _gain_over_the_mean
 
     z = np.array([1.0, -2.0, 0.5, 3.0, 0.0, 1.5, -1.0, 2.0])
@@ -751,13 +753,28 @@ def test_gain_over_the_mean_is_half_the_log_mse_ratio() -> None:
     wh = w[held]
     mse_mean = np.sum(wh * (z[held] - mean) ** 2) / wh.sum()
     mse = np.sum(wh * (z[held] - m) ** 2) / wh.sum()
-    got = _gain_over_the_mean(m, z, w, fit_rows, held)
+    got, _ = _gain_over_the_mean(m, z, w, fit_rows, held)
     assert got == pytest.approx(0.5 * np.log(mse_mean / mse), rel=1e-12)
-    unweighted = 0.5 * np.log(
-        np.mean((z[held] - z[fit_rows].mean()) ** 2) / np.mean((z[held] - m) ** 2)
-    )
-    assert _gain_over_the_mean(m, z, None, fit_rows, held) == pytest.approx(unweighted, rel=1e-12)
-    assert _gain_over_the_mean(np.array([np.nan, 0, 0]), z, None, fit_rows, held) == -np.inf
+    sq_mean, sq = (z[held] - z[fit_rows].mean()) ** 2, (z[held] - m) ** 2
+    unweighted = 0.5 * np.log(np.mean(sq_mean) / np.mean(sq))
+    got, se = _gain_over_the_mean(m, z, None, fit_rows, held)
+    assert got == pytest.approx(unweighted, rel=1e-12)
+    x = 0.5 * (sq_mean / sq_mean.mean() - sq / sq.mean())
+    assert se == pytest.approx(x.std() / np.sqrt(3), rel=1e-12)
+    assert _gain_over_the_mean(np.array([np.nan, 0, 0]), z, None, fit_rows, held)[0] == -np.inf
+    # The standard error against the gain's spread over held-out sets of 400 rows drawn
+    # from one population (a prediction that explains part of z): within 10% of it,
+    # several times the Monte Carlo error of a 400-draw sd (about 3.5%).
+    rng = np.random.default_rng(0)
+    gains, ses = [], []
+    fit = np.arange(400)
+    for _ in range(400):
+        signal = rng.standard_normal(800)
+        zz = signal + rng.standard_normal(800)
+        g, s_ = _gain_over_the_mean(0.8 * signal[400:], zz, None, fit, np.arange(400, 800))
+        gains.append(g)
+        ses.append(s_)
+    assert np.median(ses) == pytest.approx(np.std(gains), rel=0.1)
 
 
 def test_regressor_on_a_table_without_signal_does_not_fit_noise() -> None:
@@ -829,7 +846,7 @@ def test_classifier_selects_at_0_35_and_refits_at_kl_weight_by_default(
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Classification
 
-    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: 1.0)
+    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: (1.0, 0.0))
     # The selecting fit keeps input 0 (two epochs select nothing on their own; the case
     # of no input kept is the next test's).
     monkeypatch.setattr(E, "_selected", lambda inclusion: np.arange(inclusion.size) == 0)
@@ -871,7 +888,7 @@ def test_classifier_refits_every_input_when_the_selecting_fit_keeps_none(
         return np.full(inclusion.shape, len(calls) > 1)
 
     monkeypatch.setattr(E, "_selected", selected)
-    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: gain)
+    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: (gain, 0.0))
     rng = np.random.default_rng(1)
     X = rng.standard_normal((600, 3))
     y = (X[:, 0] > 0).astype(int)
@@ -900,7 +917,7 @@ def test_small_classifier_fit_is_checked_against_the_class_frequencies(
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Classification
 
-    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: gain)
+    monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: (gain, 0.0))
     monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
     rng = np.random.default_rng(2)
     X = rng.standard_normal((120, 3))
@@ -944,10 +961,12 @@ def test_held_out_gain_is_the_weighted_log_loss_difference(
     freq = np.array([1.0 + 2.0 + 0.5, 1.0, 1.0]) / 5.5  # the fit rows' weighted frequencies
     y, wh = codes[held], w[held]
     expected = np.sum(wh * (np.log(proba[np.arange(3), y]) - np.log(freq[y]))) / wh.sum()
-    got = est._held_out_gain(torch.nn.Identity(), X, codes, w, fit_rows, held, seed=0)
+    got, se = est._held_out_gain(torch.nn.Identity(), X, codes, w, fit_rows, held, seed=0)
     assert got == pytest.approx(expected, rel=1e-12)
+    d = np.log(proba[np.arange(3), y]) - np.log(freq[y])
+    assert se == pytest.approx(np.sqrt(np.sum(wh**2 * (d - expected) ** 2)) / wh.sum(), rel=1e-12)
     unweighted = np.mean(np.log(proba[np.arange(3), y]) - np.log(np.array([3, 1, 1])[y] / 5))
-    got = est._held_out_gain(torch.nn.Identity(), X, codes, None, fit_rows, held, seed=0)
+    got, _ = est._held_out_gain(torch.nn.Identity(), X, codes, None, fit_rows, held, seed=0)
     assert got == pytest.approx(unweighted, rel=1e-12)
 
 

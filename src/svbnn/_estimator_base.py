@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 import torch
@@ -184,6 +184,26 @@ SIGNAL_SHARE = 0.25
 """The share of the final fit's budget that the run of it checked on held-out rows gets
 where the fit makes no held-out run of its own (:meth:`_VariationalEstimator._fit_module`'s
 ``held_out``)."""
+
+
+class _HeldOutScore(NamedTuple):
+    """What a task's ``held_out`` callback (:meth:`_VariationalEstimator._fit_module`)
+    says of a run of the final fit: ``gain``, how much better it predicts the held-out
+    rows than the task's baseline (nats per row); ``se``, the standard error of ``gain``
+    over those rows; ``kept``, what the task keeps of the run (``None``: nothing)."""
+
+    gain: float
+    se: float
+    kept: Any = None
+
+
+def _mean_and_se(x: NDArray[Any], w: NDArray[Any] | None) -> tuple[float, float]:
+    """The mean of ``x`` ``(m,)`` weighted by ``w`` (``None``: equal weights) and its
+    standard error, ``sqrt(sum w^2 (x - mean)^2) / sum w`` (``sd / sqrt(m)`` for equal
+    weights)."""
+    wt = np.ones(x.size) if w is None else np.asarray(w, dtype=np.float64)
+    mean = float(np.sum(wt * x) / wt.sum())
+    return mean, float(np.sqrt(np.sum(wt**2 * (x - mean) ** 2)) / wt.sum())
 
 
 @dataclass(eq=False)
@@ -477,7 +497,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         make_likelihood: Any,
         seeds: _SeedSource,
         weights: NDArray[Any] | None = None,
-        held_out: Callable[[nn.Module, NDArray[np.intp], NDArray[np.intp], int], tuple[float, Any]]
+        held_out: Callable[[nn.Module, NDArray[np.intp], NDArray[np.intp], int], _HeldOutScore]
         | None = None,
         held_out_share: Callable[[float], float | None] = lambda kl_weight: None,
         refit: bool = True,
@@ -499,13 +519,15 @@ class _VariationalEstimator(BaseEstimator, ABC):
         the prediction seed, over ``held_out_share(kl_weight)`` of its budget
         (``kl_weight``: the final fit's); where that is ``None``, only where
         :meth:`_signal_check_kl` names a KL weight, over ``SIGNAL_SHARE`` of it.
-        ``held_out(network, fit_rows, held_rows, seed)`` scores the run: its gain over
-        the family's baseline on the held-out rows, and what the family keeps of it (the
+        ``held_out(network, fit_rows, held_rows, seed)`` scores the run
+        (:class:`_HeldOutScore`: its gain over the family's baseline on the held-out
+        rows, the gain's standard error there, and what the family keeps of it; the
         fitted attributes are the fit on all rows'). Where :meth:`_signal_check_kl`
-        names a KL weight, the gain is ``held_out_gain_``; at most 0, the final fit
-        fitted noise and is replaced by one at that KL weight on every input (the first
-        fit where it is one), whose own held-out run, where ``held_out_share`` gives it
-        one, is the one returned.
+        names a KL weight, the gain is ``held_out_gain_``; where it is below 0 by at
+        least its standard error, the final fit predicted new rows worse than the
+        baseline (it fitted noise) and is replaced by one at that KL weight on every
+        input (the first fit where it is one), whose own held-out run, where
+        ``held_out_share`` gives it one, is the one returned.
 
         ``first``: where it holds no fit yet, the first fit (before any refit) is kept in
         it; where it holds one, that fit is taken instead of training (and seeds drawn from
@@ -606,12 +628,24 @@ class _VariationalEstimator(BaseEstimator, ABC):
         run_start = start if plan is not None else None
         part = fit_on(fit_rows, held_seed, run_start, share * final_share, final_kl)[0]
         set_generator(part, None)
-        gain, scored = held_out(part, fit_rows, held, held_seed)
+        score = held_out(part, fit_rows, held, held_seed)
         if check_kl is None:
-            return lik, scored
-        self.held_out_gain_ = gain
-        if gain > 0:
-            return lik, scored
+            return lik, score.kept
+        self.held_out_gain_ = score.gain
+        # Worse than the baseline by at least the held-out rows' sampling error: a few
+        # dozen rows can put a refit that carries signal a little below it.
+        noise = score.gain + score.se <= 0
+        logger.info(
+            "held-out check of the fit at KL weight %g: gain %.3g nats a row (standard "
+            "error %.3g, %d rows) over the baseline: %s",
+            final_kl,
+            score.gain,
+            score.se,
+            held.size,
+            f"replaced by the fit at KL weight {check_kl:g}" if noise else "kept",
+        )
+        if not noise:
+            return lik, score.kept
         first_kl = self._first_kl_weight(n)
         if (float(self.kl_weight) if first_kl is None else first_kl) == check_kl:
             # The first fit (at check_kl, on every input) is the model.
@@ -630,7 +664,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         fit_rows, held = _held_out_rows(target, held_seed)
         part = fit_on(fit_rows, held_seed, None, share, check_kl)[0]
         set_generator(part, None)
-        return lik, held_out(part, fit_rows, held, held_seed)[1]
+        return lik, held_out(part, fit_rows, held, held_seed).kept
 
     def _set_fit(
         self,

@@ -26,7 +26,14 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 from torch import Tensor, nn
 
-from ._estimator_base import _FirstFit, _row_weights, _VariationalEstimator, logger
+from ._estimator_base import (
+    _FirstFit,
+    _HeldOutScore,
+    _mean_and_se,
+    _row_weights,
+    _VariationalEstimator,
+    logger,
+)
 from ._estimator_checks import (
     _DTYPES,
     _NOISE_INIT,
@@ -126,11 +133,16 @@ def _explains_nothing_r2(r2: float | None) -> bool:
     return r2 is not None and DIVERGED_R2 <= r2 <= _COLLAPSED_R2
 
 
-def _log_loss(proba: NDArray[Any], y: NDArray[np.intp], w: NDArray[Any]) -> float:
-    """The mean of ``-log proba[i, y_i]`` over the rows, weighted by ``w``; ``proba``
-    ``(m, C)``, probabilities clipped at the smallest positive float64."""
+def _row_log_loss(proba: NDArray[Any], y: NDArray[np.intp]) -> NDArray[np.float64]:
+    """``-log proba[i, y_i]`` per row ``(m,)``; ``proba`` ``(m, C)``, probabilities
+    clipped at the smallest positive float64."""
     picked = np.clip(proba[np.arange(y.size), y], np.finfo(np.float64).tiny, None)
-    return float(np.sum(w * -np.log(picked)) / w.sum())
+    return np.asarray(-np.log(picked), dtype=np.float64)
+
+
+def _log_loss(proba: NDArray[Any], y: NDArray[np.intp], w: NDArray[Any]) -> float:
+    """The mean of :func:`_row_log_loss` over the rows, weighted by ``w``."""
+    return float(np.sum(w * _row_log_loss(proba, y)) / w.sum())
 
 
 def _gain_over_the_mean(
@@ -139,20 +151,27 @@ def _gain_over_the_mean(
     w: NDArray[Any] | None,
     fit_rows: NDArray[np.intp],
     held: NDArray[np.intp],
-) -> float:
+) -> tuple[float, float]:
     """How much better the predictions ``m`` of the ``held`` rows, by a network fitted on
     ``fit_rows``, are than the mean of ``z`` over ``fit_rows``: half the log of the ratio
     of their mean squared errors there (nats per row: the Gaussian log-likelihood gain at
-    each one's own noise level; ``w``: the rows' weights, ``None`` for equal, weighing the
-    mean and the errors alike)."""
+    each one's own noise level), and its standard error over those rows (the delta
+    method's); ``w``: the rows' weights, ``None`` for equal, weighing the mean, the
+    errors and the standard error alike."""
     w_fit = None if w is None else np.asarray(w, float)[fit_rows]
     w_held = None if w is None else np.asarray(w, float)[held]
     mean = float(np.average(z[fit_rows], weights=w_fit))
-    mse_mean = float(np.average((z[held] - mean) ** 2, weights=w_held))
-    mse = float(np.average((z[held] - np.asarray(m, float).reshape(-1)) ** 2, weights=w_held))
+    sq_mean = (z[held] - mean) ** 2
+    sq = (z[held] - np.asarray(m, float).reshape(-1)) ** 2
+    mse_mean = float(np.average(sq_mean, weights=w_held))
+    mse = float(np.average(sq, weights=w_held))
     if not math.isfinite(mse) or mse_mean == 0.0:
-        return -math.inf  # a diverged run; or a constant target, which the mean predicts
-    return math.inf if mse == 0.0 else 0.5 * math.log(mse_mean / mse)
+        return -math.inf, 0.0  # a diverged run; or a constant target, which the mean predicts
+    if mse == 0.0:
+        return math.inf, 0.0
+    # gain = (log mse_mean - log mse) / 2, linearised in the rows' squared errors.
+    se = _mean_and_se(0.5 * (sq_mean / mse_mean - sq / mse), w_held)[1]
+    return 0.5 * math.log(mse_mean / mse), se
 
 
 def _check_class_weight(class_weight: Any) -> None:
@@ -420,7 +439,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
 
                 def score_held_out(
                     part: nn.Module, fit_rows: NDArray[np.intp], held: NDArray[np.intp], seed: int
-                ) -> tuple[float, tuple[float, float]]:
+                ) -> _HeldOutScore:
                     gen = torch.Generator(device=next(part.parameters()).device)
                     gen.manual_seed(seed)
                     held = held[:_NOISE_ROWS]
@@ -432,8 +451,8 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     # shorter or smaller fit's spread, larger, would lower it).
                     v_fitted = self._output_moments(Xv[held])[1]
                     cover = _covering_noise(m, v_fitted, target[held], wh, COVER_LEVEL)
-                    gain = _gain_over_the_mean(m.numpy(), target, w, fit_rows, held)
-                    return gain, (fit, cover)
+                    gain, se = _gain_over_the_mean(m.numpy(), target, w, fit_rows, held)
+                    return _HeldOutScore(gain, se, (fit, cover))
 
                 lik, held_noise = self._fit_module(
                     Xv,
@@ -803,9 +822,8 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 lambda r=None: CategoricalLikelihood(),
                 seeds,
                 w,
-                held_out=lambda part, fit_rows, held, seed: (
-                    self._held_out_gain(part, Xv, codes, w, fit_rows, held, seed),
-                    None,
+                held_out=lambda part, fit_rows, held, seed: _HeldOutScore(
+                    *self._held_out_gain(part, Xv, codes, w, fit_rows, held, seed)
                 ),
             )
         self._warn_if_degenerate(self._fit_problem())
@@ -857,13 +875,14 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         fit_rows: NDArray[np.intp],
         held: NDArray[np.intp],
         seed: int,
-    ) -> float:
+    ) -> tuple[float, float]:
         """How much better ``part``, a network fitted on ``fit_rows``, predicts the
         ``held`` rows than the class frequencies of ``fit_rows`` do: the difference of
-        their log-losses there, nats per row (``codes``: the rows' classes; ``w``: their
-        weights, ``None`` for equal; both the frequencies and the losses weighted by
-        them). Its posterior predictive takes ``n_samples_predict`` draws, from a
-        generator seeded by ``seed``."""
+        their log-losses there, nats per row, and its standard error over those rows
+        (``codes``: the rows' classes; ``w``: their weights, ``None`` for equal; the
+        frequencies, the losses and the standard error weighted by them). Its posterior
+        predictive takes ``n_samples_predict`` draws, from a generator seeded by
+        ``seed``."""
         gen = torch.Generator(device=self.device)
         gen.manual_seed(seed)
         proba = predict_proba(
@@ -872,11 +891,11 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         p = proba.cpu().numpy().astype(np.float64)
         k = len(self.classes_)
         w_fit = np.ones(fit_rows.size) if w is None else np.asarray(w, float)[fit_rows]
-        w_held = np.ones(held.size) if w is None else np.asarray(w, float)[held]
+        w_held = None if w is None else np.asarray(w, float)[held]
         freq = np.bincount(codes[fit_rows], w_fit, k) / w_fit.sum()
         y = codes[held]
         frequencies = np.broadcast_to(freq, (held.size, k))
-        return _log_loss(frequencies, y, w_held) - _log_loss(p, y, w_held)
+        return _mean_and_se(_row_log_loss(frequencies, y) - _row_log_loss(p, y), w_held)
 
     def _collapse_reasons(
         self, X: NDArray[Any], codes: NDArray[np.intp], w: NDArray[Any] | None
