@@ -722,8 +722,9 @@ def test_regressor_refit_is_checked_against_the_mean(
         explicit = SVBNNRegressor(**kw, refit_kl_weight=0.2).fit(X, y)
         alone = SVBNNRegressor(**kw, refit_kl_weight=None).fit(X, y)
         tempered = SVBNNRegressor(**kw, kl_weight=0.2).fit(X, y)
-    assert est.held_out_gain_ == gain
+    assert est.held_out_gain_ == gain and est.held_out_gain_se_ == se
     assert explicit.held_out_gain_ is None and tempered.held_out_gain_ is None
+    assert explicit.held_out_gain_se_ is None
     assert alone.held_out_gain_ is None
     if gain + se > 0:
         assert checked == [None, 0.2, 0.2]  # the first fit, the refit, its noise run

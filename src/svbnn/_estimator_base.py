@@ -147,21 +147,23 @@ collapsed_ : bool
     least 99% of the training rows while another class has at least 10% of them, a
     posterior predictive training log-loss at least 0.98 of the class frequencies'
     entropy, or no input reaching the output).
-held_out_gain_ : float or None
+held_out_gain_, held_out_gain_se_ : float or None
     The check of a tempered fit against the family's baseline on held-out rows, made
     with ``refit_kl_weight="auto"``: how much better a run of the fit on 80% of the rows
     predicts the other 20% than the baseline, fitted on the same 80%, does (nats per
-    held-out row, weighted as the fit). A classifier's is made where it fits at a
+    held-out row, weighted as the fit), and its standard error over those rows. Where
+    the gain is below 0 by at least its standard error (``held_out_gain_ +
+    held_out_gain_se_ <= 0``), the fit predicted new rows worse than the baseline (it
+    fitted noise) and was replaced; a gain below 0 by less is within the held-out rows'
+    sampling error, and the fit is kept. A classifier's check is made where it fits at a
     tempered ``kl_weight`` (below 0.35) on every input (a table under 500 rows, or a
-    selecting fit that kept no input), over a quarter of the fit's budget, against the
-    class frequencies (the difference of their log-losses); at most 0, the fit at KL
-    weight 0.35 replaced it (the selecting fit, where one was made). A regressor's is
+    selecting fit that kept no input), by a run over a quarter of the fit's budget,
+    against the class frequencies (the difference of their log-losses); the fit at KL
+    weight 0.35 replaces it (the selecting fit, where one was made). A regressor's is
     made where it refits the selected inputs at a KL weight below ``kl_weight`` with a
     learned noise level, on the refit's held-out noise run (``noise_std_held_out_``),
     against the mean of ``y`` (half the log of the ratio of their mean squared errors);
-    at most 0, the first fit replaced the refit. Either way, at most 0 says the fit
-    predicted new rows no better than the baseline: it fitted noise. ``None`` where no
-    check was made.
+    the first fit replaces the refit. ``None`` where no check was made.
 fit_warnings_ : list of str
     Every warning the last ``fit`` raised, as ``"Category: message"`` (empty for a clean
     fit).
@@ -614,6 +616,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         predict_seed = seeds.seed()
         self._set_fit(model, history, monitor, epochs, predict_seed)
         self.held_out_gain_: float | None = None
+        self.held_out_gain_se_: float | None = None
         check_kl = self._signal_check_kl(n, model) if refit else None
         share = held_out_share(final_kl)
         if check_kl is not None and share is None:
@@ -631,7 +634,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         score = held_out(part, fit_rows, held, held_seed)
         if check_kl is None:
             return lik, score.kept
-        self.held_out_gain_ = score.gain
+        self.held_out_gain_, self.held_out_gain_se_ = score.gain, score.se
         # Worse than the baseline by at least the held-out rows' sampling error: a few
         # dozen rows can put a refit that carries signal a little below it.
         noise = score.gain + score.se <= 0
@@ -798,9 +801,9 @@ class _VariationalEstimator(BaseEstimator, ABC):
 
     def _signal_check_kl(self, n: int, model: nn.Module) -> float | None:
         """The KL weight of the fit that replaces ``model``, the final fit on ``n`` rows,
-        where its run on part of the rows predicts the held-out rows no better than the
-        family's baseline (:meth:`_fit_module`'s ``held_out``); ``None``, the base's: no
-        check."""
+        where its run on part of the rows predicts the held-out rows worse than the
+        family's baseline by at least the gain's standard error (:meth:`_fit_module`'s
+        ``held_out``); ``None``, the base's: no check."""
         return None
 
     def _small_table_refit(self, n: int) -> bool:

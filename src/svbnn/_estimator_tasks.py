@@ -835,12 +835,14 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         # the expected log-loss under q, above the predictive's (Jensen), so a fit whose
         # predictions carry a signal could read as collapsed.
         reasons = self._collapse_reasons(Xv, codes, w)
-        gain = self.held_out_gain_  # set by _fit_module: None where no check was made
-        if reasons and gain is not None and gain <= 0:
+        # Set by _fit_module: None where no check was made.
+        gain, se = self.held_out_gain_, self.held_out_gain_se_
+        if reasons and gain is not None and se is not None and gain + se <= 0:
             reasons.append(
                 f"a fit at kl_weight={self.kl_weight!r} on every input predicted held-out "
-                f"rows worse than the class frequencies (by {-gain:.3g} nats a row), so "
-                "the fit at KL weight 0.35 replaced it (held_out_gain_)"
+                f"rows worse than the class frequencies (by {-gain:.3g} nats a row, "
+                f"standard error {se:.3g}), so the fit at KL weight 0.35 replaced it "
+                "(held_out_gain_)"
             )
         self._warn_if_collapsed(reasons)
         return self
