@@ -125,7 +125,7 @@ _PARAMS: dict[str, st.SearchStrategy[Any]] = {
     "refit_kl_weight": st.sampled_from(
         [None, "auto", 0.2, 1.0, 0.0, -1.0, np.nan, 1e31, "0.2", True]
     ),
-    "refit_budget": st.sampled_from([1.0, 0.3, 0.01, 0.0, 1.5, -0.5, np.nan, "0.5", True]),
+    "refit_budget": st.sampled_from(["auto", 1.0, 0.3, 0.01, 0.0, 1.5, -0.5, np.nan, "0.5", True]),
     "batch_size": st.sampled_from([1, 4, 0, -1, 2.5, True, np.int64(3)]),
     "max_iter": st.sampled_from([0, 1, 2, -1, 1.5, "2"]),
     "n_samples_predict": st.sampled_from([1, 3, 0, 2.5]),

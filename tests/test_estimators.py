@@ -629,38 +629,51 @@ def _spy_kl_weights(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     return weights
 
 
-@pytest.mark.parametrize("n, refit", [(1600, True), (1601, False), (3000, False), (3001, True)])
-def test_regressor_refits_by_default_outside_1600_to_3000_rows(
-    monkeypatch: pytest.MonkeyPatch, n: int, refit: bool
+@pytest.mark.parametrize("n, share", [(1600, 1.0), (1601, 0.5), (3000, 0.5), (3001, 1.0)])
+def test_regressor_refits_by_default_over_half_the_budget_from_1600_to_3000_rows(
+    monkeypatch: pytest.MonkeyPatch, n: int, share: float
 ) -> None:
     """refit_kl_weight="auto" (the regressor's default): the refit at 0.2, and its
-    held-out noise run, on tables of at most SMALL_TABLE_ROWS or more than
-    LARGE_TABLE_ROWS rows; the first fit alone between."""
+    held-out noise run (over half the refit's budget), at every size; refit_budget="auto"
+    gives the refit REFIT_BAND_SHARE of the budget on tables of more than SMALL_TABLE_ROWS
+    and at most LARGE_TABLE_ROWS rows, the whole budget elsewhere; a number, that share
+    at any size."""
     from svbnn import _estimator_tasks as T
     from svbnn import estimators as E
+    from svbnn._estimator_base import _VariationalEstimator
     from svbnn._estimator_tasks import _Regression
 
-    # Two epochs explain little: the rule against refitting a fit that explains nothing,
+    # Four epochs explain little: the rule against refitting a fit that explains nothing,
     # and the refit's check against the mean, are the next tests'.
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
     monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: (1.0, 0.0))
     assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
-    assert E.SMALL_TABLE_ROWS == 1600
-    assert SVBNNRegressor().refit_kl_weight == "auto"
+    assert E.SMALL_TABLE_ROWS == 1600 and E.REFIT_BAND_SHARE == 0.5
+    assert SVBNNRegressor().refit_kl_weight == "auto" and SVBNNRegressor().refit_budget == "auto"
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, 4))
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
-    weights = _spy_kl_weights(monkeypatch)
-    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 2, "tol": None}
+    runs: list[tuple[object, object]] = []
+    train = _VariationalEstimator._train
+
+    def spy(self: object, *args: object, **kwargs: object) -> object:
+        runs.append((kwargs.get("kl_weight"), args[5]))  # the KL weight, the epochs
+        return train(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_VariationalEstimator, "_train", spy)
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 4, "tol": None}
+    kw |= {"mean_function": "zero", "random_state": 0}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        est = SVBNNRegressor(**kw, mean_function="zero", random_state=0).fit(X, y)
-    if refit:
-        assert weights == [None, 0.2, 0.2]
-        assert est.screened_features_ is not None and est.noise_std_held_out_ is not None
-    else:
-        assert weights == [None]
-        assert est.screened_features_ is None and est.noise_std_held_out_ is None
+        est = SVBNNRegressor(**kw).fit(X, y)
+        auto = list(runs)
+        runs.clear()
+        SVBNNRegressor(**kw, refit_budget=1.0).fit(X, y)
+    refit = round(4 * share)
+    assert auto == [(None, 4), (0.2, refit), (0.2, round(4 * 0.5 * share))]
+    assert runs == [(None, 4), (0.2, 4), (0.2, 2)]
+    assert est.screened_features_ is not None and est.noise_std_held_out_ is not None
+    assert est.n_iter_ == refit
 
 
 @pytest.mark.parametrize("nothing", [True, False])

@@ -249,25 +249,22 @@ def _selected(inclusion: NDArray[np.float64]) -> NDArray[np.bool_]:
 
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
 INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
-# refit_kl_weight="auto": the refit at REFIT_AUTO_KL_WEIGHT on a table of more than
-# LARGE_TABLE_ROWS rows, beyond the ~3 s a smaller table's fit is meant to take, and on one
-# of at most SMALL_TABLE_ROWS, where a fit's budget is the regressor's floor of 2,000 steps
-# (at 128 rows a batch) and the refit keeps it within those 3 s (the parameter says why).
+# refit_kl_weight="auto": the refit at REFIT_AUTO_KL_WEIGHT. Up to LARGE_TABLE_ROWS rows, the
+# size a fit is meant to take about 3 s at, it waits for the regressor's linear-mean rule;
+# between SMALL_TABLE_ROWS (up to which a fit's budget is the regressor's floor of 2,000
+# steps at 128 rows a batch) and LARGE_TABLE_ROWS the budget grows to 160 epochs, and the
+# regressor's refit_budget="auto" gives the refit REFIT_BAND_SHARE of it, which keeps a
+# table of 3,000 rows x 40 inputs within those 3 s (the parameters say why).
 LARGE_TABLE_ROWS = 3000
 SMALL_TABLE_ROWS = 1600
 REFIT_AUTO_KL_WEIGHT = 0.2
+REFIT_BAND_SHARE = 0.5
 # A classifier's refit_kl_weight="auto": the first fit selects at SELECT_KL_WEIGHT on a
 # table of at least CLASSIFIER_SELECT_ROWS rows, the refit predicts at kl_weight (the
 # parameter says why). Unlike the regressor's refit, also from 1,600 to 3,000 rows: the
 # classifier's two fits stay within about 3 s there.
 SELECT_KL_WEIGHT = 0.35
 CLASSIFIER_SELECT_ROWS = 500
-
-
-def _refit_band(n: int) -> bool:
-    """Whether ``refit_kl_weight="auto"`` refits on a table of ``n`` rows: up to
-    ``SMALL_TABLE_ROWS`` or above ``LARGE_TABLE_ROWS``."""
-    return n > LARGE_TABLE_ROWS or n <= SMALL_TABLE_ROWS
 
 
 def _one_standard_error(
@@ -302,7 +299,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
     init_inclusion: float = 0.99
     init_mu_range: float | None = None
     refit_kl_weight: float | str | None = None
-    refit_budget: float = 1.0
+    refit_budget: float | str = "auto"
 
     def _refit_plan(
         self,
@@ -342,7 +339,12 @@ class _SpikeSlabFamily(_VariationalEstimator):
                 gates = spike_slab_layers(network)[0].alpha
                 gates[..., : closed.numel()][..., closed] = _CLOSED_LOGIT
 
-        return refit_start, refit_kl, float(self.refit_budget)
+        return refit_start, refit_kl, self._refit_share(n)
+
+    def _refit_share(self, n: int) -> float:
+        """The refit's share of the first fit's budget on ``n`` rows; resolves ``"auto"``
+        (the family's: the whole budget)."""
+        return 1.0 if self.refit_budget == "auto" else float(self.refit_budget)
 
     def _prior_for_inputs(self, n: int, p: int, n_out: int) -> None:
         # "auto" and "opt" depend on the network's inputs; "eb" and "cv" set their own.
@@ -352,7 +354,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
     def _refit_kl_weight(self, n: int) -> float | None:
         """The refit's KL weight on ``n`` rows (``None``: no refit); resolves ``"auto"``."""
         if self.refit_kl_weight == "auto":
-            return REFIT_AUTO_KL_WEIGHT if _refit_band(n) else None
+            return REFIT_AUTO_KL_WEIGHT
         return None if self.refit_kl_weight is None else float(self.refit_kl_weight)
 
     def _small_table_refit(self, n: int) -> bool:
@@ -412,7 +414,13 @@ class _SpikeSlabFamily(_VariationalEstimator):
             _check_real("refit_kl_weight", self.refit_kl_weight, low=0.0, allow_none=True)
             if self.refit_kl_weight is not None:
                 check_kl_weight(self.refit_kl_weight, "refit_kl_weight")
-        _check_real("refit_budget", self.refit_budget, low=0.0, high=1.0, high_inclusive=True)
+        if isinstance(self.refit_budget, str):
+            if self.refit_budget != "auto":
+                raise ValueError(
+                    f"refit_budget must be 'auto' or a number, got {self.refit_budget!r}"
+                )
+        else:
+            _check_real("refit_budget", self.refit_budget, low=0.0, high=1.0, high_inclusive=True)
 
     def _empirical_bayes(self) -> bool:
         return self.prior_inclusion == "eb" and self.log_prior_inclusion is None
@@ -840,6 +848,15 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     def _mean_function(self) -> str:
         _check_choice("mean_function", self.mean_function, list(MEAN_FUNCTIONS))
         return str(self.mean_function)
+
+    def _refit_share(self, n: int) -> float:
+        # "auto": REFIT_BAND_SHARE between SMALL_TABLE_ROWS and LARGE_TABLE_ROWS rows, where
+        # the budget grows past the floor of steps and a whole refit would take a fit of
+        # 3,000 rows x 40 inputs past about 3 s (the parameter says why).
+        band = SMALL_TABLE_ROWS < n <= LARGE_TABLE_ROWS
+        if self.refit_budget == "auto" and band:
+            return REFIT_BAND_SHARE
+        return super()._refit_share(n)
 
     def _signal_check_kl(self, n: int, model: nn.Module) -> float | None:
         # refit_kl_weight="auto": the tempered refit of the selected inputs is checked
