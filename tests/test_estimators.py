@@ -629,51 +629,55 @@ def _spy_kl_weights(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     return weights
 
 
-@pytest.mark.parametrize("n, share", [(1600, 1.0), (1601, 0.5), (3000, 0.5), (3001, 1.0)])
-def test_regressor_refits_by_default_over_half_the_budget_from_1600_to_3000_rows(
-    monkeypatch: pytest.MonkeyPatch, n: int, share: float
-) -> None:
+@pytest.mark.parametrize("n", [1600, 3001])
+def test_regressor_refits_by_default_at_every_size(monkeypatch: pytest.MonkeyPatch, n: int) -> None:
     """refit_kl_weight="auto" (the regressor's default): the refit at 0.2, and its
-    held-out noise run (over half the refit's budget), at every size; refit_budget="auto"
-    gives the refit REFIT_BAND_SHARE of the budget on tables of more than SMALL_TABLE_ROWS
-    and at most LARGE_TABLE_ROWS rows, the whole budget elsewhere; a number, that share
-    at any size."""
+    held-out noise run (over half the refit's budget), at every size."""
     from svbnn import _estimator_tasks as T
     from svbnn import estimators as E
-    from svbnn._estimator_base import _VariationalEstimator
     from svbnn._estimator_tasks import _Regression
 
-    # Four epochs explain little: the rule against refitting a fit that explains nothing,
+    # Two epochs explain little: the rule against refitting a fit that explains nothing,
     # and the refit's check against the mean, are the next tests'.
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
     monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: (1.0, 0.0))
-    assert E.LARGE_TABLE_ROWS == 3000 and E.REFIT_AUTO_KL_WEIGHT == 0.2
-    assert E.SMALL_TABLE_ROWS == 1600 and E.REFIT_BAND_SHARE == 0.5
+    assert E.REFIT_AUTO_KL_WEIGHT == 0.2
     assert SVBNNRegressor().refit_kl_weight == "auto" and SVBNNRegressor().refit_budget == "auto"
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, 4))
     y = np.sin(X[:, 0]) + 0.1 * rng.standard_normal(n)
-    runs: list[tuple[object, object]] = []
-    train = _VariationalEstimator._train
-
-    def spy(self: object, *args: object, **kwargs: object) -> object:
-        runs.append((kwargs.get("kl_weight"), args[5]))  # the KL weight, the epochs
-        return train(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_VariationalEstimator, "_train", spy)
-    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 4, "tol": None}
-    kw |= {"mean_function": "zero", "random_state": 0}
+    weights = _spy_kl_weights(monkeypatch)
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 2, "tol": None}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        est = SVBNNRegressor(**kw).fit(X, y)
-        auto = list(runs)
-        runs.clear()
-        SVBNNRegressor(**kw, refit_budget=1.0).fit(X, y)
-    refit = round(4 * share)
-    assert auto == [(None, 4), (0.2, refit), (0.2, round(4 * 0.5 * share))]
-    assert runs == [(None, 4), (0.2, 4), (0.2, 2)]
+        est = SVBNNRegressor(**kw, mean_function="zero", random_state=0).fit(X, y)
+    assert weights == [None, 0.2, 0.2]
     assert est.screened_features_ is not None and est.noise_std_held_out_ is not None
-    assert est.n_iter_ == refit
+
+
+@pytest.mark.parametrize("n", [100, 1600, 1601, 2250, 3000, 3001, 10000])
+def test_regressor_refit_budget_auto_is_at_most_the_floor_of_steps_up_to_3000_rows(
+    n: int,
+) -> None:
+    """refit_budget="auto": up to LARGE_TABLE_ROWS rows, under max_iter="auto", the
+    refit's share of the budget is the floor of steps (2,000 for the local sampler) over
+    the budget's steps, at most 1 (the whole budget while that is the floor: up to 1,536
+    rows at 128 a batch); the whole budget above, or with max_iter set; a number is that
+    share."""
+    from svbnn import estimators as E
+    from svbnn.convergence import default_max_steps
+
+    assert E.LARGE_TABLE_ROWS == 3000 and E.SMALL_TABLE_ROWS == 1600
+    est = SVBNNRegressor()
+    steps_per_epoch = math.ceil(n / min(128, n))
+    budget = default_max_steps(n, min(128, n), 2000) // steps_per_epoch * steps_per_epoch
+    expected = min(1.0, 2000 / budget) if n <= 3000 else 1.0
+    assert est._refit_share(n) == pytest.approx(expected, rel=1e-12)
+    assert (expected == 1.0) == (n == 100 or n > 3000)  # 160 epochs pass 2,000 steps
+    assert SVBNNRegressor(max_iter=300)._refit_share(n) == 1.0
+    assert SVBNNRegressor(refit_budget=0.3)._refit_share(n) == 0.3
+    # The classifier's refit takes the whole budget at any size.
+    assert SVBNNClassifier()._refit_share(n) == 1.0
 
 
 @pytest.mark.parametrize("nothing", [True, False])

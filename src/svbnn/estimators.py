@@ -250,15 +250,13 @@ def _selected(inclusion: NDArray[np.float64]) -> NDArray[np.bool_]:
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
 INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
 # refit_kl_weight="auto": the refit at REFIT_AUTO_KL_WEIGHT. Up to LARGE_TABLE_ROWS rows, the
-# size a fit is meant to take about 3 s at, it waits for the regressor's linear-mean rule;
-# between SMALL_TABLE_ROWS (up to which a fit's budget is the regressor's floor of 2,000
-# steps at 128 rows a batch) and LARGE_TABLE_ROWS the budget grows to 160 epochs, and the
-# regressor's refit_budget="auto" gives the refit REFIT_BAND_SHARE of it, which keeps a
-# table of 3,000 rows x 40 inputs within those 3 s (the parameters say why).
+# size a fit is meant to take about 3 s at, it waits for the regressor's linear-mean rule,
+# and the regressor's refit_budget="auto" gives it at most the floor of 2,000 steps: the
+# whole budget up to SMALL_TABLE_ROWS rows (at 128 rows a batch), past which the budget
+# grows to 160 epochs (the parameters say why).
 LARGE_TABLE_ROWS = 3000
 SMALL_TABLE_ROWS = 1600
 REFIT_AUTO_KL_WEIGHT = 0.2
-REFIT_BAND_SHARE = 0.5
 # A classifier's refit_kl_weight="auto": the first fit selects at SELECT_KL_WEIGHT on a
 # table of at least CLASSIFIER_SELECT_ROWS rows, the refit predicts at kl_weight (the
 # parameter says why). Unlike the regressor's refit, also from 1,600 to 3,000 rows: the
@@ -850,12 +848,13 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
         return str(self.mean_function)
 
     def _refit_share(self, n: int) -> float:
-        # "auto": REFIT_BAND_SHARE between SMALL_TABLE_ROWS and LARGE_TABLE_ROWS rows, where
-        # the budget grows past the floor of steps and a whole refit would take a fit of
-        # 3,000 rows x 40 inputs past about 3 s (the parameter says why).
-        band = SMALL_TABLE_ROWS < n <= LARGE_TABLE_ROWS
-        if self.refit_budget == "auto" and band:
-            return REFIT_BAND_SHARE
+        # "auto": up to LARGE_TABLE_ROWS, the refit takes at most the floor of steps (a
+        # smaller table's whole budget): past SMALL_TABLE_ROWS the budget grows to 160
+        # epochs, and a whole refit would take a fit of 3,000 rows x 40 inputs past about
+        # 3 s (the parameter says why).
+        if self.refit_budget == "auto" and self.max_iter == "auto" and n <= LARGE_TABLE_ROWS:
+            steps = self._epoch_budget(n) * math.ceil(n / min(int(self.batch_size), n))
+            return min(1.0, self._min_steps() / steps)
         return super()._refit_share(n)
 
     def _signal_check_kl(self, n: int, model: nn.Module) -> float | None:
