@@ -497,6 +497,27 @@ def test_weighted_fits_times_its_three_arms(capsys: pytest.CaptureFixture[str]) 
     assert bad.value.code == 2
 
 
+def test_refit_band_prints_one_row_per_size(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import refit_band as rb
+
+    rb.main(["--sizes", "60", "80", "--seeds", "1", "--inputs", "6", "--max-iter", "2"])
+    rows = [
+        r for r in capsys.readouterr().out.splitlines() if r.startswith("| ") and "|---" not in r
+    ]
+    assert [r.split(" | ")[0:2] for r in rows[1:]] == [["| 60", "6"], ["| 80", "6"]]
+    for r in rows[1:]:
+        cells = r.strip("|").split(" | ")
+        assert float(cells[2]) > 0 and float(cells[3]) > 0 and float(cells[4]) > 0
+        assert float(cells[7]) == 2  # the fixed budget, the refit's too (max_iter set)
+    X_tr, y_tr, X_te, y_te = rb.table(60, 6, 0)
+    assert X_tr.shape == (60, 6) and X_te.shape == (rb.N_TEST, 6)
+    np.testing.assert_allclose(X_tr.mean(0), 0.0, atol=1e-12)
+    for bad in (["--seeds", "0"], ["--inputs", "4"], ["--sizes", "10"]):
+        with pytest.raises(SystemExit) as err:
+            rb.main(bad)
+        assert err.value.code == 2
+
+
 def test_noise_tables_prints_both_arms_per_size(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import noise_tables as nt
 
