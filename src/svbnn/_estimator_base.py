@@ -459,8 +459,12 @@ class _VariationalEstimator(BaseEstimator, ABC):
         :func:`svbnn.convergence.default_max_steps` with the family's floor of steps."""
         if isinstance(self.max_iter, str):
             batch = min(int(self.batch_size), n)
-            return default_max_steps(n, batch, self._min_steps()) // math.ceil(n / batch)
+            return default_max_steps(n, batch, self._min_steps()) // self._steps_per_epoch(n)
         return int(self.max_iter)
+
+    def _steps_per_epoch(self, n: int) -> int:
+        """Minibatch steps in an epoch over ``n`` rows (``min(batch_size, n)`` a step)."""
+        return math.ceil(n / min(int(self.batch_size), n))
 
     def _min_steps(self) -> int:
         """The floor of steps of ``max_iter="auto"``'s budget (``min_steps`` of
@@ -623,15 +627,25 @@ class _VariationalEstimator(BaseEstimator, ABC):
             share = SIGNAL_SHARE
         if held_out is None or share is None or n < 10:
             return lik, None
+        scorer = held_out
+
+        def held_out_run(
+            run_start: Any, run_share: float, kl_weight: float
+        ) -> tuple[_HeldOutScore, int]:
+            """A fit at ``kl_weight`` from ``run_start`` on the rows :func:`_held_out_rows`
+            keeps, over ``run_share`` of the budget, with a seed of its own; ``held_out``'s
+            score of it and the number of held-out rows."""
+            held_seed = seeds.seed()
+            fit_rows, held = _held_out_rows(target, held_seed)
+            part = fit_on(fit_rows, held_seed, run_start, run_share, kl_weight)[0]
+            set_generator(part, None)
+            return scorer(part, fit_rows, held, held_seed), held.size
+
         # The run's seeds are drawn after the prediction seed: a fit that passes the check
         # is the one made without it, and predicts as it. Started as the final fit only
         # where that is a refit (a "cv" start was chosen with other rows held out).
-        held_seed = seeds.seed()
-        fit_rows, held = _held_out_rows(target, held_seed)
         run_start = start if plan is not None else None
-        part = fit_on(fit_rows, held_seed, run_start, share * final_share, final_kl)[0]
-        set_generator(part, None)
-        score = held_out(part, fit_rows, held, held_seed)
+        score, n_held = held_out_run(run_start, share * final_share, final_kl)
         if check_kl is None:
             return lik, score.kept
         self.held_out_gain_, self.held_out_gain_se_ = score.gain, score.se
@@ -644,7 +658,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             final_kl,
             score.gain,
             score.se,
-            held.size,
+            n_held,
             f"replaced by the fit at KL weight {check_kl:g}" if noise else "kept",
         )
         if not noise:
@@ -661,13 +675,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         self._prior_for_inputs(n, p, n_out)
         self._set_fit(model, history, monitor, self._epoch_budget(n), predict_seed)
         share = held_out_share(check_kl)
-        if share is None:
-            return lik, None
-        held_seed = seeds.seed()
-        fit_rows, held = _held_out_rows(target, held_seed)
-        part = fit_on(fit_rows, held_seed, None, share, check_kl)[0]
-        set_generator(part, None)
-        return lik, held_out(part, fit_rows, held, held_seed).kept
+        return lik, None if share is None else held_out_run(None, share, check_kl)[0].kept
 
     def _set_fit(
         self,
@@ -737,7 +745,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             if target.dim() > w.dim():  # replicated: (R, n) targets, (n,) weights
                 w = w.expand(target.shape)
             fit_target = torch.stack([target.to(w.dtype), w], dim=-1)
-        n_batches = math.ceil(n / batch)
+        n_batches = self._steps_per_epoch(n)
         warmup = round(float(self.kl_warmup) * epochs * n_batches)
         monitor = ConvergenceMonitor(
             n_batches,

@@ -857,7 +857,7 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
         # epochs, and a whole refit would take a fit of 3,000 rows x 40 inputs past about
         # 3 s (the parameter says why).
         if self.refit_budget == "auto" and self.max_iter == "auto" and n <= LARGE_TABLE_ROWS:
-            steps = self._epoch_budget(n) * math.ceil(n / min(int(self.batch_size), n))
+            steps = self._epoch_budget(n) * self._steps_per_epoch(n)
             return min(1.0, self._min_steps() / steps)
         return super()._refit_share(n)
 
@@ -866,11 +866,9 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
         # against the training rows' mean on its held-out noise run; one that predicts the
         # held-out rows worse fitted noise, and the first fit replaces it (the parameter
         # says why).
-        refit_kl = self._refit_kl_weight(n)
-        refitted = self.screened_features_ is not None
-        if self.refit_kl_weight != "auto" or not refitted or refit_kl is None:
+        if self.refit_kl_weight != "auto" or self.screened_features_ is None:
             return None
-        return float(self.kl_weight) if refit_kl < self.kl_weight else None
+        return float(self.kl_weight) if REFIT_AUTO_KL_WEIGHT < self.kl_weight else None
 
 
 @_fill_doc(
