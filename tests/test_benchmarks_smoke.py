@@ -512,7 +512,18 @@ def test_refit_band_prints_one_row_per_size(capsys: pytest.CaptureFixture[str]) 
     X_tr, y_tr, X_te, y_te = rb.table(60, 6, 0)
     assert X_tr.shape == (60, 6) and X_te.shape == (rb.N_TEST, 6)
     np.testing.assert_allclose(X_tr.mean(0), 0.0, atol=1e-12)
-    for bad in (["--seeds", "0"], ["--inputs", "4"], ["--sizes", "10"]):
+    args = ["--sizes", "60", "--seeds", "1", "--inputs", "22", "--max-iter", "2"]
+    rb.main([*args, "--classes", "3"])
+    out = capsys.readouterr().out.splitlines()
+    assert "whole refit: ECE" in out[0]
+    cells = out[2].strip("| ").split(" | ")
+    assert cells[:2] == ["60", "22"] and len(cells) == len(out[0].split(" | "))
+    assert 0 <= float(cells[5]) <= 1 and float(cells[7]) > 0  # accuracy, log loss
+    assert 0 <= float(cells[11]) <= rb.NOISE_COLUMNS and float(cells[13]) == 2
+    X_tr, y_tr, X_te, y_te = rb.table(60, 22, 0, classes=3)
+    assert X_tr.shape == (60, 22) and set(np.unique(y_tr)) == {0, 1, 2}
+    bad_args = (["--seeds", "0"], ["--inputs", "4"], ["--sizes", "10"], ["--classes", "1"])
+    for bad in (*bad_args, ["--classes", "2", "--inputs", "21"]):
         with pytest.raises(SystemExit) as err:
             rb.main(bad)
         assert err.value.code == 2

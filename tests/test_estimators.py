@@ -655,29 +655,27 @@ def test_regressor_refits_by_default_at_every_size(monkeypatch: pytest.MonkeyPat
     assert est.screened_features_ is not None and est.noise_std_held_out_ is not None
 
 
-@pytest.mark.parametrize("n", [100, 1600, 1601, 2250, 3000, 3001, 10000])
-def test_regressor_refit_budget_auto_is_at_most_the_floor_of_steps_up_to_3000_rows(
-    n: int,
-) -> None:
-    """refit_budget="auto": up to LARGE_TABLE_ROWS rows, under max_iter="auto", the
-    refit's share of the budget is the floor of steps (2,000 for the local sampler) over
-    the budget's steps, at most 1 (the whole budget while that is the floor: up to 1,536
-    rows at 128 a batch); the whole budget above, or with max_iter set; a number is that
-    share."""
+@pytest.mark.parametrize("n", [100, 1536, 1537, 1600, 1601, 2250, 3000, 3001, 10000])
+def test_refit_budget_auto_is_at_most_2000_steps_on_1601_to_3000_rows(n: int) -> None:
+    """refit_budget="auto": on more than SMALL_TABLE_ROWS and up to LARGE_TABLE_ROWS rows,
+    under max_iter="auto", the refit's share of the budget is REFIT_AUTO_STEPS (2,000)
+    over the budget's steps, at most 1, for the regressor (160 epochs there) and the
+    classifier (4,000 steps there: half); the whole budget elsewhere, or with max_iter
+    set; a number is that share."""
     from svbnn import estimators as E
     from svbnn.convergence import default_max_steps
 
-    assert E.LARGE_TABLE_ROWS == 3000 and E.SMALL_TABLE_ROWS == 1600
-    est = SVBNNRegressor()
+    assert (E.SMALL_TABLE_ROWS, E.LARGE_TABLE_ROWS, E.REFIT_AUTO_STEPS) == (1600, 3000, 2000)
     steps_per_epoch = math.ceil(n / min(128, n))
-    budget = default_max_steps(n, min(128, n), 2000) // steps_per_epoch * steps_per_epoch
-    expected = min(1.0, 2000 / budget) if n <= 3000 else 1.0
-    assert est._refit_share(n) == pytest.approx(expected, rel=1e-12)
-    assert (expected == 1.0) == (n == 100 or n > 3000)  # 160 epochs pass 2,000 steps
-    assert SVBNNRegressor(max_iter=300)._refit_share(n) == 1.0
-    assert SVBNNRegressor(refit_budget=0.3)._refit_share(n) == 0.3
-    # The classifier's refit takes the whole budget at any size.
-    assert SVBNNClassifier()._refit_share(n) == 1.0
+    for est, floor in ((SVBNNRegressor(), 2000), (SVBNNClassifier(), 4000)):
+        budget = default_max_steps(n, min(128, n), floor) // steps_per_epoch * steps_per_epoch
+        expected = min(1.0, 2000 / budget) if 1600 < n <= 3000 else 1.0
+        assert est._refit_share(n) == pytest.approx(expected, rel=1e-12)
+        assert (expected < 1.0) == (1600 < n <= 3000)  # 2,000 steps are under the budget
+        assert type(est)(max_iter=300)._refit_share(n) == 1.0
+        assert type(est)(refit_budget=0.3)._refit_share(n) == 0.3
+    if n == 2250:  # the classifier's refit: about half its 4,014 steps (223 epochs of 18)
+        assert SVBNNClassifier()._refit_share(n) == pytest.approx(2000 / 4014, rel=1e-12)
 
 
 @pytest.mark.parametrize("nothing", [True, False])

@@ -154,8 +154,8 @@ refit_kl_weight : float, "auto" or None, default None (the regressor and classif
     is independent of 20 inputs, the test error fell from 1.45 to 1.01 times the
     training mean's, over six seeds; user guide, "Reading the diagnostics and warnings",
     a regression target unrelated to the inputs). ``None``: the first fit only.
-    ``"auto"``: ``REFIT_AUTO_KL_WEIGHT`` (0.2), at every size (with a regressor's
-    ``refit_budget="auto"``, over at most 2,000 steps up to 3,000 rows). Up to
+    ``"auto"``: ``REFIT_AUTO_KL_WEIGHT`` (0.2), at every size (with
+    ``refit_budget="auto"``, over at most 2,000 steps on 1,601-3,000 rows). Up to
     ``LARGE_TABLE_ROWS`` (3,000) rows a regressor's ``"auto"`` refits only a network
     fitted to ``y`` alone: not one on a linear mean's residuals, and under
     ``mean_function="auto"`` only once the rule has declined the linear mean (the first
@@ -188,11 +188,12 @@ refit_budget : float or "auto", default "auto"
     The refit's share of the first fit's epoch budget, in ``(0, 1]`` (and that of its
     held-out noise run); only with ``refit_kl_weight``. A shorter refit costs less time
     and keeps part of the refit's gain (user guide, "The regressor's refit on the
-    selected inputs, measured"). ``"auto"``: the whole budget, except a regressor's
-    under ``max_iter="auto"`` on a table of up to ``LARGE_TABLE_ROWS`` (3,000) rows,
-    whose refit takes at most the floor of steps (2,000 on the local sampler): the whole
-    budget while that is the floor (up to 1,536 rows at 128 a batch), 111 of 160 epochs
-    at 2,250 rows and 83 at 3,000, which keeps a fit of 3,000 rows x 40 inputs within
+    selected inputs, measured"). ``"auto"``: the whole budget, except under
+    ``max_iter="auto"`` on a table of more than ``SMALL_TABLE_ROWS`` (1,600) and up to
+    ``LARGE_TABLE_ROWS`` (3,000) rows, where the refit takes at most
+    ``REFIT_AUTO_STEPS`` (2,000) steps: the regressor's 111 of 160 epochs at 2,250 rows
+    and 83 at 3,000 (on a smaller table its whole budget is about 2,000 steps), the
+    classifier's half of its 4,000, which keeps a fit of 3,000 rows x 40 inputs within
     about 3 s (user guide, "The refit on tables of 1,600 to 3,000 rows, measured")."""
 
 _SPIKE_SLAB_ATTRIBUTES = """\
@@ -255,17 +256,17 @@ def _selected(inclusion: NDArray[np.float64]) -> NDArray[np.bool_]:
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
 INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
 # refit_kl_weight="auto": the refit at REFIT_AUTO_KL_WEIGHT. Up to LARGE_TABLE_ROWS rows, the
-# size a fit is meant to take about 3 s at, it waits for the regressor's linear-mean rule,
-# and the regressor's refit_budget="auto" gives it at most the floor of 2,000 steps: the
-# whole budget up to SMALL_TABLE_ROWS rows (at 128 rows a batch), past which the budget
-# grows to 160 epochs (the parameters say why).
+# size a fit is meant to take about 3 s at, it waits for the regressor's linear-mean rule.
+# refit_budget="auto" gives a refit on more than SMALL_TABLE_ROWS rows, up to
+# LARGE_TABLE_ROWS, at most REFIT_AUTO_STEPS steps: the regressor's whole budget on a
+# smaller table (at 128 rows a batch), half the classifier's (the parameters say why).
 LARGE_TABLE_ROWS = 3000
 SMALL_TABLE_ROWS = 1600
 REFIT_AUTO_KL_WEIGHT = 0.2
+REFIT_AUTO_STEPS = 2000
 # A classifier's refit_kl_weight="auto": the first fit selects at SELECT_KL_WEIGHT on a
 # table of at least CLASSIFIER_SELECT_ROWS rows, the refit predicts at kl_weight (the
-# parameter says why). Its refit takes the whole budget at any size: the classifier's two
-# fits stay within about 3 s up to 3,000 rows.
+# parameter says why).
 SELECT_KL_WEIGHT = 0.35
 CLASSIFIER_SELECT_ROWS = 500
 
@@ -345,9 +346,19 @@ class _SpikeSlabFamily(_VariationalEstimator):
         return refit_start, refit_kl, self._refit_share(n)
 
     def _refit_share(self, n: int) -> float:
-        """The refit's share of the first fit's budget on ``n`` rows; resolves ``"auto"``
-        (the family's: the whole budget)."""
-        return 1.0 if self.refit_budget == "auto" else float(self.refit_budget)
+        """The refit's share of the first fit's budget on ``n`` rows; resolves ``"auto"``:
+        under ``max_iter="auto"`` on a table of ``SMALL_TABLE_ROWS`` to
+        ``LARGE_TABLE_ROWS`` rows, ``REFIT_AUTO_STEPS`` over the budget's steps (at most
+        1), elsewhere the whole budget."""
+        if self.refit_budget != "auto":
+            return float(self.refit_budget)
+        # Past SMALL_TABLE_ROWS the budget grows to 160 epochs (the regressor's) or stays
+        # at 4,000 steps (the classifier's), and a whole refit would take a fit of 3,000
+        # rows x 40 inputs past 3 s (the parameter says why).
+        if self.max_iter == "auto" and SMALL_TABLE_ROWS < n <= LARGE_TABLE_ROWS:
+            steps = self._epoch_budget(n) * self._steps_per_epoch(n)
+            return min(1.0, REFIT_AUTO_STEPS / steps)
+        return 1.0
 
     def _prior_for_inputs(self, n: int, p: int, n_out: int) -> None:
         # "auto" and "opt" depend on the network's inputs; "eb" and "cv" set their own.
@@ -816,10 +827,11 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     regressor's KL warm-up, measured"); ``kl_warmup=0.0`` is the exact objective from
     the first step. A second fit (``refit_kl_weight="auto"``) refits the selected inputs
     at KL weight 0.2, on a table of up to ``LARGE_TABLE_ROWS`` (3,000) rows where the
-    network fits ``y`` alone and over at most 2,000 steps (``refit_budget="auto"``), and
-    on any larger table (user guide, "The refit on tables of up to 1,600 rows, measured",
-    "The refit on tables of 1,600 to 3,000 rows, measured" and "The regressor on tables
-    of more than 3,000 rows, measured").
+    network fits ``y`` alone (over the whole budget up to 1,600 rows, at most 2,000
+    steps on more: ``refit_budget="auto"``), and on any larger table (user guide, "The
+    refit on tables of up to 1,600 rows, measured", "The refit on tables of 1,600 to
+    3,000 rows, measured" and "The regressor on tables of more than 3,000 rows,
+    measured").
 
     Parameters
     ----------
@@ -850,16 +862,6 @@ class SVBNNRegressor(_SpikeSlabFamily, _Regression):
     def _mean_function(self) -> str:
         _check_choice("mean_function", self.mean_function, list(MEAN_FUNCTIONS))
         return str(self.mean_function)
-
-    def _refit_share(self, n: int) -> float:
-        # "auto": up to LARGE_TABLE_ROWS, the refit takes at most the floor of steps (a
-        # smaller table's whole budget): past SMALL_TABLE_ROWS the budget grows to 160
-        # epochs, and a whole refit would take a fit of 3,000 rows x 40 inputs past about
-        # 3 s (the parameter says why).
-        if self.refit_budget == "auto" and self.max_iter == "auto" and n <= LARGE_TABLE_ROWS:
-            steps = self._epoch_budget(n) * self._steps_per_epoch(n)
-            return min(1.0, self._min_steps() / steps)
-        return super()._refit_share(n)
 
     def _signal_check_kl(self, n: int, model: nn.Module) -> float | None:
         # refit_kl_weight="auto": the tempered refit of the selected inputs is checked
