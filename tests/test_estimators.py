@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.utils.estimator_checks import check_estimator
+from torch import nn
 
 from svbnn import (
     HSBNNClassifier,
@@ -614,6 +615,13 @@ def test_refit_keeps_the_first_fits_inputs_and_closes_the_others(
     np.testing.assert_array_equal(half.screened_features_, est.screened_features_)
 
 
+def _inputs(model: nn.Module) -> int:
+    """The inputs of a fitted network (what a stand-in for the selection rule sizes)."""
+    from svbnn.selection import spike_slab_layers
+
+    return int(spike_slab_layers(model)[0].inclusion_probs()["weight"].shape[-1])
+
+
 def _spy_kl_weights(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The KL weight of every training run from now on (``None``: the estimator's)."""
     from svbnn._estimator_base import _VariationalEstimator
@@ -688,7 +696,7 @@ def test_regressor_does_not_refit_inputs_selected_by_a_fit_that_explains_nothing
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Regression
 
-    monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
+    monkeypatch.setattr(E, "_selected", lambda model: np.ones(_inputs(model), bool))
     monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: (1.0, 0.0))
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: nothing)
     rng = np.random.default_rng(0)
@@ -721,7 +729,7 @@ def test_regressor_refit_is_checked_against_the_mean(
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Regression
 
-    monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
+    monkeypatch.setattr(E, "_selected", lambda model: np.ones(_inputs(model), bool))
     monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
     monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: (gain, se))
     rng = np.random.default_rng(0)
@@ -865,7 +873,7 @@ def test_classifier_selects_at_0_35_and_refits_at_kl_weight_by_default(
     monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: (1.0, 0.0))
     # The selecting fit keeps input 0 (two epochs select nothing on their own; the case
     # of no input kept is the next test's).
-    monkeypatch.setattr(E, "_selected", lambda inclusion: np.arange(inclusion.size) == 0)
+    monkeypatch.setattr(E, "_selected", lambda model: np.arange(_inputs(model)) == 0)
     assert E.CLASSIFIER_SELECT_ROWS == 500 and E.SELECT_KL_WEIGHT == 0.35
     assert SVBNNClassifier().refit_kl_weight == "auto"
     rng = np.random.default_rng(0)
@@ -897,11 +905,11 @@ def test_classifier_refits_every_input_when_the_selecting_fit_keeps_none(
 
     calls: list[int] = []
 
-    def selected(inclusion: NDArray[Any]) -> NDArray[np.bool_]:
+    def selected(model: nn.Module) -> NDArray[np.bool_]:
         # The selecting fit keeps no input; the refit keeps every one (two epochs select
-        # nothing on their own, and a refit that selected nothing would not be checked).
+        # nothing on their own).
         calls.append(1)
-        return np.full(inclusion.shape, len(calls) > 1)
+        return np.full(_inputs(model), len(calls) > 1)
 
     monkeypatch.setattr(E, "_selected", selected)
     monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: (gain, 0.0))
@@ -929,12 +937,11 @@ def test_small_classifier_fit_is_checked_against_the_class_frequencies(
     of the rows; where that run predicts the held-out rows better than the class
     frequencies the fit is the one made without the check (refit_kl_weight=None), bit for
     bit, else a fit at 0.35 replaces it. No check without refit_kl_weight="auto", with
-    kl_weight at 0.35 or above, or for a fit that selected no input."""
+    kl_weight at 0.35 or above, or for a fit whose posterior reaches no input."""
     from svbnn import estimators as E
     from svbnn._estimator_tasks import _Classification
 
     monkeypatch.setattr(_Classification, "_held_out_gain", lambda self, *args: (gain, 0.0))
-    monkeypatch.setattr(E, "_selected", lambda inclusion: np.ones(inclusion.shape, bool))
     rng = np.random.default_rng(2)
     X = rng.standard_normal((120, 3))
     y = (X[:, 0] + 0.5 * rng.standard_normal(120) > 0).astype(int)
@@ -947,7 +954,8 @@ def test_small_classifier_fit_is_checked_against_the_class_frequencies(
         exact = SVBNNClassifier(kl_weight=0.35, random_state=0, **kw).fit(X, y)
     assert est.held_out_gain_ == gain
     assert plain.held_out_gain_ is None and exact.held_out_gain_ is None
-    monkeypatch.setattr(E, "_selected", lambda inclusion: np.zeros(inclusion.shape, bool))
+    # A posterior that reaches no input (every feature_inclusion at most 0.5).
+    monkeypatch.setattr(E, "feature_inclusion", lambda model: np.zeros(_inputs(model)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert SVBNNClassifier(random_state=0, **kw).fit(X, y).held_out_gain_ is None

@@ -15,6 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from svbnn import SVBNNClassifier, SVBNNRegressor, training
 from svbnn._engine import native as _native
 from svbnn.estimators import CollapseWarning
+from svbnn.selection import selected_features
 
 # Small budgets keep the file fast; everything else is the default.
 FAST = dict(max_iter=400, random_state=0)
@@ -210,6 +211,11 @@ def test_selection_agrees_with_prediction(sparse_fit) -> None:  # type: ignore[n
     reg, X, y = sparse_fit
     assert reg.converged_
     assert reg.feature_inclusion_.shape == (10,)
+    # The median model's inputs; here, with the gates resolved, also the inputs whose
+    # path probability is above 0.5.
+    np.testing.assert_array_equal(
+        reg.selected_features_, selected_features(reg.module_, reach=True)
+    )
     np.testing.assert_array_equal(
         reg.selected_features_, np.flatnonzero(reg.feature_inclusion_ > 0.5)
     )

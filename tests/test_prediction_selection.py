@@ -19,6 +19,7 @@ from svbnn.prediction import (
 from svbnn.selection import (
     density,
     export_sparse,
+    feature_inclusion,
     fpr_fnr,
     gate_statistics,
     module_size_bytes,
@@ -101,10 +102,47 @@ def test_sparsity_density_and_selection() -> None:
     assert float(sparsity(model)) == pytest.approx(sum(phis) / 13)
     assert float(density(model)) == pytest.approx(sum(p > 0.5 for p in phis) / 13)
     np.testing.assert_array_equal(selected_features(model), [0, 2])  # bias column excluded
+    # With reach, input 2's kept edge goes to unit 1, whose edge to the output is pruned
+    # (phi 0.3): the median model uses input 0 only.
+    np.testing.assert_array_equal(selected_features(model, reach=True), [0])
     assert fpr_fnr([0, 2], [0, 1], 4) == (0.5, 0.5)
     assert fpr_fnr([], [0], 4) == (0.0, 1.0)
     with pytest.raises(ValueError):
         fpr_fnr([5], [0], 4)
+
+
+def test_selection_by_reach_is_the_median_models_inputs() -> None:
+    """selected_features(reach=True): the inputs that the median model (export_sparse)
+    keeps a path from; many edges of small phi select nothing, while their path
+    probability (feature_inclusion) passes 0.5; a replicated model, replicate by
+    replicate."""
+    g = torch.Generator().manual_seed(0)
+    model = SpikeSlabMLP(3, (50,), 2, generator=g, dtype=D)
+    l1, l2 = model.net[0], model.net[2]
+    phi1 = torch.full((50, 4), 0.02, dtype=D)  # input 1: 50 edges of phi 0.02
+    phi1[:10, 0] = 0.9  # input 0: ten kept edges, to units 0-9
+    phi1[40:, 2] = 0.9  # input 2: kept edges to units 40-49, which reach nothing
+    phi2 = torch.full((2, 51), 0.02, dtype=D)
+    phi2[:, :40] = 0.95  # units 0-39 reach both outputs
+    _set_phi(l1, phi1)
+    _set_phi(l2, phi2)
+    assert feature_inclusion(model)[1] > 0.5  # about 1 - (1 - 0.02 * 0.998)^40 = 0.55
+    np.testing.assert_array_equal(selected_features(model, reach=True), [0])
+    np.testing.assert_array_equal(selected_features(model), [0, 2])
+    sparse, _ = export_sparse(model)
+    x = torch.randn(8, 3, dtype=D)
+    for j in (1, 2):  # the median model does not read inputs 1 and 2
+        moved = x.clone()
+        moved[:, j] += 5.0
+        torch.testing.assert_close(sparse(moved), sparse(x))
+    rep = SpikeSlabMLP(3, (50,), 2, generator=g, dtype=D, n_replicates=2)
+    swapped = phi1[:, [2, 1, 0, 3]]  # inputs 0 and 2 trade edges
+    with torch.no_grad():
+        rep.net[0].alpha.copy_(torch.logit(torch.stack([phi1, swapped])))
+        rep.net[2].alpha.copy_(torch.logit(torch.stack([phi2, phi2])))
+    kept = selected_features(rep, reach=True)
+    assert isinstance(kept, list)
+    assert [k.tolist() for k in kept] == [[0], [2]]
 
 
 def test_export_is_the_median_model_and_smaller() -> None:

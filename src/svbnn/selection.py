@@ -13,7 +13,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor, nn
 
-from .export import ExportReport, SparseLinear, export_sparse, module_size_bytes
+from .export import ExportReport, SparseLinear, _reaching_output, export_sparse, module_size_bytes
 from .nn.base import GatedLayer, is_gated_layer
 from .nn.spike_slab import SpikeSlabLinear, SpikeSlabMLP
 
@@ -96,17 +96,45 @@ def density(model: nn.Module, threshold: float = 0.5) -> Tensor:
 
 
 def selected_features(
-    model: nn.Module, threshold: float = 0.5
+    model: nn.Module, threshold: float = 0.5, reach: bool = False
 ) -> NDArray[np.int64] | list[NDArray[np.int64]]:
     """Input variables with at least one first-layer edge of ``phi > threshold``.
 
-    Returns sorted 0-based indices; a list of such arrays for a replicated model.
+    With ``reach``, only an edge on a path of such edges to some output counts: the inputs
+    of the median model (the network :func:`svbnn.export.export_sparse` returns at
+    ``threshold``), the median probability model of Barbieri & Berger (2004) taken edge by
+    edge. A gate the data did not move stays near the prior inclusion ``lambda``, far
+    below 0.5, so such gates select nothing however many of them an input has (in
+    :func:`feature_inclusion` many of them add up).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A network whose first gated layer is a :class:`SpikeSlabLinear` (with ``reach``,
+        a network of them, input to output).
+    threshold : float
+        The edge's inclusion probability above which it is kept.
+    reach : bool
+        Count only the edges on a path of kept edges to some output.
+
+    Returns
+    -------
+    ndarray of int64 or list of them
+        Sorted 0-based indices; a list of such arrays for a replicated model.
     """
     layers = spike_slab_layers(model)
     if not layers or not isinstance(layers[0], SpikeSlabLinear):
         raise ValueError("variable selection needs a SpikeSlabLinear first layer")
-    phi = layers[0].inclusion_probs()["weight"]  # (out, p) or (R, out, p)
-    keep = (phi > threshold).any(dim=-2)
+    if reach and not all(isinstance(layer, SpikeSlabLinear) for layer in layers):
+        raise ValueError("selection by reach needs a network of SpikeSlabLinear layers")
+    with torch.no_grad():
+        kept = [layer.inclusion_probs()["weight"] > threshold for layer in layers]
+    if not reach:
+        keep = kept[0].any(dim=-2)  # (p,) or (R, p)
+    elif kept[0].dim() == 2:
+        keep = _reaching_output(kept)[0]
+    else:  # one network a replicate: (R, out, in) masks
+        keep = torch.stack([_reaching_output(list(masks))[0] for masks in zip(*kept, strict=True)])
     if keep.dim() == 1:
         return np.flatnonzero(keep.cpu().numpy())
     return [np.flatnonzero(k) for k in keep.cpu().numpy()]
