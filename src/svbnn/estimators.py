@@ -356,7 +356,7 @@ class _SpikeSlabFamily(_VariationalEstimator):
 
     def _refit_share(self, n: int) -> float:
         """The refit's share of the first fit's budget on ``n`` rows; resolves ``"auto"``:
-        under ``max_iter="auto"`` on a table of ``SMALL_TABLE_ROWS`` to
+        under ``max_iter="auto"`` on a table of more than ``SMALL_TABLE_ROWS`` and up to
         ``LARGE_TABLE_ROWS`` rows, ``REFIT_AUTO_STEPS`` over the budget's steps (at most
         1), elsewhere the whole budget."""
         if self.refit_budget != "auto":
