@@ -715,6 +715,40 @@ def test_regressor_does_not_refit_inputs_selected_by_a_fit_that_explains_nothing
         assert est.screened_features_ is not None
 
 
+@pytest.mark.parametrize("reached", [[], [2]])
+def test_refit_without_a_median_model_input_keeps_the_inputs_the_posterior_reaches(
+    monkeypatch: pytest.MonkeyPatch, reached: list[int]
+) -> None:
+    """Where the first fit's median model keeps no input, the refit keeps the inputs with
+    feature_inclusion above 0.5 (its gates not resolved); with none, no refit follows a
+    first fit at kl_weight."""
+    from svbnn import _estimator_tasks as T
+    from svbnn import estimators as E
+    from svbnn._estimator_tasks import _Regression
+
+    def inclusion(model: nn.Module) -> NDArray[np.float64]:
+        fi = np.full(_inputs(model), 0.3)
+        fi[reached] = 0.9
+        return fi
+
+    monkeypatch.setattr(E, "_selected", lambda model: np.zeros(_inputs(model), bool))
+    monkeypatch.setattr(E, "feature_inclusion", inclusion)
+    monkeypatch.setattr(_Regression, "_explains_nothing", lambda self, *args: False)
+    monkeypatch.setattr(T, "_gain_over_the_mean", lambda *args: (1.0, 0.0))
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 4))
+    y = np.sin(X[:, 2]) + 0.1 * rng.standard_normal(200)
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 2, "tol": None}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = SVBNNRegressor(**kw, mean_function="zero", random_state=0).fit(X, y)
+    if reached:
+        assert est.screened_features_ is not None
+        assert est.screened_features_.tolist() == reached
+    else:
+        assert est.screened_features_ is None
+
+
 @pytest.mark.parametrize("gain, se", [(1.0, 0.0), (-0.05, 0.1), (-1.0, 0.5)])
 def test_regressor_refit_is_checked_against_the_mean(
     monkeypatch: pytest.MonkeyPatch, gain: float, se: float
