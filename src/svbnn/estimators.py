@@ -180,8 +180,8 @@ refit_kl_weight : float, "auto" or None, default None (the regressor and classif
     selected most of them and predicted new rows worse than the frequencies (user guide,
     "Reading the diagnostics and warnings", labels unrelated
     to the inputs). On 48 generated problems of 500 to 2,250 rows
-    the log loss was lower on 36 and higher on 1, with 0.1-1.6 of 15 noise inputs kept
-    against 2.4-9.6, at about twice the fit time; on the benchmark's 2- and 10-class
+    the log loss was lower on 37 and higher on 1, with 0.1-0.5 of 15 noise inputs kept
+    against 1.8-8.3, at 1.5-2 times the fit time; on the benchmark's 2- and 10-class
     tables of 750 rows it kept 0 and 2.7 of 10 noise inputs against 4.3 and 10; on tables
     of 127 rows the fit at 0.35 pruned real inputs (user guide, "The classifier's
     selecting fit, measured").
@@ -910,7 +910,7 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     "Exporting for deployment"). On a table of 500 rows or more
     ``refit_kl_weight="auto"`` selects with a first fit at KL weight 0.35 and predicts
     with a second at ``kl_weight`` on the selected inputs: fewer noise inputs kept and a
-    lower log loss on most generated problems, in about twice the time
+    lower log loss on most generated problems, in 1.5-2 times the time
     (``refit_kl_weight``). Scale ``X`` in your pipeline.
 
     Parameters
