@@ -128,7 +128,7 @@ def selected_features(
     if reach and not all(isinstance(layer, SpikeSlabLinear) for layer in layers):
         raise ValueError("selection by reach needs a network of SpikeSlabLinear layers")
     with torch.no_grad():
-        kept = [layer.inclusion_probs()["weight"] > threshold for layer in layers]
+        kept = [m.inclusion_probs()["weight"] > threshold for m in layers[: None if reach else 1]]
     if not reach:
         keep = kept[0].any(dim=-2)  # (p,) or (R, p)
     elif kept[0].dim() == 2:
