@@ -961,7 +961,8 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
         # not checked.
         if self.refit_kl_weight != "auto" or self.kl_weight >= SELECT_KL_WEIGHT:
             return None
-        if not (feature_inclusion(model) > 0.5).any():
+        # feature_inclusion_: the model's, set by _fit_module before it asks.
+        if not (self.feature_inclusion_ > 0.5).any():
             return None
         # screened_features_: None without a refit (_refit_plan), else the refit's inputs.
         screened = self.screened_features_
