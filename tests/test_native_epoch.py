@@ -75,16 +75,16 @@ def _run(
         lik = RowWeightedLikelihood(lik)
     gen = torch.Generator().manual_seed(seed + 1)
     states: list[torch.Tensor] = []
-    real_make = training.make_optimizer
+    real_make = training._loop_optimizer
 
-    def make(*args: Any) -> torch.optim.Optimizer:
+    def make(*args: Any) -> Any:
         opt = real_make(*args)
         made.append(opt)
         return opt
 
-    made: list[torch.optim.Optimizer] = []
+    made: list[Any] = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(training, "make_optimizer", make)
+        mp.setattr(training, "_loop_optimizer", make)
         runs = _count_epochs(mp)
         if not native:
             mp.setattr(training, "_native_epochs", lambda *args: None)
@@ -343,13 +343,13 @@ def test_what_a_callback_changes_between_epochs_is_seen(one_thread: None) -> Non
         if epoch == 2:
             opt_box[-1].param_groups[0]["lr"] = 0.002
 
-    opt_box: list[torch.optim.Optimizer] = []
-    real = training.make_optimizer
+    opt_box: list[Any] = []
+    real = training._loop_optimizer
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(training, "make_optimizer", lambda *a: opt_box.append(real(*a)) or opt_box[-1])
+        mp.setattr(training, "_loop_optimizer", lambda *a: opt_box.append(real(*a)) or opt_box[-1])
         fast = _run(True, epochs=4, callbacks=[slower])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(training, "make_optimizer", lambda *a: opt_box.append(real(*a)) or opt_box[-1])
+        mp.setattr(training, "_loop_optimizer", lambda *a: opt_box.append(real(*a)) or opt_box[-1])
         slow = _run(False, epochs=4, callbacks=[slower])
     assert fast[4] == 3
     _assert_same(fast, slow)

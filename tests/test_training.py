@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from svbnn import training
+from svbnn._adam import Adam
 from svbnn.checkpoint import CheckpointError
 from svbnn.nn import SpikeSlabMLP, kl_divergence, set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
@@ -414,16 +415,20 @@ def test_lr_factor_is_constant_then_half_a_cosine_to_one_percent() -> None:
 
 
 def _rates_seen(**kw: object) -> list[float]:
-    """The learning rate of every optimiser step of one ``train`` call."""
+    """The learning rate of every optimiser step of one ``train`` call (step by step:
+    the native epochs take their rates from the same schedule, tests/test_native_epoch.py)."""
     seen: list[float] = []
-    handle = register_optimizer_step_pre_hook(
-        lambda opt, args, kwargs: seen.append(opt.param_groups[0]["lr"])
-    )
-    try:
+    real_step = Adam.step
+
+    def step(self: Adam) -> None:
+        seen.append(self.param_groups[0]["lr"])
+        real_step(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Adam, "step", step)
+        mp.setattr(training, "_native_epochs", lambda *args: None)
         X, y = _data()
         train(_model(), X, y, GaussianLikelihood(0.3), batch_size=16, lr=0.02, **kw)  # type: ignore[arg-type]
-    finally:
-        handle.remove()
     return seen
 
 

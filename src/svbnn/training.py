@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ._adam import Adam
 from ._device import check_training_devices
 from ._engine import native as _native
 from ._engine.kernels import Backend, backend, backend_scope, parse_backend
@@ -176,17 +177,32 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """Build Adam, RMSprop or SGD; the fused (single-kernel) implementation where torch has it."""
     name = Optimizer(name)
-    if not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"learning rate must be positive, got {lr}")
     params = list(params)
-    # One fused kernel over all parameters (torch >= 2.4 on CPU and CUDA) instead of a
-    # handful of multi-tensor passes: a spike-and-slab net has three parameters per weight.
-    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+    fused = _fusable(params, lr)
     if name is Optimizer.ADAM:
         return torch.optim.Adam(params, lr=lr, fused=fused, foreach=None if fused else True)
     if name is Optimizer.RMSPROP:
         return torch.optim.RMSprop(params, lr=lr, foreach=True)
     return torch.optim.SGD(params, lr=lr, fused=fused, foreach=None if fused else True)
+
+
+def _fusable(params: Sequence[Tensor], lr: float) -> bool:
+    """Whether torch's one-kernel optimisers take ``params`` (a ``ValueError`` for a
+    learning rate that is not a positive number)."""
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"learning rate must be positive, got {lr}")
+    # One fused kernel over all parameters (torch >= 2.4 on CPU and CUDA) instead of a
+    # handful of multi-tensor passes: a spike-and-slab net has three parameters per weight.
+    return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+
+
+def _loop_optimizer(params: Sequence[Tensor], name: Optimizer | str, lr: float) -> Any:
+    """:func:`train`'s optimiser: :func:`make_optimizer`'s, except that Adam is
+    :class:`svbnn._adam.Adam`, the same steps without ``torch.optim``'s import of PyTorch's
+    compiler on a process's first fit."""
+    if Optimizer(name) is Optimizer.ADAM:
+        return Adam(params, lr, fused=_fusable(params, lr))
+    return make_optimizer(params, name, lr)
 
 
 def negative_elbo(
@@ -587,7 +603,7 @@ def train(
     n = batches.n
     set_generator(model, generator)
     track_sparsity = track_sparsity and bool(spike_slab_layers(model))
-    opt = make_optimizer(params, optimizer, lr)
+    opt = _loop_optimizer(params, optimizer, lr)
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     history, start = History(), 0
     # What a checkpoint holds besides the optimiser: the network, and a trained likelihood.
@@ -615,14 +631,8 @@ def train(
         first = start * batches.n_batches
         objective = elbo_objective(likelihood, n, n_mc, kl_weight, kl_warmup, first)
     if lr_schedule is not LRSchedule.CONSTANT:
-        # Built after a resume: LambdaLR then sets the rate of the step the run is at.
-        for group in opt.param_groups:
-            group.setdefault("initial_lr", group["lr"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            opt,
-            lambda t: lr_factor(lr_schedule, t, total_steps),
-            last_epoch=start * batches.n_batches - 1,
-        )
+        # Built after a resume: it then sets the rate of the step the run is at.
+        scheduler = _ScheduledRate(opt, lr_schedule, total_steps, start * batches.n_batches)
         on_step = functools.partial(_scheduled_step, scheduler, on_step)
 
     def save(epoch: int) -> None:
@@ -736,13 +746,36 @@ def _warn_if_diverged(
     )
 
 
+class _ScheduledRate:
+    """A run's learning-rate schedule: the rate of step ``t`` is each group's
+    ``initial_lr`` (its rate at the run's start, kept in the group, so in a checkpoint)
+    times :func:`lr_factor` ``(schedule, t, total)``, as ``torch.optim.lr_scheduler.LambdaLR``
+    with that factor sets it (the same product, so the same rates to the bit; it takes
+    :class:`svbnn._adam.Adam`, which LambdaLR does not). Built before step ``step``, it
+    sets that step's rate."""
+
+    def __init__(self, opt: Any, schedule: LRSchedule, total: int, step: int) -> None:
+        self.groups: list[dict[str, Any]] = opt.param_groups
+        for group in self.groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.schedule, self.total = schedule, total
+        self.set(step)
+
+    def rate(self, step: int) -> float:
+        """The first group's rate of step ``step``."""
+        return self.groups[0]["initial_lr"] * lr_factor(self.schedule, step, self.total)
+
+    def set(self, step: int) -> None:
+        """Set every group's rate to that of step ``step``."""
+        for group in self.groups:
+            group["lr"] = group["initial_lr"] * lr_factor(self.schedule, step, self.total)
+
+
 def _scheduled_step(
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    on_step: Callable[[int], None] | None,
-    step: int,
+    scheduler: _ScheduledRate, on_step: Callable[[int], None] | None, step: int
 ) -> None:
-    """After optimiser step ``step``: the scheduler's step, then the caller's ``on_step``."""
-    scheduler.step()
+    """After optimiser step ``step``: the next step's rate, then the caller's ``on_step``."""
+    scheduler.set(step + 1)
     if on_step is not None:
         on_step(step)
 
@@ -792,7 +825,7 @@ def _record_epoch(
 def _save_state(
     ckpt: Path,
     model: nn.Module,
-    opt: torch.optim.Optimizer,
+    opt: Adam | torch.optim.Optimizer,
     generator: torch.Generator,
     history: History,
     epoch: int,
@@ -812,7 +845,8 @@ def _save_state(
     save_checkpoint(state, ckpt)
 
 
-_OPTIMIZER_NAMES = {
+_OPTIMIZER_NAMES: dict[type, str] = {
+    Adam: Optimizer.ADAM.value,
     torch.optim.Adam: Optimizer.ADAM.value,
     torch.optim.RMSprop: Optimizer.RMSPROP.value,
     torch.optim.SGD: Optimizer.SGD.value,
@@ -820,7 +854,7 @@ _OPTIMIZER_NAMES = {
 
 
 def _train_identity(
-    opt: torch.optim.Optimizer,
+    opt: Adam | torch.optim.Optimizer,
     X: Tensor,
     batch_size: int,
     n_mc: int,
@@ -952,7 +986,7 @@ def _check_fields(ckpt: Path, state: Mapping[str, Any], epochs: int) -> int:
 
 
 def _check_shapes(
-    ckpt: Path, state: Mapping[str, Any], model: nn.Module, opt: torch.optim.Optimizer
+    ckpt: Path, state: Mapping[str, Any], model: nn.Module, opt: Adam | torch.optim.Optimizer
 ) -> None:
     """The checkpoint's model tensors have the model's shapes, and its optimiser's
     per-parameter tensors (moments, momentum) their parameter's shape."""
@@ -1005,7 +1039,7 @@ def _first_non_finite(obj: Any, prefix: str = "") -> str | None:
 def _resume(
     ckpt: Path,
     model: nn.Module,
-    opt: torch.optim.Optimizer,
+    opt: Adam | torch.optim.Optimizer,
     generator: torch.Generator,
     identity: Mapping[str, Any],
     epochs: int,
@@ -1059,7 +1093,7 @@ _Record = tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor, Tensor] | None]
 def _run_epochs(
     model: nn.Module,
     objective: Objective,
-    opt: torch.optim.Optimizer,
+    opt: Adam | torch.optim.Optimizer,
     batches: Minibatches,
     on_step: Callable[[int], None] | None,
     epoch: int,
@@ -1126,7 +1160,7 @@ class _NativeEpochs:
 def _native_epochs(
     model: nn.Module,
     objective: Objective,
-    opt: torch.optim.Optimizer,
+    opt: Adam | torch.optim.Optimizer,
     batches: Minibatches,
     on_step: Callable[[int], None] | None,
     step: int,
@@ -1150,13 +1184,12 @@ def _native_epochs(
         return None
     scheduler = None
     if on_step is not None:
-        # _scheduled_step with no caller's on_step: LambdaLR's rate is computable ahead.
+        # _scheduled_step with no caller's on_step: the rates are computable ahead.
         if not (
             isinstance(on_step, functools.partial)
             and on_step.func is _scheduled_step
             and on_step.args[1:] == (None,)
             and not on_step.keywords
-            and type(on_step.args[0]) is torch.optim.lr_scheduler.LambdaLR
         ):
             return None
         scheduler = on_step.args[0]
@@ -1176,9 +1209,7 @@ def _native_epochs(
     if scheduler is None:
         lrs = [group["lr"]] * total
     else:
-        # LambdaLR's rate of step t: base_lr * lr_lambda(t); the current one already set.
-        base, factor = scheduler.base_lrs[0], scheduler.lr_lambdas[0]
-        lrs = [group["lr"]] + [base * factor(scheduler.last_epoch + i) for i in range(1, total)]
+        lrs = [group["lr"]] + [scheduler.rate(step + i) for i in range(1, total)]
     means, stats = native_epochs(
         record.kind,
         model,
@@ -1197,10 +1228,7 @@ def _native_epochs(
     ran = means.shape[0]  # fewer than span where a loss was not finite
     objective.step += ran * k
     if scheduler is not None:
-        # LambdaLR.step sets the rate from its step count alone: moving the count on and
-        # stepping once leaves it as ran * k steps do.
-        scheduler.last_epoch += ran * k - 1
-        scheduler.step()
+        scheduler.set(step + ran * k)  # the rate of the step after them
     return [
         (
             (means[e, 0], means[e, 1], means[e, 2]),

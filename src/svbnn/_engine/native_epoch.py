@@ -4,20 +4,21 @@ A small network's training step costs about a millisecond on a CPU, of which the
 arithmetic is about a quarter: the rest is the Python of the step (the objective, the
 graph-free node, the optimiser's wrappers and the learning-rate scheduler), and on a small
 table, where an epoch is one or two steps, the Python of each epoch. Where
-:func:`native_epoch_kind` names a kind, :func:`native_epochs` runs every step of one or
-more epochs in one call (``epochs.cpp``): the steps that the graph-free step of that kind
+:func:`native_epoch_kind` names a kind, :func:`native_epochs` runs every step of one or more
+epochs in one call (``epochs.cpp``): the steps that the graph-free step of that kind
 (:class:`~svbnn._engine.native_step.NativeLocalNegativeElbo`, the local sampler under a
 Gaussian likelihood with a learned noise level, the regressor's; or
 :class:`~svbnn._engine.native_step.NativeNegativeElbo`, the Gumbel sampler under a
-categorical likelihood, the classifier's) and ``torch.optim.Adam`` (``fused=True``) would
-run, the same ATen operations and loops in the same order, and torch's own fused Adam
-kernel, on the same random numbers (each epoch's minibatch order drawn from the loop's
-generator as :meth:`svbnn.training.Minibatches.order` draws it, the draws from the layers'
-generators). So the epochs leave the parameters, Adam's state and the generators as the
-step-by-step loop leaves them, bit for bit, and report each epoch's record (its mean
-loss, and the gates' statistics) as the loop computes it (tests/test_native_epoch.py); the
-caller (:func:`svbnn.training.train`) gives the KL weights and the learning rates of the
-steps, and how many epochs may run before it must look at the network.
+categorical likelihood, the classifier's) and the training loop's fused Adam
+(:class:`svbnn._adam.Adam`) would run, the same ATen operations and loops in the same order,
+and torch's own fused Adam kernel, on the same random numbers (each epoch's minibatch order
+drawn from the loop's generator as :meth:`svbnn.training.Minibatches.order` draws it, the
+draws from the layers' generators). So the epochs leave the parameters, Adam's state and the
+generators as the step-by-step loop leaves them, bit for bit, and report each epoch's record
+(its mean loss, and the gates' statistics) as the loop computes it
+(tests/test_native_epoch.py); the caller (:func:`svbnn.training.train`) gives the KL weights
+and the learning rates of the steps, and how many epochs may run before it must look at the
+network.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from .._adam import Adam
 from . import native as _native
 from .fused import _kl_key, native_gumbel_step
 from .native_step import native_local_step_ok, split_targets, step_likelihood, target_shape
@@ -39,12 +41,14 @@ if TYPE_CHECKING:
 __all__ = ["native_epoch_kind", "native_epoch_runnable", "native_epochs"]
 
 
-def _adam_group(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> dict[str, Any] | None:
-    """``opt``'s one parameter group if ``opt`` is a plain ``torch.optim.Adam`` with the
-    fused kernel over exactly ``params``, its state set up (after its first step), no hooks,
-    and options the native epoch passes on (``weight_decay``, betas, ``eps``, a float rate);
-    else ``None``."""
-    if type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1:
+def _adam_group(
+    opt: Adam | torch.optim.Optimizer, params: Sequence[Tensor]
+) -> dict[str, Any] | None:
+    """``opt``'s one parameter group if ``opt`` is the training loop's
+    :class:`svbnn._adam.Adam` with the fused kernel over exactly ``params``, its state set
+    up (after its first step), and options the native epoch passes on (``weight_decay``,
+    betas, ``eps``, a float rate); else ``None``."""
+    if type(opt) is not Adam or len(opt.param_groups) != 1:
         return None
     group = opt.param_groups[0]
     if not (
@@ -60,12 +64,6 @@ def _adam_group(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> dict[st
         and all(a is b for a, b in zip(group["params"], params, strict=True))
     ):
         return None
-    if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
-        return None
-    from torch.optim import optimizer as _optimizer  # torch's hooks on every optimiser
-
-    if _optimizer._global_optimizer_pre_hooks or _optimizer._global_optimizer_post_hooks:
-        return None
     for p in params:
         state = opt.state.get(p)
         if not (state and {"step", "exp_avg", "exp_avg_sq"} <= state.keys()):
@@ -78,7 +76,7 @@ def _adam_group(opt: torch.optim.Optimizer, params: Sequence[Tensor]) -> dict[st
 def native_epoch_kind(
     model: SpikeSlabMLP,
     likelihood: Any,
-    opt: torch.optim.Optimizer,
+    opt: Adam | torch.optim.Optimizer,
     X: Tensor,
     y: Tensor,
     batch_size: int,
@@ -94,7 +92,7 @@ def native_epoch_kind(
     learn_noise=True)``); ``"categorical"`` where every step would be
     :class:`~svbnn._engine.native_step.NativeNegativeElbo` of one network
     (:func:`~svbnn._engine.fused.native_gumbel_step`) under a categorical likelihood; in
-    both, trained by ``torch.optim.Adam(fused=True)`` as :func:`native_epoch_runnable`
+    both, trained by the loop's fused Adam as :func:`native_epoch_runnable`
     says."""
     mu = model._parameters.get("mu")
     if mu is None or mu.dim() != 1 or not _native.available():
@@ -132,11 +130,13 @@ def _trained(model: SpikeSlabMLP, likelihood: Any) -> list[Tensor]:
     return params
 
 
-def native_epoch_runnable(model: SpikeSlabMLP, likelihood: Any, opt: torch.optim.Optimizer) -> bool:
+def native_epoch_runnable(
+    model: SpikeSlabMLP, likelihood: Any, opt: Adam | torch.optim.Optimizer
+) -> bool:
     """The part of :func:`native_epoch_kind` that a training loop's callbacks may change
     between epochs while the network's path stays: no anomaly detection, no profiler
     (whose records of each step the epoch would miss), and ``opt`` a fused Adam over the
-    parameters the step trains (the network's, and a learned noise level) without hooks,
+    parameters the step trains (the network's, and a learned noise level),
     its state set up by a first step."""
     if torch.is_anomaly_enabled() or torch.autograd.profiler._is_profiler_enabled:
         return False
@@ -147,7 +147,7 @@ def native_epochs(
     kind: str,
     model: SpikeSlabMLP,
     likelihood: Any,
-    opt: torch.optim.Optimizer,
+    opt: Adam | torch.optim.Optimizer,
     X: Tensor,
     y: Tensor,
     generator: torch.Generator,
