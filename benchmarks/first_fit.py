@@ -1,7 +1,7 @@
 """A process's first fit: its time, and what importing PyTorch's compiler would add to it.
 
 Run ``python -m benchmarks.first_fit [--sizes 300 2250 3000] [--repeats 5] [--inputs 40]
-[--kinds regressor classifier]``.
+[--kinds regressor classifier] [--max-iter auto]``.
 
 Each fit runs in a fresh Python process with one torch thread, the way a script or a
 benchmark harness that starts a process per table meets it: the process imports svbnn,
@@ -40,13 +40,14 @@ CHILD = textwrap.dedent(
     from svbnn import SVBNNClassifier, SVBNNRegressor
     kind, compiler = sys.argv[1], sys.argv[5] == "1"
     n, p, seed = (int(a) for a in sys.argv[2:5])
+    max_iter = sys.argv[6] if sys.argv[6] == "auto" else int(sys.argv[6])
     X, y, _, _ = table(n, p, seed, classes=2 if kind == "classifier" else 0)
     cls = SVBNNClassifier if kind == "classifier" else SVBNNRegressor
     times = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i in range(2):
-            est = cls(random_state=seed)
+            est = cls(random_state=seed, max_iter=max_iter)
             t = time.perf_counter()
             if compiler and i == 0:
                 import torch._dynamo
@@ -61,10 +62,14 @@ CHILD = textwrap.dedent(
 ARMS = {"first fit": False, "+ compiler": True}
 
 
-def one(kind: str, n: int, p: int, seed: int, compiler: bool) -> dict[str, float]:
-    """One fresh process's first and second fit times."""
+def one(
+    kind: str, n: int, p: int, seed: int, compiler: bool, max_iter: str = "auto"
+) -> dict[str, float]:
+    """One fresh process's first and second fit times (and whether the first fit
+    imported the compiler)."""
+    args = [kind, str(n), str(p), str(seed), "1" if compiler else "0", max_iter]
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, kind, str(n), str(p), str(seed), "1" if compiler else "0"],
+        [sys.executable, "-c", CHILD, *args],
         capture_output=True,
         text=True,
         check=True,
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[300, 2250, 3000])
     ap.add_argument("--inputs", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--max-iter", default="auto", help="the estimators' max_iter (tests)")
     ap.add_argument(
         "--kinds",
         nargs="+",
@@ -87,6 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if args.max_iter != "auto" and not (args.max_iter.isdigit() and int(args.max_iter) > 0):
+        ap.error("--max-iter must be 'auto' or a positive integer")
     if args.inputs < 22:
         ap.error("--inputs must be at least 22 (the classifier's table has 22 fixed columns)")
     head = ["estimator", "rows", "first fit s", "+ compiler s", "ratio", "second fit s"]
@@ -97,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
             for seed in range(args.repeats):
                 for arm, compiler in ARMS.items():
-                    runs[arm].append(one(kind, n, args.inputs, seed, compiler))
+                    runs[arm].append(one(kind, n, args.inputs, seed, compiler, args.max_iter))
             first = [r["first"] for r in runs["first fit"]]
             with_compiler = [r["first"] for r in runs["+ compiler"]]
             ratio = statistics.median(a / b for a, b in zip(first, with_compiler, strict=True))

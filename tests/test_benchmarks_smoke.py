@@ -572,3 +572,21 @@ def test_noise_tables_prints_both_arms_per_size(capsys: pytest.CaptureFixture[st
     # The defaults' refit, where one is made, is checked on held-out rows; the first fit
     # alone never is.
     assert gains[1] == "-" and (gains[0] == "-" or not math.isnan(float(gains[0])))
+
+
+def test_first_fit_prints_both_arms_and_no_compiler_import(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import first_fit as ff
+
+    args = ["--sizes", "60", "--repeats", "1", "--inputs", "22", "--max-iter", "5"]
+    ff.main([*args, "--kinds", "regressor"])
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")]
+    cells = rows[2].strip("| ").split(" | ")
+    assert cells[:2] == ["regressor", "60"] and len(cells) == len(rows[0].split(" | "))
+    assert float(cells[2]) > 0 and float(cells[3]) > 0 and float(cells[5]) > 0
+    assert cells[6] == "no"  # the first fit did not import torch._dynamo
+    for bad in (["--repeats", "0"], ["--inputs", "21"], ["--max-iter", "0"]):
+        with pytest.raises(SystemExit) as err:
+            ff.main(bad)
+        assert err.value.code == 2

@@ -508,7 +508,8 @@ def train(
     optimizer : {"adam", "rmsprop", "sgd"}
     lr_schedule : {"constant", "cosine"}
         The learning rate over the run's ``epochs * ceil(n / batch_size)`` steps
-        (:func:`lr_factor`; torch's ``LambdaLR``): ``"constant"`` (the paper's), or
+        (:func:`lr_factor`, each step's rate set as torch's ``LambdaLR`` would):
+        ``"constant"`` (the paper's), or
         ``"cosine"``, constant for the first half and then down to 1% along half a
         cosine. A stopping callback may end the run before the schedule does.
     n_mc : int
