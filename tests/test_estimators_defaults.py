@@ -86,6 +86,31 @@ def test_forced_collapse_warns() -> None:
     assert "kl_weight=0.2" not in advice(kl_weight=0.2)
 
 
+def test_collapse_reason_reads_the_reported_selection() -> None:
+    """ "no input selected" is said only where ``selected_features_`` is empty: an input
+    the median model keeps with a path probability (``feature_inclusion_``) at or below
+    0.5 is selected, and is no reason."""
+    X, y, _ = _sparse_problem(200, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reg = SVBNNRegressor(max_iter=200, random_state=0, mean_function="zero").fit(X, y)
+    assert reg.selected_features_.size > 0 and not reg.collapsed_
+    # Path probabilities below 0.5 beside a median model that reaches the output: two
+    # edges of phi 0.7 on one path make 0.49.
+    reg.feature_inclusion_ = np.full_like(reg.feature_inclusion_, 0.49)
+    reg.unresolved_ = 0.0  # gates resolved: the reasons that read the selection apply
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reg._warn_if_collapsed([])
+    assert not [w for w in caught if issubclass(w.category, CollapseWarning)]
+    reg.selected_features_ = np.zeros(0, dtype=np.intp)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reg._warn_if_collapsed([])
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, CollapseWarning)]
+    assert "no input selected" in message and "largest feature_inclusion_ 0.49" in message
+
+
 def test_majority_class_collapse_warns_and_is_recorded() -> None:
     # The imbalanced binary case of issue 31: a weak signal (12% positives, P(y=1) above
     # 0.5 only for x0 > 2.3) gives a fit whose log-loss is below the class frequencies'

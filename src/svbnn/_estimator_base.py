@@ -883,12 +883,20 @@ class _VariationalEstimator(BaseEstimator, ABC):
         # With unresolved gates the posterior still predicts through edges of phi < 0.5
         # (the ConvergenceWarning says so): the median model's paths tell nothing yet.
         resolved = getattr(self, "unresolved_", 0.0) <= _UNRESOLVED_EXPORT
-        fi = getattr(self, "feature_inclusion_", None)
-        if resolved and fi is not None and fi.size and not np.any(fi > 0.5):
-            reasons.append(f"no input selected (largest feature_inclusion_ {fi.max():.2g})")
+        # The reason reads the selection the fit reports (selected_features_: the median
+        # model's inputs, and a linear mean's), so a warning never says "no input
+        # selected" beside a non-empty selection.
+        selected = getattr(self, "selected_features_", None)
         # A linear mean reaches the output from its inputs whatever the network keeps.
         linear = self._linear_inputs().size > 0
-        if resolved and not linear and not _reaches_output(self._kept_weight_masks()):
+        if resolved and selected is not None and selected.size == 0:
+            fi = getattr(self, "feature_inclusion_", None)
+            largest = f"; largest feature_inclusion_ {fi.max():.2g}" if fi is not None else ""
+            reasons.append(
+                "no input selected (the median model keeps no path from any input to the "
+                f"output{largest})"
+            )
+        elif resolved and not linear and not _reaches_output(self._kept_weight_masks()):
             reasons.append(
                 "the median model keeps no path from any input to the output (every path "
                 "has a pruned weight)"
