@@ -177,8 +177,9 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """Build Adam, RMSprop or SGD; the fused (single-kernel) implementation where torch has it."""
     name = Optimizer(name)
+    _check_lr(lr)
     params = list(params)
-    fused = _fusable(params, lr)
+    fused = _fusable(params)
     if name is Optimizer.ADAM:
         return torch.optim.Adam(params, lr=lr, fused=fused, foreach=None if fused else True)
     if name is Optimizer.RMSPROP:
@@ -186,22 +187,28 @@ def make_optimizer(
     return torch.optim.SGD(params, lr=lr, fused=fused, foreach=None if fused else True)
 
 
-def _fusable(params: Sequence[Tensor], lr: float) -> bool:
-    """Whether torch's one-kernel optimisers take ``params`` (a ``ValueError`` for a
-    learning rate that is not a positive number)."""
+def _check_lr(lr: float) -> None:
+    """A ``ValueError`` for a learning rate that is not a positive number."""
     if not (lr > 0 and math.isfinite(lr)):
         raise ValueError(f"learning rate must be positive, got {lr}")
+
+
+def _fusable(params: Sequence[Tensor]) -> bool:
+    """Whether torch's one-kernel optimisers take ``params``."""
     # One fused kernel over all parameters (torch >= 2.4 on CPU and CUDA) instead of a
     # handful of multi-tensor passes: a spike-and-slab net has three parameters per weight.
     return all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
 
 
-def _loop_optimizer(params: Sequence[Tensor], name: Optimizer | str, lr: float) -> Any:
+def _loop_optimizer(
+    params: Sequence[Tensor], name: Optimizer | str, lr: float
+) -> Adam | torch.optim.Optimizer:
     """:func:`train`'s optimiser: :func:`make_optimizer`'s, except that Adam is
     :class:`svbnn._adam.Adam`, the same steps without ``torch.optim``'s import of PyTorch's
     compiler on a process's first fit."""
     if Optimizer(name) is Optimizer.ADAM:
-        return Adam(params, lr, fused=_fusable(params, lr))
+        _check_lr(lr)
+        return Adam(params, lr, fused=_fusable(params))
     return make_optimizer(params, name, lr)
 
 
@@ -509,9 +516,9 @@ def train(
     lr_schedule : {"constant", "cosine"}
         The learning rate over the run's ``epochs * ceil(n / batch_size)`` steps
         (:func:`lr_factor`, each step's rate set as torch's ``LambdaLR`` would):
-        ``"constant"`` (the paper's), or
-        ``"cosine"``, constant for the first half and then down to 1% along half a
-        cosine. A stopping callback may end the run before the schedule does.
+        ``"constant"`` (the paper's), or ``"cosine"``, constant for the first half and
+        then down to 1% along half a cosine. A stopping callback may end the run before
+        the schedule does.
     n_mc : int
         ``K`` Monte Carlo draws per step.
     generator : torch.Generator, optional
@@ -755,7 +762,9 @@ class _ScheduledRate:
     :class:`svbnn._adam.Adam`, which LambdaLR does not). Built before step ``step``, it
     sets that step's rate."""
 
-    def __init__(self, opt: Any, schedule: LRSchedule, total: int, step: int) -> None:
+    def __init__(
+        self, opt: Adam | torch.optim.Optimizer, schedule: LRSchedule, total: int, step: int
+    ) -> None:
         self.groups: list[dict[str, Any]] = opt.param_groups
         for group in self.groups:
             group.setdefault("initial_lr", group["lr"])
@@ -848,7 +857,6 @@ def _save_state(
 
 _OPTIMIZER_NAMES: dict[type, str] = {
     Adam: Optimizer.ADAM.value,
-    torch.optim.Adam: Optimizer.ADAM.value,
     torch.optim.RMSprop: Optimizer.RMSPROP.value,
     torch.optim.SGD: Optimizer.SGD.value,
 }
