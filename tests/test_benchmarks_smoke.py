@@ -590,3 +590,33 @@ def test_first_fit_prints_both_arms_and_no_compiler_import(
         with pytest.raises(SystemExit) as err:
             ff.main(bad)
         assert err.value.code == 2
+
+
+def test_classifier_calibration_prints_every_method(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import classifier_calibration as cc
+
+    args = ["--sizes", "60", "--classes", "3", "--seeds", "1", "--inputs", "22"]
+    cc.main([*args, "--max-iter", "2"])
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")]
+    assert [r.strip("| ").split(" | ")[2] for r in rows[1:]] == list(cc.METHODS)
+    for r in rows[1:]:
+        cells = r.strip("| ").split(" | ")
+        assert cells[:2] == ["3", "60"]
+        assert 0 <= float(cells[3]) <= 1 and float(cells[4]) > 0  # accuracy, log loss
+        assert 1 / 3 <= float(cells[6]) <= 1  # the mean top-class probability
+        oracle = cells[8:11] if cells[2] == "SVBNN" else None
+        assert oracle is None or (
+            0.5 <= float(oracle[0]) <= 1.5 and float(oracle[1]) <= float(cells[4]) + 1e-12
+        )
+    # The oracle temperature of calibrated probabilities is 1; of flattened ones,
+    # p ** 0.5 renormalised, 0.5 (which sharpens them back).
+    rng = np.random.default_rng(0)
+    proba = rng.dirichlet(np.ones(3), size=4000)
+    y = np.array([rng.choice(3, p=q) for q in proba])
+    assert abs(cc.oracle_temperature(proba, y)[0] - 1.0) <= 0.1
+    flat = proba**0.5 / (proba**0.5).sum(1, keepdims=True)
+    assert abs(cc.oracle_temperature(flat, y)[0] - 0.5) <= 0.05
+    for bad in (["--seeds", "0"], ["--classes", "1"], ["--inputs", "21"], ["--sizes", "10"]):
+        with pytest.raises(SystemExit) as err:
+            cc.main(bad)
+        assert err.value.code == 2
