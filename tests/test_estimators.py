@@ -224,6 +224,11 @@ def test_classifier_probabilities_and_unseen_labels() -> None:
     np.testing.assert_allclose(proba.sum(1), 1.0, rtol=1e-5)
     assert set(clf.predict(X)) <= {"no", "yes"}
     assert clf.score(X, y) > 0.8
+    # The log probabilities are those of the same draws, exactly.
+    np.testing.assert_array_equal(clf.predict_log_proba(X), np.log(proba))
+    np.testing.assert_array_equal(
+        clf.predict_log_proba(X[:5], n_samples=3), np.log(clf.predict_proba(X[:5], n_samples=3))
+    )
     with pytest.raises(ValueError, match="not seen at fit time"):
         clf.score(X, np.where(y == "yes", "maybe", y))
     with pytest.raises(ValueError, match="class"):

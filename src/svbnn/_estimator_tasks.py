@@ -981,6 +981,15 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         )
         return self._check_outputs(out).cpu().numpy()
 
+    def predict_log_proba(
+        self, X: ArrayLike, n_samples: int | None = None
+    ) -> NDArray[np.floating[Any]]:
+        """The log of :meth:`predict_proba` (the same draws), ``(n, C)``; ``-inf`` where a
+        probability is 0, as scikit-learn's classifiers give it."""
+        proba = self.predict_proba(X, n_samples)
+        with np.errstate(divide="ignore"):
+            return np.log(proba)
+
     def predict(self, X: ArrayLike) -> NDArray[Any]:
         """Most probable class under the predictive probabilities, ``(n,)``."""
         proba = self.predict_proba(X)
