@@ -15,6 +15,7 @@ from svbnn.nn import SpikeSlabMLP, kl_divergence, set_generator
 from svbnn.objectives import CategoricalLikelihood, GaussianLikelihood
 from svbnn.prediction import predictive_mean
 from svbnn.training import (
+    LRSchedule,
     Minibatches,
     elbo_objective,
     kl_warmup_factor,
@@ -430,6 +431,30 @@ def _rates_seen(**kw: object) -> list[float]:
         X, y = _data()
         train(_model(), X, y, GaussianLikelihood(0.3), batch_size=16, lr=0.02, **kw)  # type: ignore[arg-type]
     return seen
+
+
+@pytest.mark.parametrize("start", [0, 7])
+def test_scheduled_rates_are_lambdalrs_to_the_bit(start: int) -> None:
+    """The loop's schedule sets the rates torch's LambdaLR with the same factor sets, from
+    the run's start or a resume at step ``start``, bit for bit."""
+    total = 40
+
+    def factor(t: int) -> float:
+        return lr_factor("cosine", t, total)
+
+    ours = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.03)
+    theirs = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.03)
+    if start:  # a resumed run's groups hold the rate the run started at
+        for opt in (ours, theirs):
+            opt.param_groups[0]["initial_lr"] = 0.03
+            opt.param_groups[0]["lr"] = 0.0123  # the saved rate of its last step
+    rate = training._ScheduledRate(ours, LRSchedule.COSINE, total, start)
+    sched = torch.optim.lr_scheduler.LambdaLR(theirs, factor, last_epoch=start - 1)
+    for t in range(start, total):
+        assert ours.param_groups[0]["lr"] == theirs.param_groups[0]["lr"] == rate.rate(t)
+        theirs.step()
+        sched.step()
+        training._scheduled_step(rate, None, t)
 
 
 def test_train_steps_at_the_scheduled_rates() -> None:
