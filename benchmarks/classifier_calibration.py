@@ -13,10 +13,11 @@ of ``phi > 0.5`` at their slab means, the same fit, no draws), and the issue's p
 early_stopping=True)``. Printed per table size: each method's mean test accuracy, log
 loss, ECE (15 equal-width bins of the top-class probability) and mean top-class
 probability (``confidence``: below the accuracy, the probabilities are underconfident),
-and its median fit time. For ``SVBNN``, also the oracle temperature: the ``T`` of the grid
-0.50, 0.525, ..., 1.50 whose probabilities ``p ** (1 / T)`` (renormalised) have the least
-log loss on the test rows themselves (a diagnostic, not a method: ``T`` near 1 says no
-one temperature improves the log loss), with that log loss and ECE.
+and its median fit time. For ``SVBNN``, also the oracle temperature of
+:mod:`benchmarks.temperature` (``fit_temperature`` on the test rows themselves: the ``T``
+of its log grid, 0.1 to 10, whose probabilities, every draw's logits divided by ``T``,
+have the least log loss there; a diagnostic, not a method: ``T`` near 1 says no one
+temperature improves the log loss), with that log loss and ECE.
 """
 
 from __future__ import annotations
@@ -35,21 +36,10 @@ from sklearn.neural_network import MLPClassifier
 
 from benchmarks.refit_band import table
 from benchmarks.tabular_peers import ece, log_loss
+from benchmarks.temperature import fit_temperature, logit_draws, tempered
 from svbnn import SVBNNClassifier
 
 METHODS = ("SVBNN", "SVBNN median model", "LogisticRegression", "MLP")
-ORACLE_GRID = np.linspace(0.5, 1.5, 41)
-
-
-def oracle_temperature(proba: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """``(T, log loss, ECE)`` of the grid's temperature with the least log loss on ``y``."""
-    scores = []
-    for t in ORACLE_GRID:
-        q = proba ** (1.0 / t)
-        q /= q.sum(1, keepdims=True)
-        scores.append((log_loss(q, y), float(t), ece(q, y)))
-    ll, t, e = min(scores)
-    return t, ll, e
 
 
 def _median_model_proba(est: SVBNNClassifier, X: np.ndarray) -> np.ndarray:
@@ -76,9 +66,6 @@ def fits(data: tuple[np.ndarray, ...], seed: int, max_iter: Any) -> dict[str, di
             confidence=float(proba.max(1).mean()),
             seconds=seconds,
         )
-        if name == "SVBNN":
-            t, ll, e = oracle_temperature(proba, y_te)
-            out[name].update(oracle_t=t, oracle_log_loss=ll, oracle_ece=e)
 
     makers: dict[str, Callable[[], Any]] = {
         "SVBNN": lambda: SVBNNClassifier(random_state=seed, max_iter=max_iter),
@@ -94,6 +81,10 @@ def fits(data: tuple[np.ndarray, ...], seed: int, max_iter: Any) -> dict[str, di
         seconds = time.perf_counter() - start
         score(name, est.predict_proba(X_te), seconds)
         if name == "SVBNN":
+            logits = logit_draws(est, X_te)  # the draws predict_proba averages
+            t = fit_temperature(logits, y_te)
+            q = tempered(logits, t)
+            out[name].update(oracle_t=t, oracle_log_loss=log_loss(q, y_te), oracle_ece=ece(q, y_te))
             score("SVBNN median model", _median_model_proba(est, X_te), seconds)
     return out
 
