@@ -14,7 +14,13 @@ from this tree in the other; one torch thread each; the ``native`` kernel backen
   pointers and a ``torch.library`` operator (``torch.ops``), from one small extension;
 * **steps**: a training step of the Simulation II and UCI networks of ``make bench``
   (``benchmarks/networks.py``), the two trees' blocks interleaved for ``--rounds`` rounds:
-  medians, the paired ratio (this tree over the baseline) and its interquartile range.
+  medians, the paired ratio (this tree over the baseline) and its interquartile range;
+* **fits** (``--fits K``): ``SVBNNClassifier``'s default fit, whose steps run the narrow
+  layers forward and back in the native epochs, on two tables (``FIT_TABLES``: a
+  ``make_classification`` table of 750 training rows x 40 inputs and digits with 10 noise
+  columns, 1,347 x 74), ``K`` rounds, the trees alternating which fits first: each tree's
+  median fit time, the paired ratio's quartiles, and whether the two trees' fits predicted
+  the same probabilities on the test rows to the bit.
 
 ``python -m benchmarks.native_ab --baseline-src ../main/src`` (the trees' native libraries
 are built or loaded as each tree does). Prints a JSON report.
@@ -150,6 +156,49 @@ def _steps() -> tuple[dict[str, Any], Any]:
     return {key: build_step(nets[key], SVBNN, seed=1)[0] for key in ("sim2", "uci")}, backend_scope
 
 
+FIT_TABLES = ("classification-750x40", "digits")
+
+
+def _fit_table(name: str) -> tuple[Any, Any, Any]:
+    """``name``'s training rows, standardised, their labels and the test rows (10 added
+    N(0, 1) columns each, seeded)."""
+    import numpy as np
+    from sklearn.datasets import load_digits, make_classification
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    if name == "classification-750x40":
+        X, y = make_classification(
+            n_samples=1000, n_features=30, n_informative=10, flip_y=0.1, random_state=0
+        )
+    elif name == "digits":
+        X, y = load_digits(return_X_y=True)
+    else:
+        raise ValueError(name)
+    X = np.hstack([X, np.random.default_rng(0).standard_normal((X.shape[0], 10))])
+    X_train, X_test, y_train, _ = train_test_split(X, y, test_size=0.25, random_state=0)
+    scale = StandardScaler().fit(X_train)
+    return scale.transform(X_train), y_train, scale.transform(X_test)
+
+
+def _fit(name: str, seed: int) -> dict[str, Any]:
+    """One default ``SVBNNClassifier`` fit of table ``name``: seconds, and a digest of its
+    predicted probabilities on the test rows."""
+    import hashlib
+    import warnings
+
+    from svbnn import SVBNNClassifier
+
+    X, y, X_test = _fit_table(name)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = SVBNNClassifier(random_state=seed).fit(X, y)
+    seconds = time.perf_counter() - t0
+    digest = hashlib.sha256(model.predict_proba(X_test).tobytes()).hexdigest()
+    return {"s": seconds, "proba_sha256": digest}
+
+
 def worker() -> None:
     """Answer one JSON command a line on stdin, one JSON answer a line on stdout."""
     import torch
@@ -163,6 +212,8 @@ def worker() -> None:
             answer: Any = _bits(Path(cmd["out"]))
         elif cmd["cmd"] == "per_call":
             answer = _per_call(cmd["rounds"])
+        elif cmd["cmd"] == "fit":
+            answer = _fit(cmd["table"], cmd["seed"])
         elif cmd["cmd"] == "time":
             if not steps:
                 steps, scope = _steps()
@@ -259,6 +310,29 @@ class _Worker:
         self.proc.wait(timeout=60)
 
 
+def _fits(workers: dict[str, _Worker], rounds: int) -> dict[str, Any]:
+    """``rounds`` rounds of each ``FIT_TABLES`` fit in both trees, alternating which fits
+    first, after one warm-up fit each (round r fits with seed r in both)."""
+    fits: dict[str, Any] = {}
+    for table in FIT_TABLES:
+        for w in workers.values():
+            w.ask(cmd="fit", table=table, seed=rounds)
+        per: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
+        for r in range(rounds):
+            for name in list(workers) if r % 2 == 0 else list(workers)[::-1]:
+                per[name].append(workers[name].ask(cmd="fit", table=table, seed=r))
+        ratios = [t["s"] / b["s"] for t, b in zip(per["this"], per["baseline"], strict=True)]
+        fits[table] = {
+            "median_s": {name: statistics.median(f["s"] for f in v) for name, v in per.items()},
+            "ratio_this_over_baseline_q1_median_q3": _quartiles(ratios),
+            "same_predictions": [
+                t["proba_sha256"] == b["proba_sha256"]
+                for t, b in zip(per["this"], per["baseline"], strict=True)
+            ],
+        }
+    return fits
+
+
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
     q = statistics.quantiles(values, n=4, method="inclusive")
     return q[0], statistics.median(values), q[2]
@@ -271,6 +345,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--block-s", type=float, default=0.25, help="seconds per timed block")
     p.add_argument("--out", type=Path, default=Path("/tmp/svbnn-native-ab"))
     p.add_argument("--binding", action="store_true", help="also time the three bindings")
+    p.add_argument("--fits", type=int, default=0, help="rounds of the classifier's fits (0: none)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -325,6 +400,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "ratio_this_over_baseline_q1_median_q3": _quartiles(ratios),
             }
         report["steps"] = steps
+        if args.fits:
+            report["fits"] = _fits(workers, args.fits)
         if args.binding:
             report["binding_call_s"] = _binding_overhead(args.rounds)
     finally:

@@ -303,6 +303,39 @@ def test_narrow_mlp_forward_and_weight_gradient_within_float32_error_bounds(
     assert torch.all(grad[:, sum_t:] == 7.0)  # nothing past the network written
 
 
+def _first_layer_in_its_order(theta: torch.Tensor, x: torch.Tensor, o: int) -> torch.Tensor:
+    """The first narrow layer's outputs ``(R, o, m)`` in the order the loops define them, in
+    float32 numpy (each product and sum rounded, nothing fused): per output and row, 16
+    lanes each summing the terms of k = lane mod 16 below the last multiple of 16, those 16
+    as halves then quarters ((c0 + c2) + (c1 + c3)), the remaining terms in order, the bias."""
+    import numpy as np
+
+    R, m, p = x.shape
+    W = theta[:, : o * (p + 1)].reshape(R, o, p + 1).numpy()
+    w, bias = W[..., :p], W[..., p]
+    xs = x.numpy()
+    pv = p - p % 16
+    lanes = np.zeros((R, o, m, 16), dtype=np.float32)
+    for k in range(0, pv, 16):  # (R, o, 1, 16) * (R, 1, m, 16)
+        lanes = lanes + w[:, :, None, k : k + 16] * xs[:, None, :, k : k + 16]
+    halves = lanes[..., :8] + lanes[..., 8:]
+    c = halves[..., :4] + halves[..., 4:]
+    s = (c[..., 0] + c[..., 2]) + (c[..., 1] + c[..., 3])
+    for k in range(pv, p):
+        s = s + w[:, :, None, k] * xs[:, None, :, k]
+    return torch.from_numpy(s + bias[:, :, None])
+
+
+@pytest.mark.parametrize(("m", "p", "o"), [(128, 40, 50), (31, 74, 8), (7, 16, 3), (10, 5, 7)])
+def test_narrow_first_layer_sums_in_one_order_on_every_cpu(m: int, p: int, o: int) -> None:
+    # The loops hold the 16 lanes in whatever vectors the CPU has (16, 8 or 4 floats), with
+    # the same operations: a fit is the same to the bit on every CPU, and equal to this
+    # float32 emulation of the order, exactly.
+    theta, x, shapes = _narrow_net(2, m, (p, o, 1), seed=p + o)
+    _, out = _native.narrow_mlp_forward(theta, x, shapes[:1], "identity")
+    assert torch.equal(out, _first_layer_in_its_order(theta, x, o))
+
+
 def test_narrow_mlp_steps_aside_for_autograd_wide_layers_and_other_activations(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

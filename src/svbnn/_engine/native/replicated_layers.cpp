@@ -22,94 +22,105 @@
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64)));
+// The first layer's products: each is the sum of 16 lanes (lane l sums the terms of k = l mod
+// 16 below the last multiple of 16), then a tree over the lanes, then the last p mod 16 terms
+// in order, then the bias. The 16 lanes are held in the CPU's vectors: one of 16 floats, or
+// pieces of 8 or 4 (lane l of piece i is lane kWidth i + l), so that they stay in registers
+// (a 16-float vector type on a CPU without AVX-512 is split through memory, 4-6 times
+// slower); the operations, and so every result, are the same at every width.
+#if defined(__AVX512F__)
+constexpr int kWidth = 16;
+constexpr int kRows = 3, kOuts = 8;  // 24 sums, 3 rows and a weight: 28 of 32 registers
+#elif defined(__AVX__)
+constexpr int kWidth = 8;
+constexpr int kRows = 2, kOuts = 3;  // 12 sums, 4 rows' and 2 weights' pieces of 16 registers
+#else
+constexpr int kWidth = 4;
+constexpr int kRows = 1, kOuts = 2;
+#endif
+typedef float vec __attribute__((vector_size(kWidth * sizeof(float))));
+constexpr int kPieces = 16 / kWidth;
 
-inline v16 load16(const float* p) {  // unaligned
-    v16 v;
+inline vec load(const float* p) {  // unaligned
+    vec v;
     std::memcpy(&v, p, sizeof v);
     return v;
 }
 
-// The sum of the 16 lanes as halves, then quarters, in this order on every compiler (GCC
-// before 12 has no __builtin_shufflevector; the plain version is slower).
-inline float hsum(v16 v) {
-#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-    typedef float v8 __attribute__((vector_size(32)));
-    typedef float v4 __attribute__((vector_size(16)));
-    v8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-           __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    v4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-#else
-    float t[16], a[8], c[4];
-    std::memcpy(t, &v, sizeof t);
-    for (int i = 0; i < 8; ++i) a[i] = t[i] + t[i + 8];
-    for (int i = 0; i < 4; ++i) c[i] = a[i] + a[i + 4];
-#endif
+// The sum of the 16 lanes (the pieces a[0], ..., a[kPieces - 1]) as halves, then quarters,
+// in this order at every width.
+inline float hsum(const vec* a) {
+    float h[8];
+    if constexpr (kPieces == 1) {
+        for (int i = 0; i < 8; ++i) h[i] = a[0][i] + a[0][i + 8];
+    } else if constexpr (kPieces == 2) {
+        const vec s = a[0] + a[1];
+        std::memcpy(h, &s, sizeof h);
+    } else {
+        const vec lo = a[0] + a[2], hi = a[1] + a[3];
+        std::memcpy(h, &lo, sizeof lo);
+        std::memcpy(h + 4, &hi, sizeof hi);
+    }
+    float c[4];
+    for (int i = 0; i < 4; ++i) c[i] = h[i] + h[i + 4];
     return (c[0] + c[2]) + (c[1] + c[3]);
 }
 
-// out[j * m + b] = bias[j] + sum_k W[j * ws + k] x[b * p + k] for j < O, b < m: three rows of
-// x at a time share each load of W (O <= 8 keeps the 3 O sums in registers).
-template <int O>
-void narrow_rows(const float* x, int64_t m, int64_t p, const float* W, int64_t ws,
-                 const float* bias, float* out) {
+// out[j * m + b + r] = the 16 lanes' sum of W[j * ws + k] x[(b + r) * p + k] over k below
+// p's last multiple of 16, for j < O and r < R: the R rows share each load of W.
+template <int O, int R>
+void lane_sums(const float* x, int64_t m, int64_t p, const float* W, int64_t ws, float* out,
+               int64_t b) {
     const int64_t pv = p & ~int64_t(15);
-    int64_t b = 0;
-    for (; b + 3 <= m; b += 3) {
-        const float* x0 = x + b * p;
-        const float* x1 = x0 + p;
-        const float* x2 = x1 + p;
-        v16 a0[O], a1[O], a2[O];
-        for (int j = 0; j < O; ++j) a0[j] = a1[j] = a2[j] = v16{};
-        for (int64_t k = 0; k < pv; k += 16) {
-            v16 y0 = load16(x0 + k), y1 = load16(x1 + k), y2 = load16(x2 + k);
+    vec a[R][O][kPieces];
+#pragma GCC unroll 64
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 64
+        for (int j = 0; j < O; ++j)
+#pragma GCC unroll 64
+            for (int i = 0; i < kPieces; ++i) a[r][j][i] = vec{};
+    for (int64_t k = 0; k < pv; k += 16) {
+#pragma GCC unroll 64
+        for (int i = 0; i < kPieces; ++i) {
+            vec y[R];
+#pragma GCC unroll 64
+            for (int r = 0; r < R; ++r) y[r] = load(x + (b + r) * p + k + i * kWidth);
+#pragma GCC unroll 64
             for (int j = 0; j < O; ++j) {
-                v16 w = load16(W + j * ws + k);
-                a0[j] += w * y0;
-                a1[j] += w * y1;
-                a2[j] += w * y2;
+                const vec w = load(W + j * ws + k + i * kWidth);
+#pragma GCC unroll 64
+                for (int r = 0; r < R; ++r) a[r][j][i] += w * y[r];
             }
         }
-        for (int j = 0; j < O; ++j) {
-            float s0 = hsum(a0[j]), s1 = hsum(a1[j]), s2 = hsum(a2[j]);
-            for (int64_t k = pv; k < p; ++k) {
-                float w = W[j * ws + k];
-                s0 += w * x0[k];
-                s1 += w * x1[k];
-                s2 += w * x2[k];
-            }
-            out[j * m + b] = s0 + bias[j];
-            out[j * m + b + 1] = s1 + bias[j];
-            out[j * m + b + 2] = s2 + bias[j];
-        }
     }
-    for (; b < m; ++b) {
-        const float* x0 = x + b * p;
-        v16 a0[O];
-        for (int j = 0; j < O; ++j) a0[j] = v16{};
-        for (int64_t k = 0; k < pv; k += 16) {
-            v16 y0 = load16(x0 + k);
-            for (int j = 0; j < O; ++j) a0[j] += load16(W + j * ws + k) * y0;
-        }
-        for (int j = 0; j < O; ++j) {
-            float s0 = hsum(a0[j]);
-            for (int64_t k = pv; k < p; ++k) s0 += W[j * ws + k] * x0[k];
-            out[j * m + b] = s0 + bias[j];
-        }
-    }
+    for (int j = 0; j < O; ++j)
+        for (int r = 0; r < R; ++r) out[j * m + b + r] = hsum(a[r][j]);
 }
 
-void narrow_block(int o, const float* x, int64_t m, int64_t p, const float* W, int64_t ws,
-                  const float* bias, float* out) {
-    switch (o) {
-        case 1: narrow_rows<1>(x, m, p, W, ws, bias, out); break;
-        case 2: narrow_rows<2>(x, m, p, W, ws, bias, out); break;
-        case 3: narrow_rows<3>(x, m, p, W, ws, bias, out); break;
-        case 4: narrow_rows<4>(x, m, p, W, ws, bias, out); break;
-        case 5: narrow_rows<5>(x, m, p, W, ws, bias, out); break;
-        case 6: narrow_rows<6>(x, m, p, W, ws, bias, out); break;
-        case 7: narrow_rows<7>(x, m, p, W, ws, bias, out); break;
-        default: narrow_rows<8>(x, m, p, W, ws, bias, out); break;
+template <int O>
+void lane_sums_rows(const float* x, int64_t m, int64_t p, const float* W, int64_t ws,
+                    float* out) {
+    int64_t b = 0;
+    for (; b + kRows <= m; b += kRows) lane_sums<O, kRows>(x, m, p, W, ws, out, b);
+    for (; b < m; ++b) lane_sums<O, 1>(x, m, p, W, ws, out, b);
+}
+
+// lane_sums over all m rows for o <= 8 outputs, kOuts at a time.
+void lane_sums_block(int o, const float* x, int64_t m, int64_t p, const float* W, int64_t ws,
+                     float* out) {
+    for (int j0 = 0; j0 < o; j0 += kOuts) {
+        const float* Wj = W + j0 * ws;
+        float* oj = out + j0 * m;
+        switch (o - j0 < kOuts ? o - j0 : kOuts) {
+            case 1: lane_sums_rows<1>(x, m, p, Wj, ws, oj); break;
+            case 2: lane_sums_rows<2>(x, m, p, Wj, ws, oj); break;
+            case 3: lane_sums_rows<3>(x, m, p, Wj, ws, oj); break;
+            case 4: lane_sums_rows<4>(x, m, p, Wj, ws, oj); break;
+            case 5: lane_sums_rows<5>(x, m, p, Wj, ws, oj); break;
+            case 6: lane_sums_rows<6>(x, m, p, Wj, ws, oj); break;
+            case 7: lane_sums_rows<7>(x, m, p, Wj, ws, oj); break;
+            default: lane_sums_rows<8>(x, m, p, Wj, ws, oj); break;
+        }
     }
 }
 
@@ -132,21 +143,35 @@ extern "C" void svbnn_gather_rows(const char* src, const int64_t* rows, int64_t 
 namespace {
 
 // Layer 0 of one replicate: out (o, m) = b + W x^T, x (m, p) sample-major; W rows of p
-// weights and a bias, p + 1 apart, in layer.
+// weights and a bias, p + 1 apart, in layer. Scratch: W, 8 rows of a multiple of 16 floats
+// from a 64-byte boundary; xt, 15 m floats.
 void first_layer(const float* x, int64_t m, int64_t p, const float* layer, int64_t o, float* out,
-                 float* W) {
-    // W: the weights copied to rows of a multiple of 16 floats on 64-byte boundaries (the
-    // caller's scratch), so that the vector loads never straddle two cache lines.
+                 float* W, float* xt) {
+    // W: the weights copied to rows of a multiple of 16 floats on 64-byte boundaries, so
+    // that the vector loads never straddle two cache lines.
     const int64_t ws = (p + 15) & ~int64_t(15);
-    float bias[8];
+    const int64_t pv = p & ~int64_t(15);
+    // xt: x's last p - pv columns, feature-major, so that the terms after the lanes' sum run
+    // over the rows as vectors, each row's added in the order of k.
+    for (int64_t b = 0; b < m; ++b)
+        for (int64_t k = pv; k < p; ++k) xt[(k - pv) * m + b] = x[b * p + k];
     for (int64_t j0 = 0; j0 < o; j0 += 8) {
         const int block = static_cast<int>(o - j0 < 8 ? o - j0 : 8);
+        for (int j = 0; j < block; ++j)
+            std::memcpy(W + j * ws, layer + (j0 + j) * (p + 1), p * sizeof(float));
+        lane_sums_block(block, x, m, p, W, ws, out + j0 * m);
         for (int j = 0; j < block; ++j) {
-            const float* row = layer + (j0 + j) * (p + 1);
-            std::memcpy(W + j * ws, row, p * sizeof(float));
-            bias[j] = row[p];
+            float* y = out + (j0 + j) * m;
+            for (int64_t k = pv; k < p; ++k) {
+                const float wk = W[j * ws + k];
+                const float* xk = xt + (k - pv) * m;
+#pragma omp simd
+                for (int64_t b = 0; b < m; ++b) y[b] += wk * xk[b];
+            }
+            const float bias = layer[(j0 + j) * (p + 1) + p];
+#pragma omp simd
+            for (int64_t b = 0; b < m; ++b) y[b] += bias;
         }
-        narrow_block(block, x, m, p, W, ws, bias, out + j0 * m);
     }
 }
 
@@ -259,11 +284,11 @@ float* aligned(std::vector<float>& store) {
     return p + (16 - (reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 16) % 16;
 }
 
-// One replicate's layers forward (see svbnn_narrow_mlp_forward); W: scratch for the first
-// layer's weight rows.
+// One replicate's layers forward (see svbnn_narrow_mlp_forward); W and xt: first_layer's
+// scratch.
 void forward_one(int64_t r, const float* x, int64_t m, int64_t p, const float* theta,
                  int64_t theta_stride, int64_t n_layers, const int64_t* outs, bool relu_on,
-                 float* const* hs, float* out, float* W) {
+                 float* const* hs, float* out, float* W, float* xt) {
     const float* layer = theta + r * theta_stride;
     const float* h_in = nullptr;
     int64_t in = p;
@@ -271,7 +296,7 @@ void forward_one(int64_t r, const float* x, int64_t m, int64_t p, const float* t
         const int64_t o = outs[i];
         float* h = (i + 1 < n_layers ? hs[i] : out) + r * o * m;
         if (i == 0)
-            first_layer(x + r * m * p, m, p, layer, o, h, W);
+            first_layer(x + r * m * p, m, p, layer, o, h, W, xt);
         else
             hidden_layer(h_in, m, in, layer, o, h);
         if (relu_on && i + 1 < n_layers) relu(h, o * m);
@@ -335,10 +360,11 @@ extern "C" void svbnn_narrow_mlp_forward(const float* x, int64_t R, int64_t m, i
                                          int64_t n_layers, const int64_t* outs, int32_t relu_on,
                                          float* const* hs, float* out) {
     const int64_t ws = (p + 15) & ~int64_t(15);
-    std::vector<float> store(static_cast<size_t>(8 * ws + 16));
+    std::vector<float> store(static_cast<size_t>(8 * ws + 16)), xt(static_cast<size_t>(15 * m));
     float* W = aligned(store);
     for (int64_t r = 0; r < R; ++r)
-        forward_one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs, out, W);
+        forward_one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs, out, W,
+                    xt.data());
 }
 
 // The weight and bias gradient of svbnn_narrow_mlp_forward's network from g (R, outs[-1],
@@ -368,11 +394,13 @@ extern "C" void svbnn_narrow_mlp_gaussian_step(const float* x, int64_t R, int64_
                                                const float* y, float v, float g_mean,
                                                float* grad, int64_t grad_stride) {
     const int64_t ws = (p + 15) & ~int64_t(15);
-    std::vector<float> store(static_cast<size_t>(8 * ws + 16)), g_out(static_cast<size_t>(m));
+    std::vector<float> store(static_cast<size_t>(8 * ws + 16)), g_out(static_cast<size_t>(m)),
+        xt(static_cast<size_t>(15 * m));
     float* W = aligned(store);
     Backward back(p, n_layers, outs, m);
     for (int64_t r = 0; r < R; ++r) {
-        forward_one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs, out, W);
+        forward_one(r, x, m, p, theta, theta_stride, n_layers, outs, relu_on != 0, hs, out, W,
+                    xt.data());
         const float* o = out + r * m;
         const float* t = y + r * m;
         float* g = g_out.data();
