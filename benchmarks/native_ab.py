@@ -15,12 +15,14 @@ from this tree in the other; one torch thread each; the ``native`` kernel backen
 * **steps**: a training step of the Simulation II and UCI networks of ``make bench``
   (``benchmarks/networks.py``), the two trees' blocks interleaved for ``--rounds`` rounds:
   medians, the paired ratio (this tree over the baseline) and its interquartile range;
-* **fits** (``--fits K``): ``SVBNNClassifier``'s default fit, whose steps run the narrow
-  layers forward and back in the native epochs, on two tables (``FIT_TABLES``: a
-  ``make_classification`` table of 750 training rows x 40 inputs and digits with 10 noise
-  columns, 1,347 x 74), ``K`` rounds, the trees alternating which fits first: each tree's
-  median fit time, the paired ratio's quartiles, and whether the two trees' fits predicted
-  the same probabilities on the test rows to the bit.
+* **fits** (``--fits K``): the estimators' default fits, whose steps run in the native
+  epochs, on four tables (``FIT_TABLES``, 10 N(0, 1) noise columns added to each):
+  ``SVBNNClassifier`` (the narrow layers) on a ``make_classification`` table of 750
+  training rows x 40 inputs and on digits, 1,347 x 74; ``SVBNNRegressor`` (the local
+  sampler's layers) on diabetes, 331 x 20, and Friedman #1, 750 x 20. ``K`` rounds, the
+  trees alternating which fits first: each tree's median fit time, the paired ratio's
+  quartiles, and whether the two trees' fits predicted the same (probabilities, or means
+  and standard deviations) on the test rows to the bit.
 
 ``python -m benchmarks.native_ab --baseline-src ../main/src`` (the trees' native libraries
 are built or loaded as each tree does). Prints a JSON report.
@@ -156,14 +158,14 @@ def _steps() -> tuple[dict[str, Any], Any]:
     return {key: build_step(nets[key], SVBNN, seed=1)[0] for key in ("sim2", "uci")}, backend_scope
 
 
-FIT_TABLES = ("classification-750x40", "digits")
+FIT_TABLES = ("classification-750x40", "digits", "diabetes", "friedman1-750x20")
 
 
 def _fit_table(name: str) -> tuple[Any, Any, Any]:
-    """``name``'s training rows, standardised, their labels and the test rows (10 added
+    """``name``'s training rows, standardised, their targets and the test rows (10 added
     N(0, 1) columns each, seeded)."""
     import numpy as np
-    from sklearn.datasets import load_digits, make_classification
+    from sklearn.datasets import load_diabetes, load_digits, make_classification, make_friedman1
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
 
@@ -173,6 +175,10 @@ def _fit_table(name: str) -> tuple[Any, Any, Any]:
         )
     elif name == "digits":
         X, y = load_digits(return_X_y=True)
+    elif name == "diabetes":
+        X, y = load_diabetes(return_X_y=True)
+    elif name == "friedman1-750x20":
+        X, y = make_friedman1(n_samples=1000, n_features=10, noise=1.0, random_state=0)
     else:
         raise ValueError(name)
     X = np.hstack([X, np.random.default_rng(0).standard_normal((X.shape[0], 10))])
@@ -182,21 +188,30 @@ def _fit_table(name: str) -> tuple[Any, Any, Any]:
 
 
 def _fit(name: str, seed: int) -> dict[str, Any]:
-    """One default ``SVBNNClassifier`` fit of table ``name``: seconds, and a digest of its
-    predicted probabilities on the test rows."""
+    """One default fit of table ``name`` (``SVBNNClassifier``, or ``SVBNNRegressor`` for a
+    regression table): seconds, and a digest of its predictions on the test rows."""
     import hashlib
     import warnings
 
-    from svbnn import SVBNNClassifier
+    import numpy as np
+
+    from svbnn import SVBNNClassifier, SVBNNRegressor
 
     X, y, X_test = _fit_table(name)
+    regression = name in ("diabetes", "friedman1-750x20")
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = SVBNNClassifier(random_state=seed).fit(X, y)
+        if regression:
+            model: Any = SVBNNRegressor(random_state=seed).fit(X, y)
+        else:
+            model = SVBNNClassifier(random_state=seed).fit(X, y)
     seconds = time.perf_counter() - t0
-    digest = hashlib.sha256(model.predict_proba(X_test).tobytes()).hexdigest()
-    return {"s": seconds, "proba_sha256": digest}
+    if regression:
+        predicted = np.stack(model.predict(X_test, return_std=True))
+    else:
+        predicted = model.predict_proba(X_test)
+    return {"s": seconds, "predictions_sha256": hashlib.sha256(predicted.tobytes()).hexdigest()}
 
 
 def worker() -> None:
@@ -326,7 +341,7 @@ def _fits(workers: dict[str, _Worker], rounds: int) -> dict[str, Any]:
             "median_s": {name: statistics.median(f["s"] for f in v) for name, v in per.items()},
             "ratio_this_over_baseline_q1_median_q3": _quartiles(ratios),
             "same_predictions": [
-                t["proba_sha256"] == b["proba_sha256"]
+                t["predictions_sha256"] == b["predictions_sha256"]
                 for t, b in zip(per["this"], per["baseline"], strict=True)
             ],
         }

@@ -336,6 +336,42 @@ def test_narrow_first_layer_sums_in_one_order_on_every_cpu(m: int, p: int, o: in
     assert torch.equal(out, _first_layer_in_its_order(theta, x, o))
 
 
+@pytest.mark.parametrize(("m", "widths"), [(128, (30, 50, 1)), (33, (5, 7, 9, 1)), (3, (8, 50, 1))])
+def test_local_forward_sums_in_one_order_on_every_cpu(m: int, widths: tuple[int, ...]) -> None:
+    # The local sampler's layers sum each output's terms from 0 in the order of the inputs,
+    # a vector of outputs of several rows at a time in registers of the CPU's width: the
+    # same floats on every CPU as this float32 emulation (each product and sum rounded, the
+    # square root correctly rounded), exactly.
+    import numpy as np
+
+    g = torch.Generator().manual_seed(m)
+    outs = list(widths[1:])
+    T = sum(o * (i + 1) for o, i in zip(outs, widths[:-1], strict=True))
+    mean, var = torch.randn(T, generator=g) * 0.3, torch.rand(T, generator=g) * 0.01
+    x = torch.randn(m, widths[0], generator=g)
+    eps = [torch.randn(m, o, generator=g) for o in outs]
+    out, hidden = _native.local_mlp_forward(mean, var, x, outs, [e.clone() for e in eps])
+    h, start = x.numpy(), 0
+    tiny = np.float32(np.finfo(np.float32).tiny)
+    for layer, (o, e) in enumerate(zip(outs, eps, strict=True)):
+        i = h.shape[1]
+        wm = mean[start : start + o * (i + 1)].reshape(o, i + 1).numpy()
+        wv = var[start : start + o * (i + 1)].reshape(o, i + 1).numpy()
+        am = np.zeros((m, o), dtype=np.float32)
+        av = np.zeros((m, o), dtype=np.float32)
+        for k in range(i):
+            hk = h[:, k : k + 1]
+            am = am + hk * wm[:, k]
+            av = av + (hk * hk) * wv[:, k]
+        s = np.sqrt(np.maximum(av + wv[:, i], tiny))
+        pre = (am + wm[:, i]) + s * e.numpy()
+        last = layer == len(outs) - 1
+        h = pre if last else np.where(pre < 0, np.float32(0), pre)
+        got = out if last else hidden[layer]
+        assert torch.equal(got, torch.from_numpy(h)), layer
+        start += o * (i + 1)
+
+
 def test_narrow_mlp_steps_aside_for_autograd_wide_layers_and_other_activations(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

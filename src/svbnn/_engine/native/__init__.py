@@ -99,7 +99,7 @@ _SOURCES = [
         "bindings.cpp",
     )
 ]
-_HEADERS = [_HERE / "elementwise.h", _HERE / "epochs.h", _HERE / "loops.h"]
+_HEADERS = [_HERE / "elementwise.h", _HERE / "epochs.h", _HERE / "loops.h", _HERE / "vectors.h"]
 # The compiler's flags beside torch's own (its include folders, -fPIC, -std=c++20, the
 # extension's name and ABI).
 _FLAGS = [

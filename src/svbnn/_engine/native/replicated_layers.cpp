@@ -19,8 +19,11 @@
 #include <vector>
 
 #include "loops.h"
+#include "vectors.h"
 
 namespace {
+
+using namespace svbnn_vectors;
 
 // The first layer's products: each is the sum of 16 lanes (lane l sums the terms of k = l mod
 // 16 below the last multiple of 16), then a tree over the lanes, then the last p mod 16 terms
@@ -29,23 +32,13 @@ namespace {
 // (a 16-float vector type on a CPU without AVX-512 is split through memory, 4-6 times
 // slower); the operations, and so every result, are the same at every width.
 #if defined(__AVX512F__)
-constexpr int kWidth = 16;
 constexpr int kRows = 3, kOuts = 8;  // 24 sums, 3 rows and a weight: 28 of 32 registers
 #elif defined(__AVX__)
-constexpr int kWidth = 8;
 constexpr int kRows = 2, kOuts = 3;  // 12 sums, 4 rows' and 2 weights' pieces of 16 registers
 #else
-constexpr int kWidth = 4;
 constexpr int kRows = 1, kOuts = 2;
 #endif
-typedef float vec __attribute__((vector_size(kWidth * sizeof(float))));
 constexpr int kPieces = 16 / kWidth;
-
-inline vec load(const float* p) {  // unaligned
-    vec v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
 
 // The sum of the 16 lanes (the pieces a[0], ..., a[kPieces - 1]) as halves, then quarters,
 // in this order at every width.
