@@ -34,7 +34,7 @@ using namespace svbnn_vectors;
 #if defined(__AVX512F__)
 constexpr int kRows = 3, kOuts = 8;  // 24 sums, 3 rows and a weight: 28 of 32 registers
 #elif defined(__AVX__)
-constexpr int kRows = 2, kOuts = 3;  // 12 sums, 4 rows' and 2 weights' pieces of 16 registers
+constexpr int kRows = 2, kOuts = 3;  // 12 sums, 2 rows and a weight: 15 of 16 registers
 #else
 constexpr int kRows = 1, kOuts = 2;
 #endif
