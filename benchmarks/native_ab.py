@@ -187,9 +187,10 @@ def _fit_table(name: str) -> tuple[Any, Any, Any]:
     return scale.transform(X_train), y_train, scale.transform(X_test)
 
 
-def _fit(name: str, seed: int) -> dict[str, Any]:
+def _fit(name: str, seed: int, max_iter: int | str = "auto") -> dict[str, Any]:
     """One default fit of table ``name`` (``SVBNNClassifier``, or ``SVBNNRegressor`` for a
-    regression table): seconds, and a digest of its predictions on the test rows."""
+    regression table; ``max_iter`` for tests): seconds, and a digest of its predictions on
+    the test rows."""
     import hashlib
     import warnings
 
@@ -203,9 +204,9 @@ def _fit(name: str, seed: int) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if regression:
-            model: Any = SVBNNRegressor(random_state=seed).fit(X, y)
+            model: Any = SVBNNRegressor(random_state=seed, max_iter=max_iter).fit(X, y)
         else:
-            model = SVBNNClassifier(random_state=seed).fit(X, y)
+            model = SVBNNClassifier(random_state=seed, max_iter=max_iter).fit(X, y)
     seconds = time.perf_counter() - t0
     if regression:
         predicted = np.stack(model.predict(X_test, return_std=True))

@@ -592,6 +592,19 @@ def test_first_fit_prints_both_arms_and_no_compiler_import(
         assert err.value.code == 2
 
 
+def test_native_ab_fits_every_table_the_same_from_a_seed() -> None:
+    # The fits' comparison of two trees reads "the same predictions" from digests: a fit of
+    # one tree must give the same digest from the same seed, and another from another seed.
+    from benchmarks import native_ab
+
+    for table in native_ab.FIT_TABLES:
+        a, b, c = (native_ab._fit(table, seed, max_iter=2) for seed in (0, 0, 1))
+        assert a["s"] > 0 and len(a["predictions_sha256"]) == 64
+        assert a["predictions_sha256"] == b["predictions_sha256"] != c["predictions_sha256"]
+    with pytest.raises(ValueError):
+        native_ab._fit_table("no-such-table")
+
+
 def test_classifier_calibration_prints_every_method(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import classifier_calibration as cc
 
