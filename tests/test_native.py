@@ -329,7 +329,7 @@ def _first_layer_in_its_order(theta: torch.Tensor, x: torch.Tensor, o: int) -> t
 @pytest.mark.parametrize(("m", "p", "o"), [(128, 40, 50), (31, 74, 8), (7, 16, 3), (10, 5, 7)])
 def test_narrow_first_layer_sums_in_one_order_on_every_cpu(m: int, p: int, o: int) -> None:
     # The loops hold the 16 lanes in whatever vectors the CPU has (16, 8 or 4 floats), with
-    # the same operations: a fit is the same to the bit on every CPU, and equal to this
+    # the same operations: the layer is the same to the bit on every CPU, and equal to this
     # float32 emulation of the order, exactly.
     theta, x, shapes = _narrow_net(2, m, (p, o, 1), seed=p + o)
     _, out = _native.narrow_mlp_forward(theta, x, shapes[:1], "identity")
