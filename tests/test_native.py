@@ -372,6 +372,34 @@ def test_local_forward_sums_in_one_order_on_every_cpu(m: int, widths: tuple[int,
         start += o * (i + 1)
 
 
+@pytest.mark.parametrize(("m", "p", "o"), [(128, 30, 50), (70, 74, 9), (3, 8, 50), (33, 5, 1)])
+def test_local_weight_gradient_sums_in_one_order_on_every_cpu(m: int, p: int, o: int) -> None:
+    # The local layers' weight gradient sums each weight's terms from 0 over the rows in
+    # order (blocks of rows, a vector of inputs at a time in registers): the same floats on
+    # every CPU as this float32 emulation, exactly. One layer, so its gradient is g_out's.
+    import numpy as np
+
+    g = torch.Generator().manual_seed(m + p)
+    T = o * (p + 1)
+    mean, var = torch.randn(T, generator=g) * 0.3, torch.rand(T, generator=g) * 0.01
+    x = torch.randn(m, p, generator=g)
+    eps = [torch.randn(m, o, generator=g)]
+    g_out = torch.randn(m, o, generator=g)
+    _, hidden = _native.local_mlp_forward(mean, var, x, [o], eps)  # eps becomes eps / (2 s)
+    g_mean, g_var, _ = _native.local_mlp_backward(mean, var, x, [o], hidden, eps, g_out, False)
+    xs, a = x.numpy(), g_out.numpy()
+    b = a * eps[0].numpy()
+    want_m = np.zeros((o, p + 1), dtype=np.float32)
+    want_v = np.zeros((o, p + 1), dtype=np.float32)
+    for r in range(m):
+        want_m[:, :p] = want_m[:, :p] + a[r, :, None] * xs[r]
+        want_v[:, :p] = want_v[:, :p] + b[r, :, None] * (xs[r] * xs[r])
+        want_m[:, p] = want_m[:, p] + a[r]
+        want_v[:, p] = want_v[:, p] + b[r]
+    assert torch.equal(g_mean, torch.from_numpy(want_m.reshape(-1)))
+    assert torch.equal(g_var, torch.from_numpy(want_v.reshape(-1)))
+
+
 def test_narrow_mlp_steps_aside_for_autograd_wide_layers_and_other_activations(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
