@@ -176,7 +176,6 @@ def test_a_complete_run_says_so_and_leaves_no_lock(tmp_path: Path) -> None:
     assert _leftovers(tmp_path) == []
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def _default_sigint() -> None:
     # The child gets Ctrl-C as a terminal user's process does, whatever this test process
     # inherited: a command started in the background of a non-interactive shell (as CI may
@@ -191,14 +190,46 @@ def _terminal_sigint() -> None:
     os.setsid()
 
 
+def _workers_ignoring_sigint(pid: int) -> int:
+    """How many of ``pid``'s worker processes (spawned by multiprocessing: the pool's
+    and the Dask cluster's, not its resource tracker) ignore SIGINT, read from Linux's
+    /proc: a worker does once it is set up (the pool's initializer, Dask's preload)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ")".
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a process that ended meanwhile
+    descendants: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, ppid in parent.items() if ppid in frontier} - descendants
+        descendants |= frontier
+    ignoring = 0
+    for child in descendants:
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+            status = Path(f"/proc/{child}/status").read_text().splitlines()
+        except OSError:
+            continue
+        if b"multiprocessing.spawn" not in command:
+            continue
+        mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn:"))
+        ignoring += mask >> (signal.SIGINT - 1) & 1
+    return ignoring
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="POSIX signals, Linux /proc")
 @pytest.mark.parametrize(
     "engine",
     [
         (),
         # Workers too: Ctrl-C reaches the whole process group, while they train; stopping
         # them must not leave the resource tracker a semaphore to warn about.
-        ("--reps", "2", "--jobs", "2"),
-        ("--reps", "2", "--cluster", "local:2"),
+        # Two chunks (--batch 1), one for each worker: --jobs runs a lone chunk in-process.
+        ("--reps", "2", "--batch", "1", "--jobs", "2"),
+        ("--reps", "2", "--batch", "1", "--cluster", "local:2"),
     ],
     ids=["local", "processes", "dask"],
 )
@@ -225,7 +256,13 @@ def test_sigint_marks_the_run_interrupted(tmp_path: Path, engine: tuple[str, ...
         else:
             pytest.fail("the run never started")
         if engine:
-            time.sleep(10)  # the workers have started their chunks (they import torch)
+            # Both workers set up (they ignore SIGINT from then on) before Ctrl-C reaches
+            # the group: one still starting would die of it with a traceback.
+            while _workers_ignoring_sigint(proc.pid) < 2:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the workers never started"
+                time.sleep(0.1)
+            time.sleep(0.5)  # and take their chunks
             os.killpg(proc.pid, signal.SIGINT)
         else:
             time.sleep(0.5)
