@@ -3,6 +3,7 @@ run per output folder, and a status in settings.json that says whether results a
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -190,10 +191,10 @@ def _terminal_sigint() -> None:
     os.setsid()
 
 
-def _workers_ignoring_sigint(pid: int) -> int:
-    """How many of ``pid``'s worker processes (spawned by multiprocessing: the pool's
-    and the Dask cluster's, not its resource tracker) ignore SIGINT, read from Linux's
-    /proc: a worker does once it is set up (the pool's initializer, Dask's preload)."""
+def _workers_ignoring_sigint(pid: int) -> list[int]:
+    """``pid``'s worker processes (spawned by multiprocessing: the pool's and the Dask
+    cluster's, not its resource tracker) that ignore SIGINT, read from Linux's /proc: a
+    worker does once it is set up (the pool's initializer, Dask's preload)."""
     parent: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -206,8 +207,8 @@ def _workers_ignoring_sigint(pid: int) -> int:
     while frontier:
         frontier = {child for child, ppid in parent.items() if ppid in frontier} - descendants
         descendants |= frontier
-    ignoring = 0
-    for child in descendants:
+    ignoring = []
+    for child in sorted(descendants):
         try:
             command = Path(f"/proc/{child}/cmdline").read_bytes()
             status = Path(f"/proc/{child}/status").read_text().splitlines()
@@ -216,8 +217,26 @@ def _workers_ignoring_sigint(pid: int) -> int:
         if b"multiprocessing.spawn" not in command:
             continue
         mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigIgn:"))
-        ignoring += mask >> (signal.SIGINT - 1) & 1
+        if mask >> (signal.SIGINT - 1) & 1:
+            ignoring.append(child)
     return ignoring
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL to what is left of ``proc``'s process group (its own session: workers that
+    outlived it included)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (not ended, not a zombie)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="POSIX signals, Linux /proc")
@@ -258,7 +277,7 @@ def test_sigint_marks_the_run_interrupted(tmp_path: Path, engine: tuple[str, ...
         if engine:
             # Both workers set up (they ignore SIGINT from then on) before Ctrl-C reaches
             # the group: one still starting would die of it with a traceback.
-            while _workers_ignoring_sigint(proc.pid) < 2:
+            while len(_workers_ignoring_sigint(proc.pid)) < 2:
                 assert proc.poll() is None, proc.communicate()
                 assert time.monotonic() < deadline, "the workers never started"
                 time.sleep(0.1)
@@ -269,13 +288,49 @@ def test_sigint_marks_the_run_interrupted(tmp_path: Path, engine: tuple[str, ...
             proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
+        if engine:
+            _kill_group(proc)
+        elif proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
     assert err.strip().splitlines() == [f"svbnn: interrupted; partial results in {out}"]
     settings = json.loads((out / "settings.json").read_text())
     assert settings["status"] == "interrupted" and settings["config"]["epochs"] == 100000
     assert not (out / LOCK_NAME).exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="POSIX signals, Linux /proc")
+def test_sigterm_stops_the_workers_and_marks_the_run_interrupted(tmp_path: Path) -> None:
+    # `kill PID` of a run: without a handler the process ended at once and its workers
+    # trained on (orphans, for the whole of their chunks), the folder still "running".
+    out = tmp_path / "run"
+    args = ("reproduce", "table2", "--quick", "--reps", "2", "--batch", "1", "--jobs", "2")
+    proc = subprocess.Popen(
+        _cli(*args, "--epochs", "100000", "--no-progress", "--out", str(out)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        preexec_fn=_terminal_sigint,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        workers: list[int] = []
+        while len(workers) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the workers never started"
+            time.sleep(0.1)
+            workers = _workers_ignoring_sigint(proc.pid)
+        time.sleep(0.5)
+        proc.terminate()  # SIGTERM to the run's process alone, as `kill PID`
+        _, err = proc.communicate(timeout=60)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines() == [f"svbnn: interrupted; partial results in {out}"]
+    assert json.loads((out / "settings.json").read_text())["status"] == "interrupted"
+    assert not (out / LOCK_NAME).exists()
+    assert not [pid for pid in workers if _running(pid)]
 
 
 # ------------------------------------------------------------------ the issue's race

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -575,18 +576,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> NoReturn:
-    """The ``svbnn`` console script: :func:`main`, and its status as the process's.
+    """The ``svbnn`` console script: :func:`main`, and its status as the process's; SIGTERM
+    (``kill``) interrupts a run as Ctrl-C does, with status 143.
 
     After Ctrl-C, CPython itself would end the process by SIGINT (status -2, not 130) when
     the interrupt crossed one of its ``PyRun_*`` calls during the run (torch's C++ code makes
     them), even though :func:`main` handled it; so the interrupted exit leaves directly, once
     everything is flushed (results files are already complete and renamed into place).
     """
+    # `kill` (SIGTERM) stops a run as Ctrl-C does: without a handler the process would end
+    # at once, its worker processes left training their chunks to the end, the folder
+    # saying "running". Raised as KeyboardInterrupt, it stops the workers, marks the folder
+    # "interrupted" and releases its lock; the exit status is then 143 (128 + SIGTERM).
+    terminated = False
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal terminated
+        terminated = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     code = main()
     if code == 130:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
+        os._exit(128 + signal.SIGTERM if terminated else 130)
     sys.exit(code)
 
 
