@@ -635,3 +635,19 @@ def test_classifier_calibration_prints_every_method(capsys: pytest.CaptureFixtur
         with pytest.raises(SystemExit) as err:
             cc.main(bad)
         assert err.value.code == 2
+
+
+def test_input_scale_warns_on_the_off_scale_tables_only(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import input_scale
+
+    input_scale.main(["--scales", "1", "10", "0.03", "--seeds", "1", "--max-iter", "2"])
+    rows = [r.strip("|").split(" | ") for r in capsys.readouterr().out.splitlines()[2:]]
+    assert [(r[0].strip(), r[-1].strip()) for r in rows] == [
+        ("1", "no"),
+        ("10", "yes"),
+        ("0.03", "yes"),
+    ]
+    for bad in (["--seeds", "0"], ["--scales", "0"]):
+        with pytest.raises(SystemExit) as err:
+            input_scale.main(bad)
+        assert err.value.code == 2

@@ -25,7 +25,7 @@ from svbnn import (
     mlp_log_lambda_auto,
     mlp_log_lambda_opt,
 )
-from svbnn.estimators import CollapseWarning
+from svbnn.estimators import CollapseWarning, InputScaleWarning, SVBNNPoissonRegressor
 
 SMALL = dict(
     hidden_layer_sizes=(8,),
@@ -427,6 +427,46 @@ def test_sane_fit_does_not_warn() -> None:
         # tol=None: a fixed number of epochs, no stopping rule, hence no ConvergenceWarning.
         SVBNNRegressor(**SMALL, tol=None).fit(X, y)
         SVBNNClassifier(**SMALL, tol=None).fit(*_clf_data())
+
+
+def _scale_warnings(est: Any, X: np.ndarray, y: np.ndarray) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X, y)
+    found = [str(w.message) for w in caught if w.category is InputScaleWarning]
+    assert found == [w.split(": ", 1)[1] for w in est.fit_warnings_ if "InputScaleWarning" in w]
+    return found
+
+
+@pytest.mark.parametrize(
+    "cls", [SVBNNRegressor, SVBNNClassifier, SVBNNPoissonRegressor, VBNNRegressor]
+)
+def test_inputs_far_from_unit_scale_warn_and_near_it_do_not(cls: type) -> None:
+    # The inputs that a fit takes as they come: standardised, 0/1 (a rare category among
+    # them) and one faint column; then one column in units 30 times too large, and all of
+    # them 30 times too small.
+    rng = np.random.default_rng(0)
+    n = 200
+    Z = rng.standard_normal((n, 3))
+    onehot = np.zeros((n, 2))
+    onehot[rng.random(n) < 0.02, 0] = 1.0
+    onehot[:, 1] = 1.0 - onehot[:, 0]
+    faint = 0.01 * rng.random((n, 1))
+    X = np.hstack([Z, onehot, faint])
+    y = Z[:, 0] - Z[:, 1] + 0.1 * rng.standard_normal(n)
+    if cls is SVBNNClassifier:
+        y = (y > 0).astype(int)
+    elif cls is SVBNNPoissonRegressor:
+        y = rng.poisson(np.exp(0.5 * Z[:, 0]))
+    params = {**SMALL, "max_iter": 2}
+    assert _scale_warnings(cls(**params), X, y) == []
+    large = X.copy()
+    large[:, 1] *= 30.0  # its root mean square about 30
+    (message,) = _scale_warnings(cls(**params), large, y)
+    assert "1 of its 6 columns have a root mean square above 5 (column 1: " in message
+    assert "StandardScaler" in message and message.startswith(cls.__name__)
+    (message,) = _scale_warnings(cls(**params), X / 30.0, y)
+    assert "the largest absolute value of its columns that vary is, at the median" in message
 
 
 @pytest.mark.parametrize("cls", [SVBNNRegressor, SVBNNClassifier])

@@ -38,6 +38,7 @@ from ._estimator_checks import (
     _KERNEL_BACKENDS,
     _UNRESOLVED_EXPORT,
     CollapseWarning,
+    InputScaleWarning,
     _check_choice,
     _check_int,
     _check_numeric,
@@ -47,6 +48,7 @@ from ._estimator_checks import (
     _hidden_sizes,
     _is_compile_error,
     _layer_pairs,
+    _off_scale_message,
     _reaches_output,
     _SeedSource,
     _to_numpy,
@@ -846,6 +848,13 @@ class _VariationalEstimator(BaseEstimator, ABC):
         ``fit_warnings_``. Called from a ``_warn_if_*`` method called from ``fit``."""
         self.fit_warnings_.append(f"{category.__name__}: {message}")
         warnings.warn(message, category, stacklevel=4)
+
+    def _warn_if_off_scale(self, X: NDArray[Any]) -> None:
+        """:class:`InputScaleWarning` where the training inputs ``X`` ``(n, p)`` are far
+        from unit scale (``_off_scale_message``)."""
+        message = _off_scale_message(X)
+        if message is not None:
+            self._warn(f"{type(self).__name__}: {message}", InputScaleWarning)
 
     def _warn_if_unconverged(self) -> None:
         """sklearn's ConvergenceWarning when the budget ran out before the fit converged."""

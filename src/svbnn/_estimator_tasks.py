@@ -489,6 +489,7 @@ class _Regression(RegressorMixin, _VariationalEstimator):
 
             self._fit_mean_and_network(Xv, z, w, seeds, fit_network)
         r2 = self._training_r2(Xv, z)
+        self._warn_if_off_scale(Xv)
         self._warn_if_degenerate(
             None
             if r2 is None or r2 >= DIVERGED_R2
@@ -826,6 +827,7 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                     *self._held_out_gain(part, Xv, codes, w, fit_rows, held, seed)
                 ),
             )
+        self._warn_if_off_scale(Xv)
         self._warn_if_degenerate(self._fit_problem())
         self._warn_if_unconverged()
         # Collapse to the class frequencies (the majority class's predictor): the posterior
@@ -1069,6 +1071,7 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
                 seeds,
                 w,
             )
+        self._warn_if_off_scale(Xv)
         self._warn_if_unconverged()
         rows = Xv[: min(len(Xv), 512)]
         pred = self.predict(rows, n_samples=5) if len(rows) else np.zeros(0)

@@ -185,7 +185,9 @@ sklearn.exceptions.ConvergenceWarning
     The budget ran out before the stopping rule fired.
 CollapseWarning
     A fit that explains nothing (as :class:`svbnn.SVBNNRegressor`; recorded in
-    ``collapsed_``)."""
+    ``collapsed_``).
+InputScaleWarning
+    The training inputs are far from unit scale (as :class:`svbnn.SVBNNRegressor`)."""
 
 
 @dataclass(eq=False, repr=False, kw_only=True)

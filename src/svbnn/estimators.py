@@ -41,6 +41,7 @@ from ._estimator_checks import (
     _DTYPES,
     _UNRESOLVED_EXPORT,
     CollapseWarning,
+    InputScaleWarning,
     _check_choice,
     _check_real,
     _empirical_bayes_inclusion,
@@ -90,7 +91,13 @@ from .selection import (
 )
 from .training import LikelihoodLike, check_kl_weight
 
-__all__ = ["CollapseWarning", "SVBNNClassifier", "SVBNNPoissonRegressor", "SVBNNRegressor"]
+__all__ = [
+    "CollapseWarning",
+    "InputScaleWarning",
+    "SVBNNClassifier",
+    "SVBNNPoissonRegressor",
+    "SVBNNRegressor",
+]
 
 _SPIKE_SLAB_PARAMETERS = """\
 prior_inclusion : "auto", "opt", "eb", "cv" or float, default "auto"
@@ -237,6 +244,9 @@ CollapseWarning
     ``collapsed_`` records it and ``fit_warnings_`` every warning of the fit.
     ``converged_`` keeps its meaning (the stopping rule fired): a collapsed fit can have
     converged.
+InputScaleWarning
+    The training inputs are far from unit scale (a column's root mean square above 5, or
+    the columns' largest absolute values below 0.1 at the median): scale ``X`` first.
 UserWarning
     A regressor that diverged (training R^2 below -1) or a classifier whose training
     log-loss is over 10 times a uniform prediction's; the message says "diverged"."""
