@@ -324,13 +324,14 @@ def test_sigterm_stops_the_workers_and_marks_the_run_interrupted(tmp_path: Path)
         time.sleep(0.5)
         proc.terminate()  # SIGTERM to the run's process alone, as `kill PID`
         _, err = proc.communicate(timeout=60)
+        alive = [pid for pid in workers if _running(pid)]  # before the cleanup kills them
     finally:
         _kill_group(proc)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines() == [f"svbnn: interrupted; partial results in {out}"]
     assert json.loads((out / "settings.json").read_text())["status"] == "interrupted"
     assert not (out / LOCK_NAME).exists()
-    assert not [pid for pid in workers if _running(pid)]
+    assert alive == []
 
 
 # ------------------------------------------------------------------ the race

@@ -60,7 +60,8 @@ every column: one faint column (a pixel that is rarely lit) costs a fit little."
 
 def _off_scale_message(X: NDArray[Any]) -> str | None:
     """What of ``X`` ``(n, p)`` is far from unit scale (:class:`InputScaleWarning`), in
-    words; ``None`` where nothing is. Reads ``X`` in blocks of rows (no copy of it)."""
+    words; ``None`` where nothing is. Reads ``X`` in blocks of rows (a float64 copy of a
+    block at a time, not of ``X``)."""
     n, p = X.shape
     squares, top = np.zeros(p), np.zeros(p)
     low, high = np.full(p, np.inf), np.full(p, -np.inf)
