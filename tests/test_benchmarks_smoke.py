@@ -10,6 +10,7 @@ import argparse
 import csv
 import json
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -651,3 +652,39 @@ def test_input_scale_warns_on_the_off_scale_tables_only(capsys: pytest.CaptureFi
         with pytest.raises(SystemExit) as err:
             input_scale.main(bad)
         assert err.value.code == 2
+
+
+def test_seed_ensemble_fits_its_members_and_their_mixture(tmp_path: Path) -> None:
+    from benchmarks import seed_ensemble
+
+    out = tmp_path / "se"
+    argv = ["--out", str(out), "--datasets", "diabetes", "--max-splits", "1", "--max-iter", "2"]
+    seed_ensemble.main(argv)
+    rows = _saved_rows(out)
+    assert [r["arm"] for r in rows] == ["member 0", "member 1", seed_ensemble.ENSEMBLE]
+    members, ensemble = rows[:2], rows[2]
+    # The mixture's mean is the members' mean: its RMSE is at most theirs (convexity).
+    assert float(ensemble["rmse"]) <= statistics.mean(float(r["rmse"]) for r in members) + 1e-9
+    for r in rows:
+        assert np.isfinite(float(r["nll"])) and 0 <= float(r["coverage"]) <= 1
+    assert float(ensemble["fit_s"]) == pytest.approx(sum(float(r["fit_s"]) for r in members))
+    assert "| diabetes (332) | 1 | " in (out / "report.md").read_text()
+    with pytest.raises(SystemExit) as err:
+        seed_ensemble.main([*argv, "--members", "1"])
+    assert err.value.code == 2
+
+
+def test_a_mixture_interval_holds_its_level() -> None:
+    from scipy.stats import norm
+
+    from benchmarks.seed_ensemble import _mixture_interval
+
+    mean, sd = np.array([[0.0, 1.0], [2.0, 1.0]]), np.array([[1.0, 0.5], [0.5, 0.5]])
+    lo, hi = _mixture_interval(mean, sd)
+    for i in range(2):
+        mass = np.mean(
+            norm.cdf(hi[i], mean[:, i], sd[:, i]) - norm.cdf(lo[i], mean[:, i], sd[:, i])
+        )
+        assert mass == pytest.approx(0.95, abs=1e-9)
+    # Two equal members: the one Gaussian's interval.
+    assert (lo[1], hi[1]) == pytest.approx((1.0 - 1.96 * 0.5, 1.0 + 1.96 * 0.5), abs=1e-3)
