@@ -2,7 +2,8 @@
 library feature).
 
 Run ``python -m benchmarks.seed_ensemble --out docs/results/seed-ensemble [--datasets ...]
-[--members 2] [--max-splits K]`` (UCI data via ``SVBNN_DATA``; one thread).
+[--members 2] [--max-splits K] [--rows N]`` (UCI data via ``SVBNN_DATA``; one thread;
+``--rows N``: N rows of each table, drawn for each split as ``tabular_peers --rows``).
 
 Why: on the benchmark's regression tables one default fit's test error moves by several
 per cent with its seed (Boston housing, 10 splits: mean RMSE 3.61 with one seed, 3.79
@@ -192,6 +193,9 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = lead_parser(__doc__, dict(default=list(DEFAULT_SETS), choices=DATASETS))
     ap.add_argument("--members", type=int, default=2)
+    ap.add_argument(
+        "--rows", type=int, default=None, metavar="N", help="N rows a table, as tabular_peers"
+    )
     ap.add_argument("--max-iter", type=int, default=None, help="a fixed budget (smoke tests)")
     args = ap.parse_args(argv)
     if args.members < 2:
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = lead_settings("benchmarks.seed_ensemble", argv or sys.argv[1:])
     max_iter = "auto" if args.max_iter is None else args.max_iter
     rows: list[dict[str, Any]] = []
-    for name, split, d in regression_splits(args.datasets, args.max_splits):
+    for name, split, d in regression_splits(args.datasets, args.max_splits, args.rows):
         settings["train_rows"][name] = len(d["ytr"])
         for r in fit_split(d, split, args.members, max_iter):
             rows.append(dict(dataset=name, split=split, **r))

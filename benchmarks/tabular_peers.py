@@ -755,14 +755,16 @@ def lead_parser(doc: str, datasets: dict[str, Any]) -> argparse.ArgumentParser:
 
 
 def regression_splits(
-    names: list[str], max_splits: int | None
+    names: list[str], max_splits: int | None, rows: int | None = None
 ) -> Iterator[tuple[str, int, dict[str, Any]]]:
-    """``(name, split, data)`` for each split of each table (:func:`make_split`), at most
-    ``max_splits`` a table; a classification table is a ``--datasets`` error."""
+    """``(name, split, data)`` for each split of each table (:func:`make_split`; ``rows``:
+    of that many of its rows, as ``--rows``), at most ``max_splits`` a table; a
+    classification table is a ``--datasets`` error."""
     for name in names:
-        splits = n_splits(name) if max_splits is None else min(n_splits(name), max_splits)
+        all_splits = n_splits(name, rows)
+        splits = all_splits if max_splits is None else min(all_splits, max_splits)
         for split in range(splits):
-            d = make_split(name, split)
+            d = make_split(name, split, rows)
             if d["kind"] != "regression":
                 raise SystemExit(f"--datasets: {name} is not a regression table")
             yield name, split, d

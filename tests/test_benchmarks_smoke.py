@@ -672,6 +672,9 @@ def test_seed_ensemble_fits_its_members_and_their_mixture(tmp_path: Path) -> Non
     with pytest.raises(SystemExit) as err:
         seed_ensemble.main([*argv, "--members", "1"])
     assert err.value.code == 2
+    # --rows: that many rows of the table, split 75/25 (30 training rows of 40).
+    seed_ensemble.main([*argv, "--rows", "40"])
+    assert json.loads((out / "settings.json").read_text())["train_rows"] == {"diabetes": 30}
 
 
 def test_a_mixture_interval_holds_its_level() -> None:
