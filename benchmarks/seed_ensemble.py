@@ -31,6 +31,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -60,7 +61,7 @@ DEFAULT_SETS = (
     "concrete",
     "wine-quality-red",
 )
-FIELDS = [*LEAD_FIELDS]
+FIELDS = LEAD_FIELDS
 ENSEMBLE = "ensemble"
 
 
@@ -186,6 +187,15 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _splits(ap: Any, args: Any) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """:func:`regression_splits` of the command line; a table shorter than ``--rows`` is
+    a usage error (one line, status 2)."""
+    try:
+        yield from regression_splits(args.datasets, args.max_splits, args.rows)
+    except ValueError as err:
+        ap.error(str(err))
+
+
 def main(argv: list[str] | None = None) -> None:
     import sys
 
@@ -200,12 +210,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.members < 2:
         ap.error("--members must be at least 2")
+    if args.rows is not None and args.rows < 8:
+        ap.error("--rows must be at least 8")
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = lead_settings("benchmarks.seed_ensemble", argv or sys.argv[1:])
     max_iter = "auto" if args.max_iter is None else args.max_iter
     rows: list[dict[str, Any]] = []
-    for name, split, d in regression_splits(args.datasets, args.max_splits, args.rows):
+    for name, split, d in _splits(ap, args):
         settings["train_rows"][name] = len(d["ytr"])
         for r in fit_split(d, split, args.members, max_iter):
             rows.append(dict(dataset=name, split=split, **r))

@@ -669,9 +669,10 @@ def test_seed_ensemble_fits_its_members_and_their_mixture(tmp_path: Path) -> Non
         assert np.isfinite(float(r["nll"])) and 0 <= float(r["coverage"]) <= 1
     assert float(ensemble["fit_s"]) == pytest.approx(sum(float(r["fit_s"]) for r in members))
     assert "| diabetes (332) | 1 | " in (out / "report.md").read_text()
-    with pytest.raises(SystemExit) as err:
-        seed_ensemble.main([*argv, "--members", "1"])
-    assert err.value.code == 2
+    for bad in (["--members", "1"], ["--rows", "4"], ["--rows", "100000"]):
+        with pytest.raises(SystemExit) as err:
+            seed_ensemble.main([*argv, *bad])
+        assert err.value.code == 2
     # --rows: that many rows of the table, split 75/25 (30 training rows of 40).
     seed_ensemble.main([*argv, "--rows", "40"])
     assert json.loads((out / "settings.json").read_text())["train_rows"] == {"diabetes": 30}
