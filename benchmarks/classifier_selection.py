@@ -53,6 +53,7 @@ from sklearn.preprocessing import StandardScaler
 from benchmarks.tabular_peers import (
     NOISE_COLUMNS,
     ece,
+    lead_provenance,
     lead_settings,
     log_loss,
     parse_variants,
@@ -181,8 +182,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     lines = [
         "# The classifier's selecting fit against one fit, on generated problems",
         "",
-        f"Command: `{settings['command']}`; CPU: {settings['cpu']}; {settings['date']}; git "
-        f"{settings['git']}; torch {settings['torch']}. One thread. Arms: "
+        lead_provenance(settings)
+        + ". Arms: "
         + "; ".join(f"`{a}` = `{json.dumps(settings['arms'][a])}`" for a in settings["arms"])
         + f"; `{REFERENCE}` for reference. The protocol is in the docstring of "
         "`benchmarks/classifier_selection.py`.",

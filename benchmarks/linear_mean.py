@@ -81,6 +81,7 @@ from benchmarks.tabular_peers import (
     csv_text,
     evaluate,
     lead_parser,
+    lead_provenance,
     lead_settings,
     peer_builders,
     regression_splits,
@@ -276,9 +277,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     lines = [
         "# The regressor on the residuals of a sparse linear mean (a lead)",
         "",
-        f"Command: `{settings['command']}`; CPU: {settings['cpu']}; {settings['date']}; "
-        f"git {settings['git']}; torch {settings['torch']}. One thread. The protocol is "
-        "in the docstring of `benchmarks/linear_mean.py`; both arms share each split's "
+        lead_provenance(settings) + ". The protocol is in the docstring of "
+        "`benchmarks/linear_mean.py`; both arms share each split's "
         f"rows and seed. Means over splits; the rule takes the linear mean where q <= {RULE:g}.",
         "",
         "| table (train rows) | splits | RMSE defaults | RMSE linear mean | ratio | "

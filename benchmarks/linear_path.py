@@ -51,6 +51,7 @@ from benchmarks.tabular_peers import (
     NOISE_COLUMNS,
     Z95,
     lead_parser,
+    lead_provenance,
     lead_settings,
     regression_splits,
     save_run,
@@ -179,9 +180,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     lines = [
         "# A gated linear path beside the network (a lead)",
         "",
-        f"Command: `{settings['command']}`; CPU: {settings['cpu']}; {settings['date']}; "
-        f"git {settings['git']}; torch {settings['torch']}. One thread. The protocol is "
-        "in the docstring of `benchmarks/linear_path.py`; both arms share each split's "
+        lead_provenance(settings) + ". The protocol is in the docstring of "
+        "`benchmarks/linear_path.py`; both arms share each split's "
         "rows and seed. Means over splits.",
         "",
         "| table (train rows) | splits | RMSE network | RMSE network + linear | ratio | "

@@ -42,25 +42,18 @@ from benchmarks.tabular_peers import (
     DATASETS,
     LEAD_FIELDS,
     NOISE_COLUMNS,
+    REGRESSION_TABLES,
+    SIZES,
     Z95,
     lead_parser,
+    lead_provenance,
     lead_settings,
     regression_splits,
     save_run,
 )
 
-DEFAULT_SETS = (
-    "yacht",
-    "diabetes",
-    "regression-20",
-    "bostonHousing",
-    "energy",
-    "friedman1",
-    "friedman2",
-    "friedman3",
-    "concrete",
-    "wine-quality-red",
-)
+# The regression tables of fewer than 1,600 rows (at most 1,199 training rows).
+DEFAULT_SETS = tuple(n for n in REGRESSION_TABLES if SIZES[n] < 1600)
 FIELDS = LEAD_FIELDS
 ENSEMBLE = "ensemble"
 
@@ -146,9 +139,8 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     lines = [
         "# An ensemble of the regressor's default fits from other seeds (a lead)",
         "",
-        f"Command: `{settings['command']}`; CPU: {settings['cpu']}; {settings['date']}; "
-        f"git {settings['git']}; torch {settings['torch']}. One thread. The protocol is "
-        "in the docstring of `benchmarks/seed_ensemble.py`. Means over splits; "
+        lead_provenance(settings)
+        + ". The protocol is in the docstring of `benchmarks/seed_ensemble.py`. Means over splits; "
         "`members` is the mean over the members.",
         "",
         "| table (train rows) | splits | RMSE members | RMSE ensemble | ratio | "

@@ -744,6 +744,15 @@ def lead_settings(module: str, argv: list[str]) -> dict[str, Any]:
     )
 
 
+def lead_provenance(settings: dict[str, Any]) -> str:
+    """The opening words of a lead harness's report, from its :func:`lead_settings`: the
+    command, CPU, date, git commit and torch version, and "One thread" (no full stop)."""
+    return (
+        f"Command: `{settings['command']}`; CPU: {settings['cpu']}; {settings['date']}; "
+        f"git {settings['git']}; torch {settings['torch']}. One thread"
+    )
+
+
 def lead_parser(doc: str, datasets: dict[str, Any]) -> argparse.ArgumentParser:
     """A lead harness's command line: ``--out``, ``--datasets`` (``datasets``: its
     ``add_argument`` keywords), ``--max-splits``; the description is ``doc``'s first line."""

@@ -64,6 +64,7 @@ from benchmarks.tabular_peers import (
     best_peers,
     ece,
     lead_parser,
+    lead_provenance,
     lead_settings,
     log_loss,
     make_split,
@@ -200,8 +201,7 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     lines = [
         "# The classifier with a held-out temperature (a lead)",
         "",
-        f"Command: `{settings['command']}`; CPU: {settings['cpu']}; {settings['date']}; git "
-        f"{settings['git']}; torch {settings['torch']}. One thread; second fit over "
+        lead_provenance(settings) + "; second fit over "
         f"{settings['share']} of the budget. Means over splits (fit time: median). The "
         "protocol is in the docstring of `benchmarks/temperature.py`.",
         "",
