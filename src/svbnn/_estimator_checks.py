@@ -63,14 +63,14 @@ def _off_scale_message(X: NDArray[Any]) -> str | None:
     words; ``None`` where nothing is. Reads ``X`` in blocks of rows (a float64 copy of a
     block at a time, not of ``X``)."""
     n, p = X.shape
-    squares, top = np.zeros(p), np.zeros(p)
+    squares = np.zeros(p)
     low, high = np.full(p, np.inf), np.full(p, -np.inf)
     for start in range(0, n, 4096):
         block = np.asarray(X[start : start + 4096], dtype=np.float64)
         squares += np.einsum("ij,ij->j", block, block)
-        top = np.maximum(top, np.abs(block).max(axis=0))
         low, high = np.minimum(low, block.min(axis=0)), np.maximum(high, block.max(axis=0))
     rms = np.sqrt(squares / max(n, 1))
+    top = np.maximum(-low, high)  # each column's largest |value|
     parts = []
     large = np.flatnonzero(rms > INPUT_RMS_MAX)
     if large.size:
