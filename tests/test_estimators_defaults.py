@@ -309,7 +309,9 @@ def test_tempered_fit_takes_its_noise_from_held_out_rows() -> None:
     at_train = reg._predictive_noise(Xt, (y[train] - reg._y_mean_) / reg._y_scale_)
     at_train *= reg._y_scale_
     assert reg.noise_std_held_out_ is not None and reg.noise_std_held_out_ > 1.5 * at_train
-    assert reg.noise_std_ == max(at_train, reg.noise_std_held_out_, reg.noise_std_covering_)
+    # The level from the 66 held-out rows (20% of 332), times their Student-t's sd.
+    level = max(at_train, reg.noise_std_held_out_, reg.noise_std_covering_)
+    assert reg.noise_std_ == pytest.approx(math.sqrt(66 / 64) * level, rel=1e-12)
     lo, hi = reg.predict_prediction_interval(X[test], level=0.95)
     cover = np.mean((y[test] >= lo) & (y[test] <= hi))
     # 110 rows: the binomial sd of the coverage is 0.021; 0.55 is 19 sd below 0.95.
@@ -359,7 +361,38 @@ def test_few_rows_take_their_noise_from_a_short_held_out_fit(
     assert few.noise_std_held_out_ is not None and few.noise_std_held_out_ > 0
     Xt = few._validate_X(X).numpy()
     at_train = few._predictive_noise(Xt, (y - few._y_mean_) / few._y_scale_) * few._y_scale_
-    assert few.noise_std_ == max(at_train, few.noise_std_held_out_, few.noise_std_covering_)
+    level = max(at_train, few.noise_std_held_out_, few.noise_std_covering_)
+    assert few.noise_std_ == pytest.approx(math.sqrt(60 / 58) * level, rel=1e-12)  # 60 held out
+
+
+def test_a_level_estimated_from_m_rows_widens_to_its_student_t() -> None:
+    from scipy import stats
+
+    from svbnn._estimator_tasks import _estimated_level_factor
+
+    # Exact values: sqrt(m / (m - 2)), the effective number of rows under weights, and
+    # the cap at 3 rows.
+    assert _estimated_level_factor(None, 16) == math.sqrt(16 / 14)
+    assert _estimated_level_factor(np.full(16, 3.0), 16) == pytest.approx(math.sqrt(16 / 14))
+    w = np.array([1.0] * 10 + [0.0] * 10)  # 10 effective rows of 20
+    assert _estimated_level_factor(w, 20) == pytest.approx(math.sqrt(10 / 8))
+    assert _estimated_level_factor(None, 3) == _estimated_level_factor(None, 1) == math.sqrt(3)
+    assert 1 < _estimated_level_factor(None, 5000) < 1.0003
+    # Why: Gaussian data, the level estimated from m = 16 held-out residuals. Its 95%
+    # intervals with the estimate plugged in hold P(|t_16| <= 1.96) = 0.932 of new rows;
+    # with the factor, P(|t_16| <= 1.96 * 1.069) = 0.948. 40,000 repeats: Monte Carlo sd
+    # 0.0013, so 4 sd apart at most.
+    rng = np.random.default_rng(0)
+    m, reps = 16, 40_000
+    level = np.sqrt((rng.standard_normal((reps, m)) ** 2).mean(1))
+    new = np.abs(rng.standard_normal(reps))
+    q = stats.norm.ppf(0.975)
+    plug_in = np.mean(new <= q * level)
+    widened = np.mean(new <= q * level * _estimated_level_factor(None, m))
+    tol = 4 * math.sqrt(0.95 * 0.05 / reps)
+    assert plug_in == pytest.approx(2 * stats.t.cdf(q, m) - 1, abs=tol)
+    assert widened == pytest.approx(2 * stats.t.cdf(q * math.sqrt(m / (m - 2)), m) - 1, abs=tol)
+    assert abs(widened - 0.95) < abs(plug_in - 0.95) - 3 * tol
 
 
 def test_covering_noise_is_the_split_conformal_order_statistic() -> None:
