@@ -218,16 +218,17 @@ noise_std : "auto" or float, default "auto"
     understate the noise too, is fitted that second time over 0.3 of its step budget
     (about 1.25 times the fit time).
     Where such a held-out fit is made, ``noise_std_`` is also at least
-    ``noise_std_covering_``, the smallest level whose 95% intervals hold 95% of the
-    held-out rows as split conformal prediction counts them (a Gaussian likelihood fits
+    ``noise_std_covering_``, the level whose 95% intervals hold 95% of new rows as the
+    held-out rows say (a Gaussian likelihood fits
     its level to the bulk of the residuals; where their tails are heavier, its intervals
     hold fewer new rows); the linear-mean rule (``mean_function``) reads the likelihood's
-    level, without that floor. That level is then multiplied by ``sqrt(m / (m - 2))``,
-    ``m`` the held-out rows (their effective number ``(sum w)^2 / sum w^2`` under
-    ``sample_weight``; at most ``sqrt(3)``): the sd of a Student-t with ``m`` degrees of
-    freedom over its scale, the predictive of a level estimated from ``m`` rows, whose
-    intervals with the estimate plugged in cover fewer new rows than their level (1.069
-    at the 16 held-out rows of an 82-row table, 1.005 at 200).
+    level, without that floor. Before it meets the floor, that level is multiplied by
+    ``sqrt(m / (m - 2))``, ``m`` the held-out rows (their effective number
+    ``(sum w)^2 / sum w^2`` under ``sample_weight``; at most ``sqrt(3)``): the sd of a
+    Student-t with ``m`` degrees of freedom over its scale, the predictive of a level
+    estimated from ``m`` rows, whose intervals with the estimate plugged in cover fewer
+    new rows than their level (1.069 at the 16 held-out rows of an 82-row table, 1.005
+    at 200).
     A float is a known noise sd in ``y``'s units (the paper's setting), between 1e-8 and
     1e8 times the sd of ``y``."""
 
@@ -244,9 +245,10 @@ noise_std_held_out_ : float or None
     fewer than 1,000 rows: the noise sd fitted on the held-out rows (see ``noise_std``),
     ``y``'s units; else ``None``.
 noise_std_covering_ : float or None
-    With ``noise_std_held_out_``: the smallest noise sd whose 95% prediction intervals
-    hold 95% of those held-out rows (split conformal's count, ``ceil(0.95 (k + 1))`` of
-    ``k``), ``y``'s units, a floor of ``noise_std_``; else ``None``."""
+    With ``noise_std_held_out_``: the noise sd whose 95% prediction intervals hold 95% of
+    new rows as those held-out rows say (the 0.95 quantile of the level each row needs,
+    at position ``0.95 (k + 1)`` of ``k``), ``y``'s units, a floor of ``noise_std_``;
+    else ``None``."""
 
 _MEAN_FUNCTION_PARAMETER = """\
 mean_function : {"auto", "linear", "zero"}, default "auto"
@@ -364,26 +366,33 @@ def _likelihood_noise(m: Tensor, v: Tensor, z: NDArray[Any], weights: NDArray[An
 def _covering_noise(
     m: Tensor, v: Tensor, z: NDArray[Any], weights: NDArray[Any] | None, level: float
 ) -> float:
-    """The smallest noise sd ``s`` (standardised units) whose central ``level``
-    intervals, ``m_i +- q sqrt(v_i + s^2)`` with ``q`` the normal quantile, hold a
-    ``level`` share of held-out rows the way split conformal prediction counts it: the
-    ``ceil(level (k + 1))``-th smallest of the ``s`` each row needs, ``k`` the rows (with
-    ``weights``, the weighted quantile at ``level (k + 1) / k``); at most the largest.
+    """The noise sd ``s`` (standardised units) whose central ``level`` intervals,
+    ``m_i +- q sqrt(v_i + s^2)`` with ``q`` the normal quantile, hold a ``level`` share
+    of new rows as the held-out rows say: the ``level`` quantile of the ``s`` each row
+    needs, read at position ``level (k + 1)`` of the ``k`` sorted needs and interpolated
+    between its neighbours (with ``weights``, positions in cumulative weight, the weights
+    scaled to sum ``k``); the largest where that position is past the last.
 
     A Gaussian likelihood fits its noise to the bulk of the residuals; where their tails
-    are heavier, its 95% intervals hold fewer than 95% of new rows. Held-out residuals
+    are heavier, its intervals hold fewer than ``level`` of new rows. Held-out residuals
     measure the tails of rows the network was not fitted to, so this floor keeps the
-    intervals' coverage at ``level`` with heavy tails too.
+    intervals' coverage at ``level`` with heavy tails too. The ``j``-th smallest of ``k``
+    needs holds a new row with probability ``j / (k + 1)``, so position ``level (k + 1)``
+    holds ``level`` of them on average; split conformal prediction's count, the next
+    whole position up, holds at least ``level`` but up to ``1 / (k + 1)`` more, and on
+    30 held-out rows takes the largest need (``30 / 31`` = 0.968 of new rows), which a
+    single outlier sets.
     """
     q = statistics.NormalDist().inv_cdf(0.5 + level / 2)
     r2 = (torch.as_tensor(z, dtype=torch.float64) - m) ** 2
     need = torch.sqrt(torch.clamp(r2 / q**2 - v, min=0.0)).numpy()
+    wt = np.ones(len(need)) if weights is None else np.asarray(weights, dtype=np.float64)
+    # Rows of weight 0 count for nothing (nor may their need be an end of the range).
+    need, wt = need[wt > 0], wt[wt > 0]
     k = len(need)
-    wt = np.ones(k) if weights is None else np.asarray(weights, dtype=np.float64)
     order = np.argsort(need, kind="stable")
-    share = np.cumsum(wt[order]) / wt.sum()
-    at = int(np.searchsorted(share, min(level * (k + 1) / k, 1.0) - 1e-12))
-    return float(need[order][min(at, k - 1)])
+    position = np.cumsum(wt[order]) * (k / wt.sum())  # 1, 2, ..., k for equal weights
+    return float(np.interp(level * (k + 1), position, need[order]))
 
 
 @dataclass(eq=False, repr=False, kw_only=True)
@@ -512,11 +521,13 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                         self._predictive_noise(Xv, target, w) * scale,
                         self.noise_std_held_out_ or 0.0,
                     )
-                    # Levels estimated from the held-out rows: the predictive's sd is the
-                    # Student-t's of their number (_estimated_level_factor).
+                    # The likelihood's level, where held-out rows estimate it, widens to
+                    # the Student-t's sd of their number (_estimated_level_factor); the
+                    # covering floor, a quantile read where it holds `level` of new rows
+                    # on average (_covering_noise), needs no such factor.
                     factor = held_noise[2] if held_noise else 1.0
-                    self.noise_std_ = factor * max(
-                        self._noise_std_fitted_, self.noise_std_covering_ or 0.0
+                    self.noise_std_ = max(
+                        factor * self._noise_std_fitted_, self.noise_std_covering_ or 0.0
                     )
                 else:
                     self.noise_std_ = self._noise_std_fitted_ = float(self.noise_std)
