@@ -382,7 +382,7 @@ def test_a_level_estimated_from_m_rows_widens_to_its_student_t() -> None:
     # Why: Gaussian data, the level estimated from m = 16 held-out residuals. Its 95%
     # intervals with the estimate plugged in hold P(|t_16| <= 1.96) = 0.932 of new rows;
     # with the factor, P(|t_16| <= 1.96 * 1.069) = 0.948. 40,000 repeats: Monte Carlo sd
-    # 0.0013, so 4 sd apart at most.
+    # 0.0011, so 4 sd apart at most.
     rng = np.random.default_rng(0)
     m, reps = 16, 40_000
     level = np.sqrt((rng.standard_normal((reps, m)) ** 2).mean(1))
