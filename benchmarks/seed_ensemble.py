@@ -210,8 +210,6 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.members < 2:
         ap.error("--members must be at least 2")
-    if args.rows is not None and args.rows < 8:
-        ap.error("--rows must be at least 8")
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = lead_settings("benchmarks.seed_ensemble", argv or sys.argv[1:])
