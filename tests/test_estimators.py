@@ -101,15 +101,16 @@ def test_families_share_the_common_parameters() -> None:
         "device",
         "verbose",
     }
-    # Documented exceptions: classifiers fit a tempered posterior by default and predict
-    # with 100 draws, and the spike-and-slab regressor trains with the local sampler at 2.5
-    # times the learning rate, its KL warmed up over the first quarter of the budget.
+    # Documented exceptions: classifiers fit a tempered posterior (its weight by the
+    # table's size) by default and predict with 100 draws, and the spike-and-slab
+    # regressor trains with the local sampler at 2.5 times the learning rate, its KL
+    # warmed up over the first quarter of the budget.
     for cls in CLASSIFIERS:
         assert params[cls].pop("n_samples_predict") == 100, cls
     for cls in REGRESSORS:
         assert params[cls].pop("n_samples_predict") == 30, cls
     common -= {"n_samples_predict"}
-    assert params[SVBNNClassifier].pop("kl_weight") == 0.2
+    assert params[SVBNNClassifier].pop("kl_weight") == "auto"
     assert params[SVBNNRegressor].pop("kl_weight") == 1.0
     assert params[SVBNNRegressor].pop("learning_rate_init") == 0.025
     assert params[SVBNNRegressor].pop("sampler") == "local"
@@ -1038,12 +1039,50 @@ def test_small_classifier_fit_is_checked_against_the_class_frequencies(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert SVBNNClassifier(random_state=0, **kw).fit(X, y).held_out_gain_ is None
+    # 120 rows: kl_weight="auto" is 0.1 (under CLASSIFIER_SMALL_ROWS).
+    assert est.kl_weight_ == plain.kl_weight_ == 0.1
     if gain > 0:
-        assert seen[:2] == [None, 0.2]  # the fit, the check's run
+        assert seen[:2] == [None, 0.1]  # the fit, the check's run
         np.testing.assert_array_equal(est.predict_proba(X), plain.predict_proba(X))
     else:
-        assert seen[:3] == [None, 0.2, 0.35]  # the fit, the check's run, the replacement
+        assert seen[:3] == [None, 0.1, 0.35]  # the fit, the check's run, the replacement
         assert est.n_iter_ == 3
+
+
+@pytest.mark.parametrize("n", [199, 200])
+def test_classifier_kl_weight_auto_is_0_1_below_200_rows_and_0_2_from_there(n: int) -> None:
+    """kl_weight="auto" (the classifier's default) is the fit at 0.1 on fewer than
+    CLASSIFIER_SMALL_ROWS rows (of positive weight) and at 0.2 from there, bit for bit;
+    kl_weight_ says which. A regressor's "auto" is the exact ELBO's 1.0. Any other
+    string is refused, naming the parameter."""
+    from svbnn import estimators as E
+
+    assert (E.CLASSIFIER_SMALL_ROWS, E.SMALL_TABLE_KL_WEIGHT, E.CLASSIFIER_KL_WEIGHT) == (
+        200,
+        0.1,
+        0.2,
+    )
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((n + 5, 3))
+    y = (X[:, 0] + 0.5 * rng.standard_normal(n + 5) > 0).astype(int)
+    w = np.r_[np.ones(n), np.zeros(5)]  # zero-weight rows do not count
+    kw: dict[str, Any] = {"hidden_layer_sizes": (4,), "max_iter": 3, "tol": None}
+    kw["refit_kl_weight"] = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto = SVBNNClassifier(random_state=0, **kw).fit(X, y, sample_weight=w)
+        expected = 0.1 if n < 200 else 0.2
+        explicit = SVBNNClassifier(kl_weight=expected, random_state=0, **kw)
+        explicit.fit(X, y, sample_weight=w)
+        other = SVBNNClassifier(kl_weight=0.3 - expected, random_state=0, **kw)
+        other.fit(X, y, sample_weight=w)
+        reg = SVBNNRegressor(kl_weight="auto", random_state=0, **kw).fit(X, X[:, 0])
+    assert auto.kl_weight_ == explicit.kl_weight_ == expected
+    np.testing.assert_array_equal(auto.predict_proba(X), explicit.predict_proba(X))
+    assert not np.array_equal(auto.predict_proba(X), other.predict_proba(X))
+    assert reg.kl_weight_ == 1.0
+    with pytest.raises(TypeError, match='kl_weight must be a real number or "auto"'):
+        SVBNNClassifier(kl_weight="exact").fit(X, y)
 
 
 def test_held_out_gain_is_the_weighted_log_loss_difference(

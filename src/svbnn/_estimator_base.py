@@ -91,12 +91,15 @@ tol : float or None, default 1e-4
     the gates crossed 0.5 in the last period. ``None`` trains exactly ``max_iter`` epochs
     (no warning; with an int ``max_iter``, the paper's fixed number of epochs).
 n_iter_no_change : int, default 10
-kl_weight : float, default 1.0 (:class:`~svbnn.SVBNNClassifier`: 0.2)
+kl_weight : float or "auto", default 1.0 (:class:`~svbnn.SVBNNClassifier`: "auto")
     ``w`` in ``nll + w KL / n``, in ``(0, 1e30]``; 1 is the exact ELBO. Below 1, a tempered
     posterior: the classifier's default, where it gives the accuracy and calibration of
     the usual tools; a regressor under it keeps more inputs, and its noise level is also
     fitted on held-out rows, which doubles the fit time (``noise_std``; user guide, "When
-    to change the defaults").
+    to change the defaults"). ``"auto"``: the family's weight for the table's size
+    (``kl_weight_``): the classifier's 0.1 on a table of fewer than
+    ``CLASSIFIER_SMALL_ROWS`` (200) rows and 0.2 from there (its parameter says why);
+    the regressors' 1.0.
 kl_warmup : float, default 0.0 (:class:`~svbnn.SVBNNRegressor`: 0.25)
     The fraction of the ``max_iter`` budget's steps, in ``[0, 1)``, over which the KL
     weight rises linearly from near 0 to ``kl_weight`` (``train(kl_warmup=...)``): the
@@ -149,6 +152,9 @@ collapsed_ : bool
     least 99% of the training rows while another class has at least 10% of them, a
     posterior predictive training log-loss at least 0.98 of the class frequencies'
     entropy, or no input reaching the output).
+kl_weight_ : float
+    ``kl_weight`` as the fit used it, ``"auto"`` resolved for the number of rows of
+    positive weight (a refit's own weight is ``refit_kl_weight``'s).
 held_out_gain_, held_out_gain_se_ : float or None
     The check of a tempered fit against the family's baseline on held-out rows, made
     with ``refit_kl_weight="auto"``: how much better a run of the fit on 80% of the rows
@@ -290,7 +296,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
     max_iter: int | str = "auto"
     tol: float | None = 1e-4
     n_iter_no_change: int = 10
-    kl_weight: float = 1.0
+    kl_weight: float | str = 1.0
     kl_warmup: float = 0.0
     optimizer: str = "adam"
     n_init: int = 1
@@ -400,8 +406,14 @@ class _VariationalEstimator(BaseEstimator, ABC):
             _check_int("max_iter", self.max_iter, 1)
         _check_real("tol", self.tol, low=0.0, low_inclusive=True, allow_none=True)
         _check_int("n_iter_no_change", self.n_iter_no_change, 1)
-        _check_real("kl_weight", self.kl_weight, low=0.0)
-        check_kl_weight(self.kl_weight)
+        if isinstance(self.kl_weight, str):
+            if self.kl_weight != "auto":
+                raise TypeError(
+                    f'kl_weight must be a real number or "auto", got {self.kl_weight!r} (str)'
+                )
+        else:
+            _check_real("kl_weight", self.kl_weight, low=0.0)
+            check_kl_weight(self.kl_weight)
         _check_real("kl_warmup", self.kl_warmup, low=0.0, high=1.0, low_inclusive=True)
         _check_choice("kernel_backend", self.kernel_backend, _KERNEL_BACKENDS)
         _check_int("n_init", self.n_init, 1)
@@ -476,7 +488,18 @@ class _VariationalEstimator(BaseEstimator, ABC):
     def _advise_tempering(self) -> bool:
         """Whether a collapsed fit's warning names ``kl_weight=0.2``: not for a fit
         already tempered that far (the classifier's default)."""
-        return self.kl_weight > 0.2
+        return self.kl_weight_ > 0.2
+
+    def _kl_weight_for(self, n: int) -> float:
+        """``kl_weight`` for a fit on ``n`` rows, ``"auto"`` resolved
+        (:meth:`_auto_kl_weight`)."""
+        if isinstance(self.kl_weight, str):
+            return self._auto_kl_weight(n)
+        return float(self.kl_weight)
+
+    def _auto_kl_weight(self, n: int) -> float:
+        """``kl_weight="auto"``'s weight on ``n`` rows (the base's: 1.0, the exact ELBO)."""
+        return 1.0
 
     def _backend_for(self, n_params: int) -> str:
         """The kernel backend of this fit.
@@ -545,6 +568,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         n, p = X.shape
         self.fit_warnings_: list[str] = []
         self.collapsed_ = False
+        self.kl_weight_ = self._kl_weight_for(n)
         Xt = self._tensor(X, "X")
         reuse = first is not None and first.result is not None
         if reuse:
@@ -609,7 +633,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
             if first is not None:
                 first.result, first.start = (model, lik, history, monitor), start
                 first.seeds = copy.deepcopy(seeds)
-        final_kl, final_share = float(self.kl_weight), 1.0
+        final_kl, final_share = self.kl_weight_, 1.0
         first_fit, first_start = (model, lik, history, monitor), start
         plan = self._refit_plan(
             model, n, n_out, start, refit, lambda: self._explains_nothing(model, X, target)
@@ -666,7 +690,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         if not noise:
             return lik, score.kept
         first_kl = self._first_kl_weight(n)
-        if (float(self.kl_weight) if first_kl is None else first_kl) == check_kl:
+        if (self.kl_weight_ if first_kl is None else first_kl) == check_kl:
             # The first fit (at check_kl, on every input) is the model.
             model, lik, history, monitor = first_fit
         else:
@@ -764,7 +788,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
                 fit_target,
                 fit_lik,
                 n_mc=int(self.n_mc_train),
-                kl_weight=float(self.kl_weight if kl_weight is None else kl_weight),
+                kl_weight=self.kl_weight_ if kl_weight is None else kl_weight,
                 kl_warmup=warmup,
                 epochs=epochs,
                 batch_size=batch,

@@ -886,7 +886,7 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
         gain, se = self.held_out_gain_, self.held_out_gain_se_
         if reasons and gain is not None and se is not None and gain + se <= 0:
             reasons.append(
-                f"a fit at kl_weight={self.kl_weight!r} on every input predicted held-out "
+                f"a fit at KL weight {self.kl_weight_:g} on every input predicted held-out "
                 f"rows worse than the class frequencies (by {-gain:.3g} nats a row, "
                 f"standard error {se:.3g}), so the fit at KL weight 0.35 replaced it "
                 "(held_out_gain_)"
