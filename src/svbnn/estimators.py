@@ -921,9 +921,9 @@ class SVBNNClassifier(_SpikeSlabFamily, _Classification):
     calibration of logistic regression where the exact ELBO (``kl_weight=1``) prunes real
     inputs or collapses (user guide, "How the defaults were chosen"), and at 0.1 on a
     table of fewer than 200 rows (``kl_weight_`` says which): on the benchmark's
-    classification tables cut to 82-133 training rows the weight 0.2 pruned real inputs,
+    classification tables cut to 82-134 training rows the weight 0.2 pruned real inputs,
     and 0.1 gave a lower log loss on wine, breast cancer and digits and no collapse on the
-    generated 2-class problem at 127 rows, but kept noise inputs on the 10-class one; at
+    generated 2-class problem at 128 rows, but kept noise inputs on the 10-class one; at
     300 rows it kept 7.8 and 9.8 of 10 noise inputs on the generated problems (user
     guide, "The classifier's KL weight on small tables, measured"); and
     ``n_samples_predict=100``:
