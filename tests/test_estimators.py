@@ -1138,16 +1138,17 @@ def _linear_or_not(n: int, linear: bool, seed: int = 0) -> tuple[NDArray[Any], N
 
 
 @pytest.mark.parametrize("linear", [False, True])
-def test_small_table_refit_waits_for_the_linear_mean_rule(
+def test_linear_mean_rule_reads_the_refitted_network(
     monkeypatch: pytest.MonkeyPatch, linear: bool
 ) -> None:
-    """Up to 3,000 rows, mean_function="auto": the first fit on y is trained once and
-    gives the rule its noise level; where the rule declines, it is refitted (the fit is
-    mean_function="zero"'s, bit for bit); where the rule takes the linear mean, the
-    network on its residuals is not refitted."""
+    """Up to 3,000 rows, mean_function="auto": the network on y is fitted as
+    mean_function="zero" fits it (the first fit, the refit at 0.2 and the refit's
+    held-out noise run), bit for bit, and the rule reads that network's noise level;
+    where the rule declines, the fit is "zero"'s; where it takes the linear mean, the
+    network on its residuals is fitted once more, without a refit."""
 
     weights = _spy_kl_weights(monkeypatch)
-    X, y = _linear_or_not(300, True, 7) if linear else _linear_or_not(200, False)
+    X, y = _linear_or_not(300, True, 1) if linear else _linear_or_not(200, False)
     kw: dict[str, Any] = {"max_iter": 300, "random_state": 0}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -1155,16 +1156,17 @@ def test_small_table_refit_waits_for_the_linear_mean_rule(
         first = list(weights)
         weights.clear()
         zero = SVBNNRegressor(**kw, mean_function="zero").fit(X, y)
-    # The first fit and its short held-out noise run (fewer than 1,000 rows) come first.
-    assert first[:2] == [None, 1.0]
+    # The first fit, the refit and its held-out noise run: "zero"'s fits.
+    assert first[:3] == weights == [None, 0.2, 0.2]
+    assert auto.linear_mean_ratio_ is not None
     if linear:
-        assert auto.mean_function_ == "linear"
-        # The network on the residuals, once, and its held-out noise run.
-        assert first[2:] == [None, 1.0] and auto.screened_features_ is None
+        assert auto.mean_function_ == "linear" and auto.linear_mean_ratio_ <= 1
+        # The network on the residuals, once, and its short held-out noise run (fewer
+        # than 1,000 rows).
+        assert first[3:] == [None, 1.0] and auto.screened_features_ is None
     else:
-        assert auto.mean_function_ == "zero"
-        # The refit and its held-out noise run; the first fit is not trained again.
-        assert first[2:] == [0.2, 0.2] == weights[1:]
+        assert auto.mean_function_ == "zero" and auto.linear_mean_ratio_ > 1
+        assert first[3:] == []
         np.testing.assert_array_equal(auto.screened_features_, zero.screened_features_)
         np.testing.assert_array_equal(auto.predict(X), zero.predict(X))
         assert auto.noise_std_ == zero.noise_std_ and auto.n_iter_ == zero.n_iter_

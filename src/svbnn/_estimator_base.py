@@ -216,20 +216,6 @@ def _mean_and_se(x: NDArray[Any], w: NDArray[Any] | None) -> tuple[float, float]
     return mean, float(np.sqrt(np.sum(wt**2 * (x - mean) ** 2)) / wt.sum())
 
 
-@dataclass(eq=False)
-class _FirstFit:
-    """The fit that a refit starts from, kept by :meth:`_VariationalEstimator._fit_module`
-    (``refit=False``) so that a refit decided afterwards need not train it again.
-
-    ``seeds`` is the seed source as it stood after that fit's draws: a later call that
-    passes this object draws the refit's seeds from it, the ones a fit refitted at once
-    would have drawn."""
-
-    result: tuple[nn.Module, nn.Module, History, ConvergenceMonitor] | None = None
-    start: Callable[[nn.Module, nn.Module], None] | None = None
-    seeds: _SeedSource | None = None
-
-
 def _final_loss(history: History) -> float:
     """A fit's training objective at its last epoch (per datum; ``inf`` where it is
     missing or not finite), by which ``n_init`` compares fits."""
@@ -532,7 +518,6 @@ class _VariationalEstimator(BaseEstimator, ABC):
         | None = None,
         held_out_share: Callable[[float], float | None] = lambda kl_weight: None,
         refit: bool = True,
-        first: _FirstFit | None = None,
     ) -> tuple[nn.Module, Any]:
         """Train; sets the fitted attributes and returns the likelihood as fitted and what
         ``held_out`` said of the model's held-out run (``None`` without one).
@@ -559,28 +544,18 @@ class _VariationalEstimator(BaseEstimator, ABC):
         baseline (it fitted noise) and is replaced by one at that KL weight on every
         input (the first fit where it is one), whose own held-out run, where
         ``held_out_share`` gives it one, is the one returned.
-
-        ``first``: where it holds no fit yet, the first fit (before any refit) is kept in
-        it; where it holds one, that fit is taken instead of training (and seeds drawn from
-        ``first.seeds``), so ``fit(refit=False, first=f)`` followed by ``fit(first=f)``
-        ends as one ``fit()`` does, with the first fit trained once.
         """
         n, p = X.shape
         self.fit_warnings_: list[str] = []
         self.collapsed_ = False
         self.kl_weight_ = self._kl_weight_for(n)
         Xt = self._tensor(X, "X")
-        reuse = first is not None and first.result is not None
-        if reuse:
-            assert first is not None and first.seeds is not None
-            seeds = copy.deepcopy(first.seeds)
-        else:
-            seed = seeds.seed()
+        seed = seeds.seed()
         extra_callbacks = self._prepare(n, p, n_out)
         n_params = sum((a + 1) * b for a, b in _layer_pairs(p, self.hidden_layer_sizes, n_out))
         kernels = self._backend_for(n_params)
         start = None
-        if self._held_out_choice(n) and not reuse:
+        if self._held_out_choice(n):
             # Its own seed, drawn after the fit's: the fit's seed is what it was without it.
             start = self._choose_on_held_out(
                 Xt, target, n_out, make_likelihood, weights, seeds.seed(), kernels
@@ -616,23 +591,15 @@ class _VariationalEstimator(BaseEstimator, ABC):
             )
 
         epochs = self._epoch_budget(n)
-        if reuse:
-            assert first is not None and first.result is not None
-            model, lik, history, monitor = first.result
-            start = first.start
-        else:
-            first_kl = self._first_kl_weight(n)
-            model, lik, history, monitor = fit_on(None, seed, start, kl_weight=first_kl)
-            # n_init > 1: fits from more seeds, drawn after the first's (n_init = 1 draws
-            # none, so its fit and predictions are what they were without the option); the
-            # lowest final training objective is kept, a diverged (non-finite) one never.
-            for _ in range(int(self.n_init) - 1):
-                other = fit_on(None, seeds.seed(), start, kl_weight=first_kl)
-                if _final_loss(other[2]) < _final_loss(history):
-                    model, lik, history, monitor = other
-            if first is not None:
-                first.result, first.start = (model, lik, history, monitor), start
-                first.seeds = copy.deepcopy(seeds)
+        first_kl = self._first_kl_weight(n)
+        model, lik, history, monitor = fit_on(None, seed, start, kl_weight=first_kl)
+        # n_init > 1: fits from more seeds, drawn after the first's (n_init = 1 draws none,
+        # so its fit and predictions are what they were without the option); the lowest
+        # final training objective is kept, a diverged (non-finite) one never.
+        for _ in range(int(self.n_init) - 1):
+            other = fit_on(None, seeds.seed(), start, kl_weight=first_kl)
+            if _final_loss(other[2]) < _final_loss(history):
+                model, lik, history, monitor = other
         final_kl, final_share = self.kl_weight_, 1.0
         first_fit, first_start = (model, lik, history, monitor), start
         plan = self._refit_plan(
@@ -842,9 +809,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
 
     def _small_table_refit(self, n: int) -> bool:
         """Whether the refit on ``n`` rows is one that a regressor makes only for a network
-        fitted to ``y`` alone, after its linear-mean rule has declined (not on a linear
-        mean's residuals): ``refit_kl_weight="auto"`` on a table of up to
-        ``LARGE_TABLE_ROWS`` rows (base: no refit, ``False``)."""
+        fitted to ``y`` alone (not on a linear mean's residuals): ``refit_kl_weight="auto"``
+        on a table of up to ``LARGE_TABLE_ROWS`` rows (base: no refit, ``False``)."""
         return False
 
     def _held_out_choice(self, n: int) -> bool:

@@ -27,7 +27,6 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from torch import Tensor, nn
 
 from ._estimator_base import (
-    _FirstFit,
     _HeldOutScore,
     _mean_and_se,
     _row_weights,
@@ -259,12 +258,14 @@ mean_function : {"auto", "linear", "zero"}, default "auto"
     ``m(x) + f(x)``, and every prediction, interval and export includes ``m`` and its
     coefficients' posterior. On a table of many linear effects the network reaches each
     effect only through ReLU units whose edges the prior prunes; the linear mean keeps
-    them. ``"auto"``: the network alone first, then ARD's 5-fold cross-validated RMSE
-    over the fitted noise sd (``linear_mean_ratio_``); at most 1, a linear model predicts
-    new rows within the noise the network estimates, and the fit is made again with the
-    linear mean (about twice the fit time; where the rule declines, the fit is
-    ``"zero"``'s). Not tried on fewer than 10 rows or more than 2e8 rows x inputs^2. The
-    user guide ("The regressor's linear mean, measured") has the measurements."""
+    them. ``"auto"``: the network alone first, as ``"zero"`` fits it (its refit
+    included), then the linear mean's 5-fold cross-validated RMSE (the mean fitted in
+    each fold as above) over that network's noise sd (``linear_mean_ratio_``); at most
+    1, the linear mean predicts new rows within the noise the network estimates, and
+    the network is fitted again on its residuals (one fit more; where the rule declines,
+    the fit is ``"zero"``'s). Not tried on fewer than 10 rows or more than 2e8 rows x
+    inputs^2. The user guide ("The regressor's linear mean, measured") has the
+    measurements."""
 
 _MEAN_FUNCTION_ATTRIBUTES = """\
 mean_function_ : {"linear", "zero"}
@@ -276,8 +277,9 @@ linear_coef_ : ndarray of shape (n_features_in_,)
     The linear mean's posterior mean coefficients, ``y``'s units per unit of each input
     (0 outside ``linear_features_``).
 linear_mean_ratio_ : float or None
-    ``mean_function="auto"``: ARD's cross-validated RMSE over the network's noise sd (the
-    linear mean is fitted where it is at most 1); else ``None``."""
+    ``mean_function="auto"``: the linear mean's cross-validated RMSE over the noise sd of
+    the network fitted without it (the linear mean is fitted where it is at most 1);
+    else ``None``."""
 
 _POISSON_ATTRIBUTES = """\
 log_offset_ : float
@@ -468,11 +470,9 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                 )
             few = len(Xv) < _FEW_ROWS
 
-            def fit_network(
-                target: NDArray[np.float64], refit: bool = True, first: _FirstFit | None = None
-            ) -> None:
+            def fit_network(target: NDArray[np.float64], refit: bool = True) -> None:
                 """The network on ``target`` (z, or z less the linear mean), noise included
-                (``refit``, ``first``: :meth:`_fit_module`'s)."""
+                (``refit``: :meth:`_fit_module`'s)."""
 
                 def score_held_out(
                     part: nn.Module, fit_rows: NDArray[np.intp], held: NDArray[np.intp], seed: int
@@ -510,7 +510,6 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                         _TEMPERED_SHARE if kl_weight < 1 else _FEW_ROWS_SHARE if few else None
                     ),
                     refit=refit,
-                    first=first,
                 )
                 scale = self._y_scale_
                 self.noise_std_held_out_ = held_noise[0] * scale if held_noise else None
@@ -563,22 +562,20 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         z: NDArray[np.float64],
         w: NDArray[Any] | None,
         seeds: _SeedSource,
-        fit_network: Callable[[NDArray[np.float64], bool, _FirstFit | None], None],
+        fit_network: Callable[[NDArray[np.float64], bool], None],
     ) -> None:
         """The linear mean (by :meth:`_mean_function`) and ``fit_network`` on ``z``
         ``(n,)`` less it; sets the ``mean_function_`` and linear-mean attributes (the
         linear mean is set before the network is fitted, whose summary counts its inputs
         as selected).
 
-        ``"auto"`` fits the network on ``z``, then ARD's cross-validated RMSE over the
-        network's noise sd (``linear_mean_ratio_``, folds shuffled by a seed drawn after
-        the fit's: where the rule declines, the fit is what ``"zero"`` makes); at most
-        ``AUTO_RATIO``, the linear mean, and the network again on its residuals.
-
-        Where :meth:`_small_table_refit`, the network on a linear mean's residuals is not
-        refitted, and under ``"auto"`` the refit of the network on ``z`` waits for the
-        rule: its first fit gives the rule's noise sd, and it is refitted (from that fit,
-        not trained again) only where the rule declines.
+        ``"auto"`` fits the network on ``z`` as ``"zero"`` does (its refit included),
+        then the linear mean's cross-validated RMSE over that network's noise sd
+        (``linear_mean_ratio_``, folds shuffled by a seed drawn after the fit's: where
+        the rule declines, the fit is what ``"zero"`` makes); at most ``AUTO_RATIO``,
+        the linear mean, and the network again on its residuals. Where
+        :meth:`_small_table_refit`, the network on a linear mean's residuals is not
+        refitted.
         """
         mode = self._mean_function()
         n, p = X.shape
@@ -586,23 +583,21 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         tries = mode == "auto" and n >= 2 * CV_FOLDS and n * p * p <= AUTO_MAX_WORK
         lin = fit_linear_mean(X, z, w) if mode == "linear" else None
         self._set_linear_mean(lin)
-        first = _FirstFit() if small and tries else None
         if lin is not None and lin.index.size:
-            fit_network(z - lin.predict(X), not small, None)
+            fit_network(z - lin.predict(X), not small)
         else:
-            fit_network(z, first is None, first)
+            fit_network(z, True)
         self.linear_mean_ratio_: float | None = None
         if tries:
-            # The likelihood's noise level, without the held-out coverage floor: the rule
-            # asks whether a linear model predicts within the noise.
+            # The likelihood's noise level of the network the rule would keep (after its
+            # refit), without the held-out coverage floor: the rule asks whether the
+            # linear mean it would fit predicts new rows within that noise.
             noise = self._noise_std_fitted_ / self._y_scale_
             self.linear_mean_ratio_ = cv_rmse(X, z, w, seeds.seed()) / noise
             lin = fit_linear_mean(X, z, w) if self.linear_mean_ratio_ <= AUTO_RATIO else None
             if lin is not None and lin.index.size:
                 self._set_linear_mean(lin)
-                fit_network(z - lin.predict(X), not small, None)
-            elif first is not None:
-                fit_network(z, True, first)
+                fit_network(z - lin.predict(X), not small)
         elif mode == "auto":
             logger.info(
                 "mean_function='auto': no linear mean tried on %d rows x %d inputs (fewer "

@@ -30,9 +30,10 @@ Z_KEEP = 2.5
 many posterior sds from 0 (among the inputs ARD keeps)."""
 
 AUTO_RATIO = 1.0
-"""``mean_function="auto"`` fits the linear mean when ARD's cross-validated RMSE is at most
-this many times the network's noise sd (``linear_mean_ratio_``): a linear model predicts
-new rows within the noise the network itself estimates."""
+"""``mean_function="auto"`` fits the linear mean when its cross-validated RMSE (the linear
+mean fitted in each fold, :func:`cv_rmse`) is at most this many times the noise sd of the
+network fitted without it (``linear_mean_ratio_``): the linear model predicts new rows
+within the noise the network itself estimates."""
 
 AUTO_MAX_WORK = 2e8
 """``mean_function="auto"`` is skipped (the network alone) above this many rows x inputs^2:
@@ -135,13 +136,14 @@ def fit_linear_mean(X: NDArray[Any], z: NDArray[Any], w: NDArray[Any] | None) ->
 
 
 def cv_rmse(X: NDArray[Any], z: NDArray[Any], w: NDArray[Any] | None, seed: int) -> float:
-    """ARD's ``CV_FOLDS``-fold cross-validated RMSE of ``z`` (weighted by ``w``), folds
-    shuffled by ``seed``: how well a linear model on all inputs predicts new rows."""
+    """The ``CV_FOLDS``-fold cross-validated RMSE of :func:`fit_linear_mean` on ``z``
+    (weighted by ``w``), folds shuffled by ``seed``: how well the linear mean that would
+    be fitted predicts new rows (each fold's mean chooses its own inputs)."""
     from sklearn.model_selection import KFold
 
     pred = np.empty(len(z))
     for fit_rows, held in KFold(CV_FOLDS, shuffle=True, random_state=seed).split(X):
-        ard, xm, zm = _weighted_ard(X[fit_rows], z[fit_rows], None if w is None else w[fit_rows])
-        pred[held] = zm + (X[held] - xm) @ ard.coef_
+        lin = fit_linear_mean(X[fit_rows], z[fit_rows], None if w is None else w[fit_rows])
+        pred[held] = lin.predict(X[held])
     wt = np.ones(len(z)) if w is None else w
     return float(np.sqrt(np.average((z - pred) ** 2, weights=wt)))

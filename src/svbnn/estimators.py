@@ -165,9 +165,9 @@ refit_kl_weight : float, "auto" or None, default None (the regressor and classif
     ``"auto"``: ``REFIT_AUTO_KL_WEIGHT`` (0.2), at every size (with
     ``refit_budget="auto"``, over at most 2,000 steps on 1,601-3,000 rows). Up to
     ``LARGE_TABLE_ROWS`` (3,000) rows a regressor's ``"auto"`` refits only a network
-    fitted to ``y`` alone: not one on a linear mean's residuals, and under
-    ``mean_function="auto"`` only once the rule has declined the linear mean (the first
-    fit, kept, is not trained again). On the regression benchmark the refit at 0.2 was
+    fitted to ``y`` alone, not one on a linear mean's residuals (under
+    ``mean_function="auto"`` the rule compares the linear mean with the refitted
+    network). On the regression benchmark the refit at 0.2 was
     more accurate on most tables and the GP's lead on smooth ones closed or narrowed, in
     about twice a small table's fit time (user guide, "The regressor's refit on the
     selected inputs, measured", "The regressor on tables of more than 3,000 rows,
@@ -275,7 +275,7 @@ def _selected(model: nn.Module) -> NDArray[np.bool_]:
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
 INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
 # refit_kl_weight="auto": the refit at REFIT_AUTO_KL_WEIGHT. Up to LARGE_TABLE_ROWS rows, the
-# size a fit is meant to take about 3 s at, it waits for the regressor's linear-mean rule.
+# size a fit is meant to take about 3 s at, not of the network on a linear mean's residuals.
 # refit_budget="auto" gives a refit on more than SMALL_TABLE_ROWS rows, up to
 # LARGE_TABLE_ROWS, at most REFIT_AUTO_STEPS steps: the regressor's whole budget on a
 # smaller table (at 128 rows a batch), half the classifier's (the parameters say why).
@@ -404,8 +404,8 @@ class _SpikeSlabFamily(_VariationalEstimator):
         return None if self.refit_kl_weight is None else float(self.refit_kl_weight)
 
     def _small_table_refit(self, n: int) -> bool:
-        # "auto" up to LARGE_TABLE_ROWS: not for a linear mean's residuals, and only after
-        # the linear-mean rule (the parameter says why).
+        # "auto" up to LARGE_TABLE_ROWS: not for a linear mean's residuals (the parameter
+        # says why).
         return (
             self.refit_kl_weight == "auto"
             and n <= LARGE_TABLE_ROWS
