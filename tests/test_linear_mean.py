@@ -14,7 +14,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from svbnn import SVBNNRegressor
-from svbnn._linear_mean import AUTO_RATIO, fit_linear_mean
+from svbnn._linear_mean import AUTO_RATIO, CV_FOLDS, cv_rmse, fit_linear_mean
 from svbnn.estimators import CollapseWarning
 from svbnn.export import PlusLinearMean
 from svbnn.prediction import credible_interval, interval_of_draws, prediction_interval
@@ -61,6 +61,26 @@ def test_fit_linear_mean_weights() -> None:
     rest = fit_linear_mean(X[100:], y[100:], None)
     np.testing.assert_array_equal(down.index, rest.index)
     assert np.all(np.abs(down.coef - rest.coef) < 0.25 * np.sqrt(np.diag(rest.cov)))
+
+
+def test_cv_rmse_cross_validates_the_linear_mean_that_is_fitted() -> None:
+    """The rule's numerator is the cross-validated RMSE of fit_linear_mean itself (its
+    2.5-sd screen in each fold), weighted as the fit, exactly, here on collinear inputs
+    (where the screen and ARD on every input part ways)."""
+    from sklearn.model_selection import KFold
+
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((150, 3))
+    # Six inputs, pairs of nearly equal columns: each coefficient's posterior sd is large.
+    X = np.repeat(base, 2, axis=1) + 0.01 * rng.standard_normal((150, 6))
+    z = base @ np.array([1.0, -0.5, 0.3]) + 0.3 * rng.standard_normal(150)
+    w = rng.uniform(0.5, 1.5, 150)
+    w /= w.mean()
+    pred = np.empty(150)
+    for fit_rows, held in KFold(CV_FOLDS, shuffle=True, random_state=7).split(X):
+        pred[held] = fit_linear_mean(X[fit_rows], z[fit_rows], w[fit_rows]).predict(X[held])
+    expected = math.sqrt(np.average((z - pred) ** 2, weights=w))
+    assert cv_rmse(X, z, w, 7) == pytest.approx(expected, rel=1e-12)
 
 
 def test_no_linear_effect_gives_no_linear_mean() -> None:

@@ -37,8 +37,9 @@ within the noise the network itself estimates."""
 
 AUTO_MAX_WORK = 2e8
 """``mean_function="auto"`` is skipped (the network alone) above this many rows x inputs^2:
-one ARD iteration costs about that many operations, and the rule runs five (a
-cross-validation) of up to 300 iterations each."""
+one ARD iteration costs about that many operations, and the rule's cross-validation runs
+up to ten ARD fits (two in each of five folds, :func:`fit_linear_mean`) of up to 300
+iterations each."""
 
 CV_FOLDS = 5
 
