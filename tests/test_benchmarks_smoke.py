@@ -270,7 +270,17 @@ def test_small_data_fits_every_setting_and_climbs(capsys: pytest.CaptureFixture[
     for r in rows:
         assert np.isfinite(r["score"]) and r["seconds"] > 0
         assert (r["selected"] == "-") == (r["setting"] == "linear")
+        # A classifier's test log loss; none for the regressor.
+        assert (r["log_loss"] is None) == (r["data"] == "diabetes")
+        assert r["log_loss"] is None or np.isfinite(r["log_loss"])
     out = capsys.readouterr().out
+    assert "| wine | defaults | 1 |" in out  # the means over the seeds
+    # --noise-columns appends N(0, 1) columns drawn by the seed, the rows' split unchanged.
+    Xtr, Xte, ytr, yte = small_data.split("iris", 3, noise_columns=10)
+    plain = small_data.split("iris", 3)
+    assert Xtr.shape == (112, 14) and Xte.shape == (38, 14)
+    np.testing.assert_array_equal(Xtr[:, :4], plain[0])
+    np.testing.assert_array_equal(ytr, plain[2])
     # --train-rows keeps that many training rows (drawn by the seed), the test part whole.
     Xtr, Xte, ytr, _ = small_data.split("diabetes", 0, train_rows=83)
     assert Xtr.shape == (83, 10) and len(ytr) == 83 and Xte.shape == (111, 10)
