@@ -523,7 +523,7 @@ class _VariationalEstimator(BaseEstimator, ABC):
         ``held_out`` said of the model's held-out run (``None`` without one).
 
         ``make_likelihood()`` builds a fresh likelihood (one with a learnable noise level
-        is trained with the network).
+        is trained with the network; ``make_likelihood(R)`` one for ``R`` replicates).
         ``weights``: per row, positive and of mean 1
         (:func:`_row_weights`), the weight of its likelihood term; ``None`` weighs every
         row alike (and keeps the model's fused step). The final fit is the refit on the
@@ -717,12 +717,12 @@ class _VariationalEstimator(BaseEstimator, ABC):
     ) -> tuple[nn.Module, nn.Module, History, ConvergenceMonitor]:
         """One training run: ``build(generator)`` and ``make_likelihood()`` give a fresh
         network and likelihood (``start(network, likelihood)``, when given, sets their
-        starting values); ``X`` ``(n, p)``, ``target`` and ``weights`` per row. Returns
-        the trained network, the likelihood, the history and the stopping rule
-        (``gate_tol``: its bound on the gates that cross 0.5 in a period,
-        :class:`~svbnn.convergence.ConvergenceMonitor`);
+        starting values); ``X`` ``(n, p)`` or ``(R, n, p)`` for a replicated network,
+        ``target`` and ``weights`` per row. Returns the trained network, the likelihood,
+        the history and the stopping rule (``gate_tol``: its bound on the gates that
+        cross 0.5 in a period, :class:`~svbnn.convergence.ConvergenceMonitor`);
         ``kl_weight``: the KL's weight (``None``: the estimator's)."""
-        n = X.shape[0]
+        n = X.shape[-2]
         batch = min(int(self.batch_size), n)
         tol = self.tol
         gen = torch.Generator(device=self.device)
@@ -735,6 +735,8 @@ class _VariationalEstimator(BaseEstimator, ABC):
         if weights is not None:
             fit_lik = RowWeightedLikelihood(lik)
             w = self._tensor(weights, "sample_weight")
+            if target.dim() > w.dim():  # replicated: (R, n) targets, (n,) weights
+                w = w.expand(target.shape)
             fit_target = torch.stack([target.to(w.dtype), w], dim=-1)
         n_batches = self._steps_per_epoch(n)
         warmup = round(float(self.kl_warmup) * epochs * n_batches)

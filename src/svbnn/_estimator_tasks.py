@@ -496,7 +496,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
                     Xv,
                     self._tensor(target, "y"),
                     1,
-                    lambda: GaussianLikelihood(noise0, learn_noise=learn).to(_DTYPES[self.dtype]),
+                    # R replicates (a held-out choice) learn a noise level each.
+                    lambda r=None: GaussianLikelihood(
+                        noise0 if r is None else torch.full((r, 1), noise0), learn_noise=learn
+                    ).to(_DTYPES[self.dtype]),
                     seeds,
                     w,
                     # A tempered fit's training rows understate the noise, and so do few
@@ -857,7 +860,7 @@ class _Classification(ClassifierMixin, _VariationalEstimator):
                 Xv,
                 target,
                 len(self.classes_),
-                CategoricalLikelihood,
+                lambda r=None: CategoricalLikelihood(),
                 seeds,
                 w,
                 held_out=lambda part, fit_rows, held, seed: _HeldOutScore(
@@ -1104,7 +1107,7 @@ class _PoissonRegression(RegressorMixin, _VariationalEstimator):
                 Xv,
                 self._tensor(counts, "y"),
                 1,
-                lambda: PoissonLikelihood(offset),
+                lambda r=None: PoissonLikelihood(offset),
                 seeds,
                 w,
             )

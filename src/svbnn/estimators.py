@@ -15,7 +15,6 @@ estimators (:mod:`svbnn.baselines`) are other families on the same pieces.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import warnings
@@ -114,10 +113,10 @@ prior_inclusion : "auto", "opt", "eb", "cv" or float, default "auto"
     held-out rows, the way ``LassoCV`` chooses ``alpha``: a grid of ``INCLUSION_GRID``
     values, log-spaced from ``lambda_opt`` to ``INCLUSION_MAX`` (0.1: with a denser prior
     the gates of edges the data do not inform stay near ``lambda``, and many such edges
-    add up to a selected input), is fitted on 80% of the rows, a network for each value
-    (one after another, from the same seed), and the smallest ``lambda`` whose held-out
-    log predictive density is within one standard error of the best is kept (the
-    one-standard-error rule); the fit on all rows then starts from that network (``n_iter_`` and
+    add up to a selected input), is fitted on 80% of the rows as the
+    replicates of one network, and the smallest ``lambda`` whose held-out log predictive
+    density is within one standard error of the best is kept (the one-standard-error
+    rule); the fit on all rows then starts from that replicate (``n_iter_`` and
     ``history_`` are its; with fewer than 10 rows, ``"cv"`` is ``"opt"``); or a float.
 log_prior_inclusion : float, optional
     ``log(lambda)``, in ``[-1e30, 0)``; overrides ``prior_inclusion`` (use it below
@@ -142,7 +141,7 @@ init_mu_range : float, optional
 refit_kl_weight : float, "auto" or None, default None (the regressor and classifier: "auto")
     A second fit, at this KL weight, on the inputs the first fit selected
     (``screened_features_``): a network of the same shape, started as the first fit was
-    (afresh; with ``"cv"``, from the chosen candidate), whose other inputs'
+    (afresh; with ``"cv"``, from the chosen replicate), whose other inputs'
     first-layer gates start closed (``phi = 0``) and stay closed, so they are never
     selected and add nothing to a prediction. The first fit, at ``kl_weight``, selects;
     the second, rid of the inputs that carry nothing, fits the rest with less shrinkage,
@@ -507,54 +506,52 @@ class _SpikeSlabFamily(_VariationalEstimator):
         seed: int,
         kernels: str,
     ) -> Any:
-        """``prior_inclusion="cv"``: each candidate of the grid fitted on 80% of the rows
-        (one network after another, each from the same seed), the one-standard-error rule
-        on the other 20% (see the parameter). The fit on all rows starts from the chosen
-        candidate (its network and likelihood parameters)."""
-        p = X.shape[1]
+        """``prior_inclusion="cv"``: the grid fitted as replicates on 80% of the rows, the
+        one-standard-error rule on the other 20% (see the parameter). The fit on all rows
+        starts from the chosen replicate (its network and likelihood parameters)."""
+        n, p = X.shape
         fit_rows, held = _held_out_rows(target, seed)
         grid = np.linspace(self.log_lambda_, math.log(INCLUSION_MAX), INCLUSION_GRID)
+        R = len(grid)
+        log_lams = torch.tensor(grid, dtype=_DTYPES[self.dtype]).reshape(R, 1)
+        Xf = X[fit_rows].expand(R, len(fit_rows), p)
+        yf = target[fit_rows].expand(R, len(fit_rows))
         wf = _subset_weights(weights, fit_rows)
-        H = int(self.n_samples_predict)
-        fits, lpds = [], []
-
-        def fit_candidate(log_lam: float, kernels: str) -> Any:
-            """The candidate of prior inclusion ``exp(log_lam)`` on the fit rows."""
-            return self._train(
-                lambda gen: self._build_module(p, n_out, gen, log_prior_inclusion=log_lam),
-                make_likelihood,
-                X[fit_rows],
-                target[fit_rows],
+        model, lik, _, _ = _run_falling_back(
+            lambda k: self._train(
+                lambda gen: self._build_module(
+                    p, n_out, gen, n_replicates=R, log_prior_inclusion=log_lams
+                ),
+                lambda: make_likelihood(R),
+                Xf,
+                yf,
                 wf,
                 self._epoch_budget(len(fit_rows)),
                 [],
                 seed,
-                kernels,
+                k,
                 # The choice needs settled predictions, not settled gates: the fit on all
                 # rows that follows settles them.
                 gate_tol=1.0,
-            )
-
-        for log_lam in grid:
-            # Separate networks, not the replicates of one: each trains in the native
-            # epochs where its kind has them, which take no replicates.
-            model, lik, _, _ = _run_falling_back(
-                functools.partial(fit_candidate, float(log_lam)), kernels
-            )
-            draws = torch.Generator(device=self.device)
-            draws.manual_seed(seed)
-            with torch.no_grad():
-                out = sample_outputs(model, X[held], H, generator=draws)  # (H, m, out)
-                lp = cast(LikelihoodLike, lik).log_prob(out, target[held].expand(H, len(held)))
-                lpds.append((torch.logsumexp(lp.double(), 0) - math.log(H)).cpu().numpy())
-            fits.append((model, lik))
-        lpd = np.stack(lpds)  # (candidates, m)
+            ),
+            kernels,
+        )
+        H = int(self.n_samples_predict)
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        with torch.no_grad():
+            Xh = X[held].expand(R, len(held), p)
+            out = sample_outputs(model, Xh, H, generator=gen)  # (H, R, m, out)
+            lp = cast(LikelihoodLike, lik).log_prob(out, target[held].expand(H, R, len(held)))
+            lpd = (torch.logsumexp(lp.double(), 0) - math.log(H)).cpu().numpy()  # (R, m)
         w = np.ones(len(held)) if weights is None else weights[held]
         self.inclusion_grid_ = grid
         self.inclusion_scores_, best = _one_standard_error(lpd, w / w.sum())
         self.log_lambda_ = float(grid[best])
         self.lambda_ = math.exp(self.log_lambda_)
-        chosen = [{k: v.detach().clone() for k, v in m.named_parameters()} for m in fits[best]]
+        chosen = [
+            {k: v.detach()[best].clone() for k, v in m.named_parameters()} for m in (model, lik)
+        ]
 
         def start(network: nn.Module, likelihood: nn.Module) -> None:
             with torch.no_grad():
@@ -567,8 +564,8 @@ class _SpikeSlabFamily(_VariationalEstimator):
     def _build_module(
         self, n_features: int, n_out: int, gen: torch.Generator, **replicated: Any
     ) -> nn.Module:
-        """The network; ``replicated``: more of :class:`SpikeSlabMLP`'s arguments (the
-        held-out choice's ``log_prior_inclusion``)."""
+        """The network; ``replicated``: ``n_replicates`` and a per-replicate
+        ``log_prior_inclusion`` ``(R, 1)`` (the held-out choice's grid)."""
         return SpikeSlabMLP(
             n_features,
             _hidden_sizes(self.hidden_layer_sizes),
