@@ -274,8 +274,8 @@ def _selected(model: nn.Module) -> NDArray[np.bool_]:
 
 INCLUSION_GRID = 6  # prior_inclusion="cv": candidate values of lambda,
 INCLUSION_MAX = 0.1  # log-spaced from lambda_opt to this (see the parameter)
-# refit_kl_weight="auto": the refit at REFIT_AUTO_KL_WEIGHT. Up to LARGE_TABLE_ROWS rows, the
-# size a fit is meant to take about 3 s at, not of the network on a linear mean's residuals.
+# refit_kl_weight="auto": the refit at REFIT_AUTO_KL_WEIGHT. Up to LARGE_TABLE_ROWS rows (the
+# size a fit is meant to take about 3 s at) it is not made for a linear mean's residuals.
 # refit_budget="auto" gives a refit on more than SMALL_TABLE_ROWS rows, up to
 # LARGE_TABLE_ROWS, at most REFIT_AUTO_STEPS steps: the regressor's whole budget on a
 # smaller table (at 128 rows a batch), half the classifier's (the parameters say why).
