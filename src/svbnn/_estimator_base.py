@@ -656,7 +656,6 @@ class _VariationalEstimator(BaseEstimator, ABC):
         )
         if not noise:
             return lik, score.kept
-        first_kl = self._first_kl_weight(n)
         if (self.kl_weight_ if first_kl is None else first_kl) == check_kl:
             # The first fit (at check_kl, on every input) is the model.
             model, lik, history, monitor = first_fit

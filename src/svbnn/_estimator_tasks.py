@@ -581,12 +581,17 @@ class _Regression(RegressorMixin, _VariationalEstimator):
         n, p = X.shape
         small = self._small_table_refit(n)
         tries = mode == "auto" and n >= 2 * CV_FOLDS and n * p * p <= AUTO_MAX_WORK
-        lin = fit_linear_mean(X, z, w) if mode == "linear" else None
-        self._set_linear_mean(lin)
-        if lin is not None and lin.index.size:
-            fit_network(z - lin.predict(X), not small)
-        else:
-            fit_network(z, True)
+
+        def fit_with(lin: LinearMean | None) -> None:
+            """The linear mean ``lin`` (``None`` or no inputs: none) and the network on
+            ``z`` less it (refitted only on ``z`` itself where :meth:`_small_table_refit`)."""
+            self._set_linear_mean(lin)
+            if lin is not None and lin.index.size:
+                fit_network(z - lin.predict(X), not small)
+            else:
+                fit_network(z, True)
+
+        fit_with(fit_linear_mean(X, z, w) if mode == "linear" else None)
         self.linear_mean_ratio_: float | None = None
         if tries:
             # The likelihood's noise level of the network the rule would keep (after its
@@ -594,10 +599,10 @@ class _Regression(RegressorMixin, _VariationalEstimator):
             # linear mean it would fit predicts new rows within that noise.
             noise = self._noise_std_fitted_ / self._y_scale_
             self.linear_mean_ratio_ = cv_rmse(X, z, w, seeds.seed()) / noise
-            lin = fit_linear_mean(X, z, w) if self.linear_mean_ratio_ <= AUTO_RATIO else None
-            if lin is not None and lin.index.size:
-                self._set_linear_mean(lin)
-                fit_network(z - lin.predict(X), not small)
+            if self.linear_mean_ratio_ <= AUTO_RATIO:
+                lin = fit_linear_mean(X, z, w)
+                if lin.index.size:
+                    fit_with(lin)
         elif mode == "auto":
             logger.info(
                 "mean_function='auto': no linear mean tried on %d rows x %d inputs (fewer "
